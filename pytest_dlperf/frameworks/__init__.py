@@ -1,0 +1,84 @@
+"""Framework adapters: one module per framework, each behind the same small interface.
+
+A framework module (``frameworks/<name>.py``) defines, without importing the framework at module
+level:
+
+- ``DISTRIBUTION``: the package whose installed version enters the baseline fingerprint;
+- ``build_trainer(spec, dist) -> Trainer``: called inside each worker rank with the plain JSON
+  spec and the rank's place in the job; it sets the framework's process group up itself.
+
+Adding a framework is adding one such module; nothing else dispatches on framework names.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Protocol
+
+
+class Trainer(Protocol):
+    """One rank's training loop, as the meter drives it."""
+
+    def step(self) -> None:
+        """One optimizer step on one per-device batch; may return before the device is done."""
+
+    def synchronize(self) -> None:
+        """Wait until every step issued so far has finished on the device."""
+
+    def loss(self) -> float:
+        """The last step's loss (waits for it)."""
+
+    def environment(self) -> dict[str, Any]:
+        """Versions and device facts this rank saw, for the results and the fingerprint."""
+
+    def close(self) -> None:
+        """Tear the process group down."""
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Where this process sits in the job, as the launcher (torchrun, srun, ...) told it."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+
+    @classmethod
+    def from_environ(cls, environ: dict[str, str]) -> DistEnv:
+        world = int(environ.get("WORLD_SIZE", "1"))
+        local_world = int(environ.get("LOCAL_WORLD_SIZE", str(world)))
+        return cls(
+            rank=int(environ.get("RANK", "0")),
+            world_size=world,
+            local_rank=int(environ.get("LOCAL_RANK", "0")),
+            local_world_size=local_world,
+            node_rank=int(environ.get("GROUP_RANK", environ.get("NODE_RANK", "0"))),
+        )
+
+
+def load(name: str) -> ModuleType:
+    """The adapter module for ``name``; a clear error when there is none."""
+    if not name.isidentifier() or importlib.util.find_spec(f"{__name__}.{name}") is None:
+        known = ", ".join(known_frameworks()) or "none"
+        raise LookupError(f"no framework adapter named {name!r} (known: {known})")
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def known_frameworks() -> list[str]:
+    import pkgutil
+
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+
+
+def installed_version(name: str) -> str | None:
+    """The framework's installed version, read from package metadata (no framework import)."""
+    try:
+        return importlib.metadata.version(load(name).DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return None

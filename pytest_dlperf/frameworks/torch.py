@@ -1,0 +1,112 @@
+"""PyTorch: torchvision's ResNet-50 (v1.5) under DistributedDataParallel.
+
+Runs inside a worker rank. ``torch`` is imported in ``build_trainer`` only, so that the plugin can
+read ``DISTRIBUTION`` without paying for a torch import.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import DistEnv
+
+DISTRIBUTION = "torch"
+
+_MODELS = {"resnet50": "resnet50"}
+
+
+class TorchTrainer:
+    def __init__(self, spec: dict[str, Any], dist: DistEnv) -> None:
+        import torch
+        import torchvision
+
+        self._torch = torch
+        self.dist = dist
+        self.cuda = spec["device_type"] == "cuda"
+        torch.set_num_threads(int(spec["threads"]))
+        if self.cuda:
+            torch.cuda.set_device(dist.local_rank)
+            self.device = torch.device("cuda", dist.local_rank)
+            torch.backends.cudnn.benchmark = True
+        else:
+            self.device = torch.device("cpu")
+        if dist.world_size > 1:
+            torch.distributed.init_process_group(backend="nccl" if self.cuda else "gloo")
+        torch.manual_seed(int(spec["seed"]) + dist.rank)
+
+        if spec["model"] not in _MODELS:
+            raise ValueError(f"torch adapter has no model {spec['model']!r} (has: {sorted(_MODELS)})")
+        model = getattr(torchvision.models, _MODELS[spec["model"]])(num_classes=int(spec["num_classes"]))
+        memory_format = torch.channels_last if self.cuda else torch.contiguous_format
+        model = model.to(self.device, memory_format=memory_format)
+        self.parameters = sum(p.numel() for p in model.parameters())
+        if dist.world_size > 1:
+            model = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=[dist.local_rank] if self.cuda else None
+            )
+        self.model = model
+        opt = spec["optimizer"]
+        self.optimizer = torch.optim.SGD(
+            model.parameters(), lr=opt["lr"], momentum=opt["momentum"],
+            weight_decay=opt["weight_decay"],
+        )
+        self.criterion = torch.nn.CrossEntropyLoss()
+
+        batch, size = int(spec["batch_size"]), int(spec["image_size"])
+        # Synthetic data resident on the device, as DLPerf's synthetic-data runs: the input
+        # pipeline is not what is being measured.
+        self.images = torch.randn(batch, 3, size, size, device=self.device).contiguous(
+            memory_format=memory_format)
+        self.num_classes = int(spec["num_classes"])
+        self.labels = torch.randint(0, self.num_classes, (batch,), device=self.device)
+
+        self.amp = spec["precision"] == "amp"
+        self.amp_dtype = torch.float16 if self.cuda else torch.bfloat16
+        # fp16 needs loss scaling; bf16 has fp32's exponent range and does not.
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp and self.cuda)
+        self._loss = torch.zeros((), device=self.device)
+
+    def step(self) -> None:
+        torch = self._torch
+        # Fresh labels each step (one tiny kernel): a fixed batch is memorized within a few
+        # steps, after which logits grow without bound and fp16/bf16 runs end in NaN.
+        torch.randint(0, self.num_classes, self.labels.shape, out=self.labels)
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp):
+            loss = self.criterion(self.model(self.images), self.labels)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self._loss = loss.detach()
+
+    def synchronize(self) -> None:
+        if self.cuda:
+            self._torch.cuda.synchronize(self.device)
+
+    def loss(self) -> float:
+        return float(self._loss.float().item())
+
+    def environment(self) -> dict[str, Any]:
+        torch = self._torch
+        env: dict[str, Any] = {
+            "framework": "torch",
+            "framework_version": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "parameters": self.parameters,
+        }
+        if self.cuda:
+            env.update(
+                device_name=torch.cuda.get_device_name(self.device),
+                cuda=torch.version.cuda,
+                cudnn=torch.backends.cudnn.version(),
+                nccl=".".join(map(str, torch.cuda.nccl.version())),
+            )
+        return env
+
+    def close(self) -> None:
+        if self._torch.distributed.is_initialized():
+            self._torch.distributed.destroy_process_group()
+
+
+def build_trainer(spec: dict[str, Any], dist: DistEnv) -> TorchTrainer:
+    return TorchTrainer(spec, dist)

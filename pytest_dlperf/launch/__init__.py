@@ -1,0 +1,99 @@
+"""How worker processes start. One module per launch mode, all behind ``Launcher``.
+
+A launcher takes the plain JSON spec and a topology, starts ``python -m pytest_dlperf.worker`` on
+every rank through an existing engine (torchrun's elastic agents here; Slurm's srun and
+already-launched jobs in their own modules), and returns every rank's JSON result, or raises
+``LaunchError`` naming the ranks that failed or hung and what they said.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..topology import Topology
+
+
+@dataclass
+class LaunchError(Exception):
+    """The job did not produce a result from every rank."""
+
+    summary: str
+    rank_errors: dict[int, str] = field(default_factory=dict)
+    missing_ranks: list[int] = field(default_factory=list)
+    log_tail: str = ""
+    kind: str = "failed"  # failed | timeout | diverged | interrupted
+
+    def __str__(self) -> str:
+        parts = [self.summary]
+        for rank, text in sorted(self.rank_errors.items()):
+            parts.append(f"--- rank {rank} ---\n{text.rstrip()}")
+        if self.missing_ranks:
+            parts.append(f"ranks with no result: {self.missing_ranks}")
+        if self.log_tail and not self.rank_errors:
+            parts.append(f"--- launcher log (tail) ---\n{self.log_tail.rstrip()}")
+        return "\n".join(parts)
+
+
+class Launcher(Protocol):
+    name: str
+
+    def run(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
+            timeout_s: float) -> list[dict[str, Any]]:
+        """Every rank's result, ordered by rank."""
+
+
+def get_launcher(name: str) -> Launcher:
+    if name == "local":
+        from .local import LocalLauncher
+
+        return LocalLauncher()
+    raise LookupError(f"unknown launcher {name!r} (known: local)")
+
+
+class Cluster:
+    """What the ``cluster`` fixture hands a test: a topology and a way to run a workload on it."""
+
+    def __init__(self, topology: Topology, launcher: Launcher, work_root: Path, timeout_s: float):
+        self.topology = topology
+        self.launcher = launcher
+        self.work_root = work_root
+        self.timeout_s = timeout_s
+
+    @property
+    def nodes(self) -> int:
+        return self.topology.nodes
+
+    @property
+    def devices_per_node(self) -> int:
+        return self.topology.devices_per_node
+
+    @property
+    def world_size(self) -> int:
+        return self.topology.world_size
+
+    @property
+    def device_type(self) -> str:
+        return self.topology.device_type
+
+    @property
+    def backend(self) -> str:
+        return self.topology.backend
+
+    def run(self, spec: dict[str, Any]) -> list[dict[str, Any]]:
+        """Run the worker on every rank; each run gets a fresh folder, removed afterwards."""
+        import shutil
+        import tempfile
+
+        self.work_root.mkdir(parents=True, exist_ok=True)
+        run_dir = Path(tempfile.mkdtemp(prefix=f"{self.topology.id}-", dir=self.work_root))
+        try:
+            return self.launcher.run({**spec, "threads": self.topology.threads_per_worker,
+                                      "device_type": self.topology.device_type},
+                                     self.topology, run_dir, self.timeout_s)
+        finally:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return f"Cluster({self.topology.id}, {self.topology.device_type}, {self.launcher.name})"

@@ -1,0 +1,174 @@
+"""Local mode: N torchrun elastic agents on this host, rendezvousing over c10d on loopback.
+
+Each agent is a real ``torch.distributed.run`` process (the machinery behind ``torchrun``), so one
+host exercises the same rendezvous path a cluster uses. The agents start in their own sessions
+and the whole process tree is reaped afterwards, whatever happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from ..topology import Topology
+from . import LaunchError
+
+# The package's parent directory: workers import the very same pytest_dlperf as the plugin.
+_SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
+# After one agent fails, how long the others get to notice and exit on their own.
+_FAILURE_GRACE_S = 10.0
+
+
+def free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def agent_command(topology: Topology, port: int, run_id: str, spec_path: Path,
+                  out_dir: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nnodes", str(topology.nodes),
+        "--nproc-per-node", str(topology.devices_per_node),
+        "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"127.0.0.1:{port}",
+        "--rdzv-id", run_id,
+        "--local-addr", "127.0.0.1",
+        "--max-restarts", "0",
+        "--monitor-interval", "0.2",
+        "-m", "pytest_dlperf.worker", str(spec_path), str(out_dir),
+    ]
+
+
+def worker_environment(topology: Topology, tmp_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    threads = str(topology.threads_per_worker)
+    env.update(
+        OMP_NUM_THREADS=threads,
+        MKL_NUM_THREADS=threads,
+        # torchelastic leaves torchelastic_* folders and error files in TMPDIR.
+        TMPDIR=str(tmp_dir),
+        PYTHONPATH=os.pathsep.join(p for p in (_SOURCE_ROOT, env.get("PYTHONPATH")) if p),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def kill_tree(procs: list[subprocess.Popen[bytes]], grace_s: float = 3.0) -> None:
+    """Terminate agents and every worker under them; workers sit in sessions of their own."""
+    victims: list[psutil.Process] = []
+    for proc in procs:
+        try:
+            parent = psutil.Process(proc.pid)
+            victims.extend(parent.children(recursive=True))
+            victims.append(parent)
+        except psutil.NoSuchProcess:
+            pass
+    for victim in victims:
+        try:
+            victim.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(victims, timeout=grace_s)
+    for victim in alive:
+        try:
+            victim.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=grace_s)
+    for proc in procs:  # reap our direct children: no zombies
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _tail(paths: list[Path], limit: int = 6000) -> str:
+    text = "".join(p.read_text(errors="replace") for p in paths if p.exists())
+    return text[-limit:]
+
+
+def _wait(procs: list[subprocess.Popen[bytes]], deadline: float) -> str:
+    """'ok', 'failed' (an agent exited non-zero) or 'timeout'."""
+    failed_at: float | None = None
+    while True:
+        codes = [p.poll() for p in procs]
+        if all(c is not None for c in codes):
+            return "ok" if all(c == 0 for c in codes) else "failed"
+        now = time.monotonic()
+        if failed_at is None and any(c not in (None, 0) for c in codes):
+            failed_at = now
+        if failed_at is not None and now - failed_at > _FAILURE_GRACE_S:
+            return "failed"
+        if now > deadline:
+            return "timeout"
+        time.sleep(0.1)
+
+
+class LocalLauncher:
+    name = "local"
+
+    def run(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
+            timeout_s: float) -> list[dict[str, Any]]:
+        out_dir, tmp_dir = run_dir / "results", run_dir / "tmp"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        spec_path = run_dir / "spec.json"
+        spec_path.write_text(json.dumps(spec, sort_keys=True, indent=2))
+        # One node hosts the store itself and may let the OS pick the port.
+        port = 0 if topology.nodes == 1 else free_loopback_port()
+        run_id = f"dlperf-{uuid.uuid4().hex[:12]}"
+        env = worker_environment(topology, tmp_dir)
+        logs = [run_dir / f"agent-{i}.log" for i in range(topology.nodes)]
+        procs: list[subprocess.Popen[bytes]] = []
+        started = time.monotonic()
+        try:
+            for log in logs:
+                with open(log, "wb") as fh:
+                    procs.append(subprocess.Popen(
+                        agent_command(topology, port, run_id, spec_path, out_dir),
+                        stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                        env=env, start_new_session=True))
+            outcome = _wait(procs, started + timeout_s)
+        finally:  # also on Ctrl-C: no worker outlives its case
+            kill_tree(procs)
+        return collect(out_dir, topology.world_size, outcome, timeout_s, _tail(logs))
+
+
+def collect(out_dir: Path, world_size: int, outcome: str, timeout_s: float,
+            log_tail: str) -> list[dict[str, Any]]:
+    results: dict[int, dict[str, Any]] = {}
+    errors: dict[int, str] = {}
+    kinds: set[str] = set()
+    for rank in range(world_size):
+        path = out_dir / f"rank-{rank}.json"
+        if not path.exists():
+            continue
+        data = json.loads(path.read_text())
+        if "error" in data:
+            errors[rank] = data["error"]
+            kinds.add(data.get("error_type", ""))
+        else:
+            results[rank] = data
+    missing = [r for r in range(world_size) if r not in results and r not in errors]
+    if not errors and not missing and outcome == "ok":
+        return [results[r] for r in range(world_size)]
+    if errors:
+        kind = "diverged" if "diverged" in kinds else "failed"
+        summary = f"{len(errors)} of {world_size} ranks failed ({kind})"
+    elif outcome == "timeout":
+        kind, summary = "timeout", f"timed out after {timeout_s:g} s; stuck ranks: {missing}"
+    else:
+        kind, summary = "failed", f"the launcher failed before ranks {missing} reported"
+    raise LaunchError(summary, errors, missing, log_tail, kind)

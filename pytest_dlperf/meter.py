@@ -1,0 +1,62 @@
+"""Timing inside a worker: the protocol's windows around a framework's training step.
+
+Runs in every training rank: standard library only, and no pytest. The clock is injectable so the
+window arithmetic can be tested exactly; ``synchronize`` waits for the device, because CUDA and
+OneFlow (even on CPU) return from a step before its work is done.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from .protocol import Protocol
+
+
+@dataclass
+class Window:
+    """One timed window: ``steps`` training steps that took ``elapsed_s`` on this rank."""
+
+    steps: int
+    elapsed_s: float
+
+
+@dataclass
+class Measurement:
+    warmup_s: float
+    windows: list[Window] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def measure(
+    protocol: Protocol,
+    step: Callable[[], None],
+    synchronize: Callable[[], None],
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+    after_window: Callable[[int], None] | None = None,
+) -> Measurement:
+    """Run the warm-up once, then ``protocol.repeats`` windows of ``protocol.steps`` steps.
+
+    Each window starts and ends on a synchronized device, so queued work from the warm-up or the
+    previous window is never counted in (or left out of) the next one. ``after_window`` runs
+    outside the timed region (a loss check reads device memory and would itself synchronize).
+    """
+    started = clock()
+    for _ in range(protocol.warmup_steps):
+        step()
+    synchronize()
+    result = Measurement(warmup_s=clock() - started)
+    for index in range(protocol.repeats):
+        begin = clock()
+        for _ in range(protocol.steps):
+            step()
+        synchronize()
+        result.windows.append(Window(steps=protocol.steps, elapsed_s=clock() - begin))
+        if after_window is not None:
+            after_window(index)
+            synchronize()
+    return result

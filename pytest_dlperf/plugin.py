@@ -1,0 +1,321 @@
+"""pytest wiring for pytest-dlperf: options, markers, fixtures, parametrization and reports.
+
+Everything this module calls lives in a module named after its concept; nothing here imports a
+deep-learning framework, so ``pytest --help`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import frameworks
+from . import settings as settings_mod
+from .baselines import Baseline, BaselineError, BaselineStore
+from .jsonio import write_json_atomic
+from .launch import Cluster, LaunchError, get_launcher
+from .protocol import aggregate
+from .report import CaseReport, results_json, rows, text_table
+from .stats import IMPROVEMENT, NO_BASELINE, REGRESSION, Verdict, compare
+from .topology import Hardware, Topology, detect_hardware, fingerprint, make_topology
+from .workload import PRECISIONS, Precision, default_workload
+
+
+class DLPerfWarning(pytest.PytestWarning):
+    """A case passed but something about its figures deserves a look."""
+
+
+@dataclass
+class SessionState:
+    settings: settings_mod.Settings
+    store: BaselineStore
+    rootpath: Path
+    reports: list[CaseReport] = field(default_factory=list)
+    _hardware: Hardware | None = None
+    _work_root: Path | None = None
+
+    @property
+    def hardware(self) -> Hardware:
+        if self._hardware is None:  # lazily: only sessions that run cases pay for detection
+            self._hardware = detect_hardware()
+        return self._hardware
+
+    @property
+    def device_type(self) -> str:
+        wanted = self.settings.device
+        if wanted == "cuda" and not self.hardware.gpus:
+            raise pytest.UsageError(
+                "pytest-dlperf: --dlperf-device=cuda, but no NVIDIA GPU was found through NVML "
+                "(pynvml); use --dlperf-device=cpu or run on a GPU host")
+        return self.hardware.device_type if wanted == "auto" else wanted
+
+    @property
+    def devices_per_node(self) -> int:
+        hw, wanted = self.hardware, self.settings.devices_per_node
+        if self.device_type == "cuda":
+            have, what = len(hw.gpus), "NVIDIA GPUs"
+        else:  # one core at least per simulated device, or DDP oversubscribes the CPU
+            have, what = hw.cpu_count, "usable CPU cores (one per simulated device)"
+        if wanted is None:
+            return have if self.device_type == "cuda" else min(2, have)
+        if wanted > have:
+            raise pytest.UsageError(
+                f"pytest-dlperf: --devices-per-node={wanted}, but this host has {have} {what}; "
+                f"pass --devices-per-node {have} or less")
+        return wanted
+
+    def ladder(self, multinode: bool) -> list[Topology]:
+        """DLPerf's ladder: 1 device, then a full node; multinode cases add 2, 4, ... nodes."""
+        per_node = self.devices_per_node
+        shapes = sorted({(1, 1), (1, per_node)})
+        if multinode:
+            node_counts, n = {1}, 2
+            while n < self.settings.nodes:
+                node_counts.add(n)
+                n *= 2
+            node_counts.add(self.settings.nodes)
+            shapes = [(1, 1)] + [(n, per_node) for n in sorted(node_counts)]
+            shapes = sorted(set(shapes))
+        return [make_topology(self.hardware, n, d, self.device_type) for n, d in shapes]
+
+    @property
+    def work_root(self) -> Path:
+        if self._work_root is None:
+            self._work_root = Path(tempfile.mkdtemp(prefix="pytest-dlperf-"))
+        return self._work_root
+
+    def close(self) -> None:
+        if self._work_root is not None:
+            shutil.rmtree(self._work_root, ignore_errors=True)
+
+
+STATE = pytest.StashKey[SessionState]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    settings_mod.add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "multinode: a scaling case; runs on 1, 2, 4, ... nodes up to --nodes")
+    config.addinivalue_line(
+        "markers", "dlperf(tolerance=None): per-test options of pytest-dlperf; tolerance "
+        "overrides the baseline's and the run's (a fraction, 0.03 = 3%)")
+    settings = settings_mod.resolve(config)
+    config.stash[STATE] = SessionState(settings, BaselineStore(settings.baselines), config.rootpath)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = config.stash.get(STATE, None)
+    if state is not None:
+        state.close()
+        del config.stash[STATE]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    state = metafunc.config.stash[STATE]
+    if "cluster" in metafunc.fixturenames:
+        multinode = metafunc.definition.get_closest_marker("multinode") is not None
+        topologies = state.ladder(multinode)
+        metafunc.parametrize("cluster", topologies, ids=[t.id for t in topologies], indirect=True)
+    if "amp" in metafunc.fixturenames:
+        metafunc.parametrize("amp", PRECISIONS, indirect=True)
+
+
+@pytest.fixture
+def cluster(request: pytest.FixtureRequest) -> Cluster:
+    """The topology of this case (nodes, devices per node, device type, backend) and
+    ``run(spec)``, which runs the worker on every rank and returns their JSON results."""
+    state = request.config.stash[STATE]
+    topology = getattr(request, "param", None) or state.ladder(multinode=False)[-1]
+    return Cluster(topology, get_launcher("local"), state.work_root, state.settings.timeout)
+
+
+@pytest.fixture
+def amp(request: pytest.FixtureRequest) -> Precision:
+    """The precision of this case: fp32, or AMP (fp16 + loss scaling on CUDA, bf16 on CPU)."""
+    state = request.config.stash[STATE]
+    return Precision(getattr(request, "param", "fp32"), state.device_type)
+
+
+@pytest.fixture
+def throughput_meter(request: pytest.FixtureRequest, cluster: Cluster,
+                     amp: Precision) -> ThroughputMeter:
+    """Runs a workload on ``cluster`` under the protocol and judges it against its baseline."""
+    return ThroughputMeter(request.node, cluster, amp, request.config.stash[STATE])
+
+
+class ThroughputMeter:
+    def __init__(self, node: pytest.Item, cluster: Cluster, amp: Precision,
+                 state: SessionState) -> None:
+        self.node, self.cluster, self.amp, self.state = node, cluster, amp, state
+        self.protocol = state.settings.protocol
+
+    @property
+    def case(self) -> str:
+        return f"{self.node.path.name}::{self.node.name}"
+
+    def measure(self, framework: str, model: str = "resnet50", *, batch_size: int | None = None,
+                image_size: int | None = None) -> CaseReport:
+        """Train ``model`` with ``framework`` on every rank, apply the protocol, compare the
+        median with the baseline (failing this test on a regression) and return the record."""
+        version = self._framework_version(framework)
+        workload = default_workload(model, self.cluster.device_type, self.amp.enabled,
+                                    batch_size, image_size)
+        spec = {"framework": framework, "precision": self.amp.name,
+                "protocol": self.protocol.to_json(), **workload.to_spec(self.cluster.world_size)}
+        started = time.perf_counter()
+        try:
+            ranks = self.cluster.run(spec)
+        except LaunchError as exc:
+            pytest.fail(f"pytest-dlperf: {self.case} {exc.kind} on {self.cluster.topology.id}: "
+                        f"{exc}", pytrace=False)
+        result = aggregate(ranks, workload.batch_size, time.perf_counter() - started)
+        env = ranks[0]["environment"]
+        fp = fingerprint(self.cluster.topology, framework=framework,
+                         framework_version=str(env.get("framework_version", version)),
+                         precision=self.amp.name, model=model, batch_size=workload.batch_size,
+                         image_size=workload.image_size, protocol_slug=self.protocol.slug,
+                         accelerator_stack=self._accelerator_stack(env))
+        baseline = self._load_baseline(fp)
+        verdict = compare(result.median, baseline.median if baseline else None,
+                          self._tolerance(baseline))
+        report = CaseReport(
+            case=self.case, name=self.node.name, nodeid=self.node.nodeid,
+            params=_params(self.node), framework=framework,
+            framework_version=str(env.get("framework_version", version)),
+            topology=self.cluster.topology, precision=self.amp, workload=workload,
+            protocol=self.protocol, result=result, verdict=verdict, fingerprint=fp,
+            environment=env, baseline_path=self._display(self.state.store.path_for(self.case, fp)))
+        report.baseline_action = self._maybe_update(report, baseline)
+        self.state.reports.append(report)
+        self._judge(report)
+        return report
+
+    def _framework_version(self, framework: str) -> str:
+        try:
+            version = frameworks.installed_version(framework)
+        except LookupError as exc:
+            raise pytest.UsageError(f"pytest-dlperf: {self.node.nodeid}: {exc}") from None
+        if version is None:
+            pytest.skip(f"{framework} is not installed; install it (pip install "
+                        f"'pytest-dlperf[{framework}]') to run this case")
+        return version
+
+    def _accelerator_stack(self, env: dict[str, Any]) -> str | None:
+        if self.cluster.device_type != "cuda":
+            return None
+        return (f"cuda{env.get('cuda')}-cudnn{env.get('cudnn')}-nccl{env.get('nccl')}"
+                f"-driver{self.state.hardware.gpu_driver}")
+
+    def _load_baseline(self, fp: dict[str, Any]) -> Baseline | None:
+        try:
+            return self.state.store.load(self.case, fp)
+        except BaselineError as exc:
+            if self.state.settings.update_baselines == "all":
+                return None  # replaced below; the unreadable file is kept as .bak
+            pytest.fail(f"pytest-dlperf: {exc}", pytrace=False)
+
+    def _tolerance(self, baseline: Baseline | None) -> float:
+        marker = self.node.get_closest_marker("dlperf")
+        if marker is not None and marker.kwargs.get("tolerance") is not None:
+            try:
+                return settings_mod._fraction(marker.kwargs["tolerance"])
+            except ValueError as exc:
+                raise pytest.UsageError(
+                    f"pytest-dlperf: {self.node.nodeid}: @pytest.mark.dlperf(tolerance="
+                    f"{marker.kwargs['tolerance']!r}): {exc}") from None
+        if baseline is not None and baseline.tolerance is not None:
+            return baseline.tolerance
+        return self.state.settings.tolerance
+
+    def _maybe_update(self, report: CaseReport, baseline: Baseline | None) -> str | None:
+        mode = self.state.settings.update_baselines
+        if mode is None or (mode == "missing" and baseline is not None):
+            return None
+        self.state.store.save(Baseline(
+            case=self.case, fingerprint=report.fingerprint, repeats=report.result.samples_per_s,
+            median=report.result.median, tolerance=baseline.tolerance if baseline else None,
+            recorded=_recorded(report)))
+        return "updated" if baseline is not None else "recorded"
+
+    def _judge(self, report: CaseReport) -> None:
+        verdict, where = report.verdict, report.baseline_path
+        if report.baseline_action is not None:
+            return
+        if verdict.outcome == REGRESSION:
+            pytest.fail(regression_message(report), pytrace=False)
+        if verdict.outcome == NO_BASELINE:
+            message = (f"pytest-dlperf: no baseline for {self.case} on this fingerprint "
+                       f"(expected {where}); measured {verdict.measured:,.2f} samples/s; "
+                       "record one with --dlperf-update-baselines")
+            if self.state.settings.strict:
+                pytest.fail(message + " (failing: --dlperf-strict)", pytrace=False)
+            self.node.warn(DLPerfWarning(message))
+        elif verdict.outcome == IMPROVEMENT:
+            self.node.warn(DLPerfWarning(
+                f"pytest-dlperf: {self.case} is {verdict.delta:+.1%} faster than its baseline "
+                f"({verdict.measured:,.2f} vs {verdict.baseline:,.2f} samples/s); "
+                "consider --dlperf-update-baselines"))
+
+    def _display(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.state.rootpath))
+        except ValueError:
+            return str(path)
+
+
+def regression_message(report: CaseReport) -> str:
+    v: Verdict = report.verdict
+    repeats = ", ".join(f"{x:,.2f}" for x in report.result.samples_per_s)
+    return (f"pytest-dlperf: REGRESSION in {report.case}: samples/s median {v.measured:,.2f} is "
+            f"below the threshold {v.threshold:,.2f} (baseline median {v.baseline:,.2f} from "
+            f"{report.baseline_path}, tolerance {v.tolerance:.1%}, delta {v.delta:+.1%}); "
+            f"repeats: [{repeats}]")
+
+
+def _params(node: pytest.Item) -> dict[str, str]:
+    callspec = getattr(node, "callspec", None)
+    if callspec is None:
+        return {}
+    return {k: getattr(v, "id", str(v)) for k, v in callspec.params.items()}
+
+
+def _recorded(report: CaseReport) -> dict[str, Any]:
+    from pytest_benchmark.utils import get_commit_info
+
+    commit = get_commit_info()
+    return {
+        "datetime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "commit": commit.get("id"),
+        "dirty": commit.get("dirty"),
+        "environment": report.environment,
+        "protocol": report.protocol.to_json(),
+    }
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    state = session.config.stash.get(STATE, None)
+    if state is not None and state.settings.json is not None:
+        write_json_atomic(state.settings.json, results_json(state.reports))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    state = config.stash.get(STATE, None)
+    if state is None or not state.reports:
+        return
+    proto = state.settings.protocol
+    terminalreporter.write_sep(
+        "-", f"pytest-dlperf: training throughput ({proto.name} protocol: {proto.warmup_steps} "
+        f"warm-up, {proto.steps} timed steps x {proto.repeats} repeats, median)")
+    for line in text_table(rows([r.benchmark_entry() for r in state.reports])):
+        terminalreporter.write_line(line)
+    if state.settings.json is not None:
+        terminalreporter.write_line(f"results written to {state.settings.json}")

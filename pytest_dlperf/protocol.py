@@ -1,0 +1,132 @@
+"""The DLPerf measurement protocol: warm-up, timed steps, repeats, and the throughput arithmetic.
+
+Imported by the worker side too: standard library only.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How one case is measured: ``warmup_steps`` untimed, then ``repeats`` windows of ``steps``."""
+
+    warmup_steps: int
+    steps: int
+    repeats: int
+    name: str = "custom"
+
+    def __post_init__(self) -> None:
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be >= 1, got {self.repeats}")
+
+    @property
+    def total_steps(self) -> int:
+        return self.warmup_steps + self.steps * self.repeats
+
+    @property
+    def slug(self) -> str:
+        """Names the protocol in baseline keys: two protocols never share a baseline."""
+        return f"w{self.warmup_steps}-s{self.steps}-r{self.repeats}"
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+# DLPerf: skip 20 warm-up steps, time the next 100, repeat 7 times, report the median.
+FULL = Protocol(warmup_steps=20, steps=100, repeats=7, name="full")
+# CI on a 2-core CPU box: enough warm-up for allocator and gloo buffers to settle (the step time
+# is flat after ~3 steps at 32x32), windows long enough (~2-4 s) that timer and scheduling
+# jitter stay well under a percent, and 5 windows so the median means something.
+QUICK = Protocol(warmup_steps=5, steps=10, repeats=5, name="quick")
+PROFILES: dict[str, Protocol] = {p.name: p for p in (FULL, QUICK)}
+
+
+def resolve(profile: str, warmup_steps: int | None = None, steps: int | None = None,
+            repeats: int | None = None) -> Protocol:
+    """A named profile with any explicitly given counts overriding it."""
+    base = PROFILES[profile]
+    if warmup_steps is None and steps is None and repeats is None:
+        return base
+    return Protocol(
+        warmup_steps=base.warmup_steps if warmup_steps is None else warmup_steps,
+        steps=base.steps if steps is None else steps,
+        repeats=base.repeats if repeats is None else repeats,
+        name=f"{base.name}+custom",
+    )
+
+
+def throughput(global_batch: int, steps: int, elapsed_s: float) -> float:
+    """Samples per second of one window: every rank processed its per-device batch each step."""
+    if elapsed_s <= 0:
+        raise ValueError(f"elapsed time must be > 0, got {elapsed_s}")
+    return global_batch * steps / elapsed_s
+
+
+def window_elapsed(per_rank_elapsed: list[float]) -> float:
+    """A window lasts until its slowest rank is done: the step is global under data parallelism."""
+    if not per_rank_elapsed:
+        raise ValueError("no rank reported this window")
+    return max(per_rank_elapsed)
+
+
+def median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+@dataclass
+class Result:
+    """One case's figures after the protocol: what the baseline comparison consumes."""
+
+    samples_per_s: list[float]  # one per timed window (repeat), in run order
+    window_s: list[float]  # each window's elapsed seconds (slowest rank)
+    steps: int  # timed steps per window
+    global_batch: int
+    warmup_s: float
+    wall_s: float  # the whole case, process start-up included
+
+    @property
+    def median(self) -> float:
+        return median(self.samples_per_s)
+
+    @property
+    def min(self) -> float:
+        return min(self.samples_per_s)
+
+    @property
+    def max(self) -> float:
+        return max(self.samples_per_s)
+
+    @property
+    def timed_steps(self) -> int:
+        return self.steps * len(self.window_s)
+
+    def to_json(self) -> dict[str, object]:
+        data = asdict(self)
+        data.update(median=self.median, min=self.min, max=self.max, timed_steps=self.timed_steps)
+        return data
+
+
+def aggregate(rank_results: list[dict[str, Any]], per_device_batch: int, wall_s: float) -> Result:
+    """Combine every rank's windows: window i lasts as long as its slowest rank took."""
+    if not rank_results:
+        raise ValueError("no rank results to aggregate")
+    counts = {len(r["windows"]) for r in rank_results}
+    if len(counts) != 1:
+        raise ValueError(f"ranks reported different numbers of windows: {sorted(counts)}")
+    global_batch = per_device_batch * len(rank_results)
+    window_s, rates = [], []
+    steps = rank_results[0]["windows"][0]["steps"] if counts != {0} else 0
+    for i in range(counts.pop()):
+        elapsed = window_elapsed([r["windows"][i]["elapsed_s"] for r in rank_results])
+        window_s.append(elapsed)
+        rates.append(throughput(global_batch, steps, elapsed))
+    return Result(samples_per_s=rates, window_s=window_s, steps=steps, global_batch=global_batch,
+                  warmup_s=max(r["warmup_s"] for r in rank_results), wall_s=wall_s)

@@ -1,0 +1,165 @@
+"""Reporting: the per-case record, the results file in pytest-benchmark's JSON format, and the
+summary table (terminal or Markdown) rendered from that same JSON.
+
+``python -m pytest_dlperf.report results.json`` prints the table as Markdown, for a CI job summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .protocol import Protocol, Result
+from .stats import Verdict
+from .topology import Topology
+from .workload import Precision, Workload
+
+
+@dataclass
+class CaseReport:
+    case: str  # "test_resnet50_torch.py::test_resnet50_v15[1n2d-fp32]"
+    name: str
+    nodeid: str
+    params: dict[str, str]
+    framework: str
+    framework_version: str
+    topology: Topology
+    precision: Precision
+    workload: Workload
+    protocol: Protocol
+    result: Result
+    verdict: Verdict
+    baseline_path: str | None = None
+    baseline_action: str | None = None  # "updated" | "recorded" | None
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def verdict_text(self) -> str:
+        return self.baseline_action or self.verdict.outcome
+
+    def benchmark_entry(self) -> dict[str, Any]:
+        """One entry of pytest-benchmark's ``benchmarks[]``: stats are seconds per training step
+        over the timed windows (one round per window, ``iterations`` = steps per window)."""
+        from pytest_benchmark.stats import Stats
+
+        stats = Stats()
+        for elapsed in self.result.window_s:
+            stats.update(elapsed / self.result.steps)
+        stats_json = {**stats.as_dict(), "data": list(stats.data), "iterations": self.result.steps}
+        return {
+            "group": f"dlperf:{self.workload.model}",
+            "name": self.name,
+            "fullname": self.nodeid,
+            "params": self.params,
+            "param": "-".join(self.params.values()),
+            "options": {"protocol": self.protocol.name, "warmup_steps": self.protocol.warmup_steps,
+                        "steps": self.protocol.steps, "repeats": self.protocol.repeats,
+                        "timer": "time.perf_counter"},
+            "stats": stats_json,
+            "extra_info": {
+                "case": self.case,
+                "framework": self.framework,
+                "framework_version": self.framework_version,
+                "model": self.workload.model,
+                "topology": self.topology.to_json(),
+                "precision": self.precision.label,
+                "batch_size": self.workload.batch_size,
+                "global_batch": self.result.global_batch,
+                "image_size": self.workload.image_size,
+                "samples_per_s": self.result.median,
+                "samples_per_s_repeats": self.result.samples_per_s,
+                "samples_per_s_min": self.result.min,
+                "samples_per_s_max": self.result.max,
+                "warmup_s": self.result.warmup_s,
+                "wall_s": self.result.wall_s,
+                "verdict": {**self.verdict.to_json(), "text": self.verdict_text},
+                "baseline_path": self.baseline_path,
+                "fingerprint": self.fingerprint,
+                "environment": self.environment,
+            },
+        }
+
+
+def results_json(reports: list[CaseReport]) -> dict[str, Any]:
+    """The whole results file, with pytest-benchmark's own machine and commit helpers."""
+    from pytest_benchmark import __version__
+    from pytest_benchmark.plugin import pytest_benchmark_generate_machine_info
+    from pytest_benchmark.utils import get_commit_info
+
+    return {
+        "machine_info": pytest_benchmark_generate_machine_info(),
+        "commit_info": get_commit_info(),
+        "benchmarks": [r.benchmark_entry() for r in reports],
+        "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "version": __version__,
+    }
+
+
+HEADER = ["case", "nodes x dev", "precision", "batch/dev", "samples/s (median)", "min-max",
+          "baseline", "delta", "verdict"]
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def rows(benchmarks: list[dict[str, Any]]) -> list[list[str]]:
+    out = []
+    for bench in benchmarks:
+        info = bench["extra_info"]
+        topo, verdict = info["topology"], info["verdict"]
+        delta = verdict.get("delta")
+        out.append([
+            info["case"],
+            f"{topo['nodes']} x {topo['devices_per_node']}",
+            info["precision"],
+            str(info["batch_size"]),
+            _fmt(info["samples_per_s"]),
+            f"{_fmt(info['samples_per_s_min'])}-{_fmt(info['samples_per_s_max'])}",
+            _fmt(verdict.get("baseline")),
+            "-" if delta is None else f"{delta * 100:+.1f}%",
+            verdict["text"],
+        ])
+    return out
+
+
+def text_table(table: list[list[str]]) -> list[str]:
+    grid = [HEADER, *table]
+    widths = [max(len(r[i]) for r in grid) for i in range(len(HEADER))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in grid]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
+def markdown_table(table: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in table]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m pytest_dlperf.report",
+                                     description="Print a pytest-dlperf results file as a table.")
+    parser.add_argument("results", type=Path, help="file written by --dlperf-json")
+    parser.add_argument("--format", choices=("markdown", "text"), default="markdown")
+    args = parser.parse_args(argv)
+    try:
+        data = json.loads(args.results.read_text())
+        table = rows(data["benchmarks"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"error: {args.results} is not a pytest-dlperf results file: {exc!r}", file=sys.stderr)
+        return 2
+    render = markdown_table if args.format == "markdown" else text_table
+    print("\n".join(render(table)) if table else "No pytest-dlperf cases ran.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""The plugin's options: one table, each with a command-line flag, an environment variable and
+an ini key that share one help string, resolved with the precedence
+command line > environment > ini > default, and validated where they are parsed.
+
+A bad value raises ``pytest.UsageError`` saying where it came from (flag, variable or ini key),
+what was wrong and what would be accepted.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from . import protocol as protocol_mod
+
+
+def _int(minimum: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            raise ValueError(f"expected an integer >= {minimum}") from None
+        if value < minimum:
+            raise ValueError(f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _fraction(raw: str) -> float:
+    text = str(raw).strip()
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise ValueError("expected a fraction like 0.05 or a percentage like 5%") from None
+    if not 0 <= value < 1:
+        raise ValueError(f"expected a fraction in [0, 1) (0.05 = 5%), got {value}")
+    return value
+
+
+def _positive_float(raw: str) -> float:
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise ValueError("expected a number of seconds") from None
+    if value <= 0:
+        raise ValueError(f"expected a number of seconds > 0, got {value}")
+    return value
+
+
+def _bool(raw: str | bool) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("expected true or false")
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        value = str(raw).strip()
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return value
+
+    return parse
+
+
+def _path(raw: str) -> str:
+    if not str(raw).strip():
+        raise ValueError("expected a path")
+    return str(raw)
+
+
+def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    return lambda raw: None if raw in (None, "") else parse(raw)
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # "warmup_steps": --dlperf-warmup-steps, DLPERF_WARMUP_STEPS, dlperf_warmup_steps
+    help: str
+    parse: Callable[[Any], Any]
+    default: Any = None
+    aliases: tuple[str, ...] = ()
+    metavar: str | None = None
+    flag: bool = False  # takes no value on the command line
+    const: str | None = None  # value when the flag is given bare (nargs="?")
+
+    @property
+    def dest(self) -> str:
+        return f"dlperf_{self.name}"
+
+    @property
+    def cli(self) -> str:
+        return "--dlperf-" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return f"DLPERF_{self.name.upper()}"
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("protocol", "named measurement profile: full (DLPerf: 20 warm-up, 100 timed steps, "
+           "7 repeats) or quick (5, 10, 5; for CI). Default: full.",
+           _choice(*protocol_mod.PROFILES), "full", metavar="NAME"),
+    Option("warmup_steps", "untimed warm-up steps before the first window (overrides the profile).",
+           _optional(_int(0)), metavar="N"),
+    Option("steps", "timed steps per window (overrides the profile).", _optional(_int(1)), metavar="N"),
+    Option("repeats", "timed windows per case; the median is reported (overrides the profile).",
+           _optional(_int(1)), metavar="N"),
+    Option("tolerance", "allowed throughput drop below the baseline median before a case fails, "
+           "as a fraction (0.05) or percentage (5%). A baseline's own 'tolerance' and a "
+           "@pytest.mark.dlperf(tolerance=...) marker take precedence. Default: 0.05.",
+           _fraction, 0.05, metavar="FRACTION"),
+    Option("strict", "fail cases that have no baseline for this fingerprint.", _bool, False, flag=True),
+    Option("update_baselines", "write the measured figures as the new baselines: 'all' (the bare "
+           "flag) or 'missing' (only where none exists).",
+           _optional(_choice("all", "missing")), None, metavar="WHICH", const="all"),
+    Option("baselines", "folder of baseline JSON files. Default: baselines/ at the rootdir.",
+           _path, "baselines", metavar="DIR"),
+    Option("json", "write the results (pytest-benchmark's JSON format) to this file.",
+           _optional(_path), metavar="PATH"),
+    Option("nodes", "nodes in the cluster; -m multinode cases sweep 1, 2, 4, ... up to it. "
+           "Default: 1.", _int(1), 1, aliases=("--nodes",), metavar="N"),
+    Option("devices_per_node", "devices (GPUs; on CPU, worker processes) per node. Default: every "
+           "GPU, or 2 simulated devices on CPU.", _optional(_int(1)), aliases=("--devices-per-node",),
+           metavar="N"),
+    Option("device", "device type to train on: auto (cuda when NVIDIA GPUs are found), cuda or cpu.",
+           _choice("auto", "cuda", "cpu"), "auto", metavar="TYPE"),
+    Option("timeout", "seconds one case may take, start-up included, before its workers are "
+           "killed and it fails. Default: 1800.", _positive_float, 1800.0, metavar="SECONDS"),
+)
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("dlperf", "deep-learning training throughput (pytest-dlperf)")
+    for opt in OPTIONS:
+        names = (opt.cli, *opt.aliases)
+        if opt.flag:
+            group.addoption(*names, dest=opt.dest, action="store_true", default=None, help=opt.help)
+        elif opt.const is not None:
+            group.addoption(*names, dest=opt.dest, nargs="?", const=opt.const, default=None,
+                            metavar=opt.metavar, help=opt.help)
+        else:
+            group.addoption(*names, dest=opt.dest, default=None, metavar=opt.metavar, help=opt.help)
+        parser.addini(opt.dest, opt.help, type="string", default="")
+
+
+@dataclass(frozen=True)
+class Settings:
+    protocol: protocol_mod.Protocol
+    tolerance: float
+    strict: bool
+    update_baselines: str | None
+    baselines: Path
+    json: Path | None
+    nodes: int
+    devices_per_node: int | None
+    device: str
+    timeout: float
+
+
+def _raw(config: pytest.Config, opt: Option) -> tuple[Any, str, Path | None]:
+    """The raw value, where it came from, and the folder a relative path is relative to."""
+    value = config.getoption(opt.dest)
+    if value is not None:
+        return value, f"{'/'.join((opt.cli, *opt.aliases))}={value}", Path(config.invocation_params.dir)
+    if opt.env in os.environ:
+        return os.environ[opt.env], f"environment variable {opt.env}={os.environ[opt.env]!r}", Path.cwd()
+    ini = config.getini(opt.dest)
+    if ini not in ("", None):
+        where = config.inipath or "the ini file"
+        return ini, f"ini key {opt.dest} = {ini!r} in {where}", config.rootpath
+    return opt.default, "the default", config.rootpath
+
+
+def resolve(config: pytest.Config) -> Settings:
+    values: dict[str, Any] = {}
+    bases: dict[str, Path | None] = {}
+    for opt in OPTIONS:
+        raw, source, base = _raw(config, opt)
+        try:
+            values[opt.name] = raw if source == "the default" else opt.parse(raw)
+        except ValueError as exc:
+            raise pytest.UsageError(f"pytest-dlperf: bad value for {source}: {exc}") from None
+        bases[opt.name] = base
+    try:
+        proto = protocol_mod.resolve(values.pop("protocol"), values.pop("warmup_steps"),
+                                     values.pop("steps"), values.pop("repeats"))
+    except ValueError as exc:  # parsed values are valid; kept for safety against new profiles
+        raise pytest.UsageError(f"pytest-dlperf: bad protocol: {exc}") from None
+    for name in ("baselines", "json"):
+        if values[name] is not None:
+            path = Path(values[name]).expanduser()
+            values[name] = path if path.is_absolute() else (bases[name] or Path.cwd()) / path
+    return Settings(protocol=proto, **values)

@@ -1,0 +1,147 @@
+"""The cluster a case runs on: hardware detection, nodes x devices, and the baseline fingerprint.
+
+Detection reads three sources, each a small function so one test fixture can replace them all:
+NVIDIA devices through pynvml, the CPU model from /proc/cpuinfo, and the usable core count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What this host has: GPU names (empty without NVIDIA devices), CPU model, usable cores."""
+
+    gpus: tuple[str, ...]
+    cpu_model: str
+    cpu_count: int
+    gpu_driver: str | None = None
+
+    @property
+    def device_type(self) -> str:
+        return "cuda" if self.gpus else "cpu"
+
+
+def _nvml_devices() -> tuple[tuple[str, ...], str | None]:
+    try:
+        import pynvml
+    except ImportError:
+        return (), None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:  # no driver or no device: a CPU host
+        return (), None
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        names = []
+        for index in range(count):
+            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(index))
+            names.append(name.decode() if isinstance(name, bytes) else name)
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        return tuple(names), driver.decode() if isinstance(driver, bytes) else driver
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown-cpu"
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def detect_hardware() -> Hardware:
+    gpus, driver = _nvml_devices()
+    return Hardware(gpus=gpus, cpu_model=_cpu_model(), cpu_count=_cpu_count(), gpu_driver=driver)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Nodes x devices per node of one case, on one kind of device."""
+
+    nodes: int
+    devices_per_node: int
+    device_type: str
+    device_name: str
+    # On CPU each simulated device is one process: cores are shared out so DDP does not
+    # oversubscribe (2 workers x 2 threads on 2 cores ran 10x slower).
+    threads_per_worker: int = 1
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.devices_per_node
+
+    @property
+    def backend(self) -> str:
+        return "nccl" if self.device_type == "cuda" else "gloo"
+
+    @property
+    def id(self) -> str:
+        return f"{self.nodes}n{self.devices_per_node}d"
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.update(world_size=self.world_size, backend=self.backend, id=self.id)
+        return data
+
+
+def make_topology(hardware: Hardware, nodes: int, devices_per_node: int, device_type: str) -> Topology:
+    if device_type == "cuda":
+        name = hardware.gpus[0] if hardware.gpus else "cuda"
+        threads = max(1, hardware.cpu_count // devices_per_node)
+    else:
+        name = hardware.cpu_model
+        threads = max(1, hardware.cpu_count // devices_per_node)
+    return Topology(nodes=nodes, devices_per_node=devices_per_node, device_type=device_type,
+                    device_name=name, threads_per_worker=threads)
+
+
+def fingerprint(topology: Topology, *, framework: str, framework_version: str, precision: str,
+                model: str, batch_size: int, image_size: int, protocol_slug: str,
+                python: str | None = None, accelerator_stack: str | None = None) -> dict[str, Any]:
+    """Everything that must match for two throughput figures to be comparable."""
+    fp: dict[str, Any] = {
+        "device_type": topology.device_type,
+        "device_model": topology.device_name,
+        "nodes": topology.nodes,
+        "devices_per_node": topology.devices_per_node,
+        "framework": framework,
+        "framework_version": framework_version,
+        "precision": precision,
+        "model": model,
+        "batch_size": batch_size,
+        "image_size": image_size,
+        "protocol": protocol_slug,
+        "python": python or ".".join(platform.python_version_tuple()[:2]),
+    }
+    if topology.device_type == "cpu":
+        fp["threads_per_worker"] = topology.threads_per_worker
+    if accelerator_stack:
+        fp["accelerator_stack"] = accelerator_stack
+    return fp
+
+
+def fingerprint_id(fp: dict[str, Any]) -> str:
+    """A readable, unique file stem: the main facts, then a hash of all of them."""
+    digest = hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:10]
+    device = re.sub(r"[^a-z0-9]+", "-", str(fp["device_model"]).lower()).strip("-")[:32]
+    version = re.sub(r"[^A-Za-z0-9.]+", "-", str(fp["framework_version"]))
+    return f"{device}__{fp['framework']}-{version}__{fp['protocol']}__{digest}"

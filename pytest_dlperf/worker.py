@@ -1,0 +1,83 @@
+"""The worker side: what runs inside each training rank.
+
+``python -m pytest_dlperf.worker SPEC.json OUT_DIR`` is the command every launcher starts (torchrun
+agents locally, srun on Slurm, ...). It reads a plain JSON spec, trains under the protocol, and
+writes ``OUT_DIR/rank-<RANK>.json``: plain JSON timings, or the rank's traceback if it failed.
+It imports neither pytest nor the plugin's pytest side, and runs on Python 3.10+.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from . import frameworks
+from .frameworks import DistEnv
+from .jsonio import write_json_atomic
+from .meter import measure
+from .protocol import Protocol
+
+
+class Diverged(RuntimeError):
+    """The loss stopped being finite: the case measures nothing meaningful any more."""
+
+
+def result_path(out_dir: Path, rank: int) -> Path:
+    return out_dir / f"rank-{rank}.json"
+
+
+def run(spec: dict[str, Any], dist: DistEnv) -> dict[str, Any]:
+    """Train under the protocol in this rank and return its plain-JSON timings."""
+    protocol = Protocol(**spec["protocol"])
+    trainer = frameworks.load(spec["framework"]).build_trainer(spec, dist)
+    losses: list[float] = []
+
+    def check_loss(window: int) -> None:
+        loss = trainer.loss()
+        losses.append(loss)
+        if not math.isfinite(loss):
+            raise Diverged(f"rank {dist.rank}: loss is {loss} after timed window {window}")
+
+    try:
+        measurement = measure(protocol, trainer.step, trainer.synchronize, after_window=check_loss)
+        environment = trainer.environment()
+    finally:
+        trainer.close()
+    return {
+        "rank": dist.rank,
+        "node_rank": dist.node_rank,
+        "local_rank": dist.local_rank,
+        "world_size": dist.world_size,
+        "losses": losses,
+        "environment": environment,
+        **measurement.to_json(),
+    }
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m pytest_dlperf.worker SPEC.json OUT_DIR", file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[0]).read_text())
+    out_dir = Path(argv[1])
+    dist = DistEnv.from_environ(dict(os.environ))
+    try:
+        result = run(spec, dist)
+    except BaseException as exc:
+        write_json_atomic(result_path(out_dir, dist.rank), {
+            "rank": dist.rank,
+            "error": traceback.format_exc(),
+            "error_type": "diverged" if isinstance(exc, Diverged) else type(exc).__name__,
+        })
+        raise
+    write_json_atomic(result_path(out_dir, dist.rank), result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
