@@ -6,6 +6,7 @@ deep-learning framework, so ``pytest --help`` stays cheap.
 
 from __future__ import annotations
 
+import inspect
 import shutil
 import tempfile
 import time
@@ -112,6 +113,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[STATE] = SessionState(settings, BaselineStore(settings.baselines), config.rootpath)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Check explicit device requests against the host before collecting anything; with the
+    defaults nothing can be wrong, and detection waits until a case needs it."""
+    state = session.config.stash[STATE]
+    if state.settings.devices_per_node is not None or state.settings.device != "auto":
+        state.devices_per_node  # noqa: B018 - raises pytest.UsageError naming the flag
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(STATE, None)
     if state is not None:
@@ -120,12 +129,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Axes appear where a test names them: ``cluster`` sweeps the topology ladder and ``amp``
+    sweeps fp32/AMP. A test that only asks for ``throughput_meter`` runs one full-node fp32 case."""
+    named = inspect.signature(metafunc.function).parameters
     state = metafunc.config.stash[STATE]
-    if "cluster" in metafunc.fixturenames:
+    if "cluster" in named:
         multinode = metafunc.definition.get_closest_marker("multinode") is not None
         topologies = state.ladder(multinode)
         metafunc.parametrize("cluster", topologies, ids=[t.id for t in topologies], indirect=True)
-    if "amp" in metafunc.fixturenames:
+    if "amp" in named:
         metafunc.parametrize("amp", PRECISIONS, indirect=True)
 
 
@@ -203,7 +215,7 @@ class ThroughputMeter:
         try:
             version = frameworks.installed_version(framework)
         except LookupError as exc:
-            raise pytest.UsageError(f"pytest-dlperf: {self.node.nodeid}: {exc}") from None
+            pytest.fail(f"pytest-dlperf: {self.node.nodeid}: {exc}", pytrace=False)
         if version is None:
             pytest.skip(f"{framework} is not installed; install it (pip install "
                         f"'pytest-dlperf[{framework}]') to run this case")

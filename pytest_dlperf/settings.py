@@ -144,13 +144,14 @@ def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("dlperf", "deep-learning training throughput (pytest-dlperf)")
     for opt in OPTIONS:
         names = (opt.cli, *opt.aliases)
+        help = opt.help.replace("%", "%%")  # argparse %-formats help strings; ini help does not
         if opt.flag:
-            group.addoption(*names, dest=opt.dest, action="store_true", default=None, help=opt.help)
+            group.addoption(*names, dest=opt.dest, action="store_true", default=None, help=help)
         elif opt.const is not None:
             group.addoption(*names, dest=opt.dest, nargs="?", const=opt.const, default=None,
-                            metavar=opt.metavar, help=opt.help)
+                            metavar=opt.metavar, help=help)
         else:
-            group.addoption(*names, dest=opt.dest, default=None, metavar=opt.metavar, help=opt.help)
+            group.addoption(*names, dest=opt.dest, default=None, metavar=opt.metavar, help=help)
         parser.addini(opt.dest, opt.help, type="string", default="")
 
 

@@ -104,14 +104,10 @@ class Topology:
 
 
 def make_topology(hardware: Hardware, nodes: int, devices_per_node: int, device_type: str) -> Topology:
-    if device_type == "cuda":
-        name = hardware.gpus[0] if hardware.gpus else "cuda"
-        threads = max(1, hardware.cpu_count // devices_per_node)
-    else:
-        name = hardware.cpu_model
-        threads = max(1, hardware.cpu_count // devices_per_node)
+    name = (hardware.gpus[0] if hardware.gpus else "cuda") if device_type == "cuda" else hardware.cpu_model
     return Topology(nodes=nodes, devices_per_node=devices_per_node, device_type=device_type,
-                    device_name=name, threads_per_worker=threads)
+                    device_name=name,
+                    threads_per_worker=max(1, hardware.cpu_count // devices_per_node))
 
 
 def fingerprint(topology: Topology, *, framework: str, framework_version: str, precision: str,

@@ -46,7 +46,7 @@ def agent_command(topology: Topology, port: int, run_id: str, spec_path: Path,
         "--rdzv-id", run_id,
         "--local-addr", "127.0.0.1",
         "--max-restarts", "0",
-        "--monitor-interval", "0.2",
+        "--monitor-interval", "0.5",
         "-m", "pytest_dlperf.worker", str(spec_path), str(out_dir),
     ]
 

@@ -1,0 +1,272 @@
+"""Plugin overhead: the same training loop timed by hand and through pytest-dlperf, in one run.
+
+Usage::
+
+    .venv/bin/python benchmarks/overhead.py [--steps 20] [--warmup 5] [--repeats 5] [--rounds 3]
+                                            [--image-size 64] [--batch-size 2]
+
+Method. Both sides train torchvision's ResNet-50 on CPU (fp32, one process, synthetic images
+resident in memory, fresh random labels every step, SGD with momentum) with the same thread count,
+the one the plugin gives a single worker: every usable core.
+
+- *By hand*: a fresh ``python benchmarks/overhead.py --hand-worker`` process runs a plain PyTorch
+  loop written here, independently of the plugin (it never imports ``pytest_dlperf``): ``warmup``
+  untimed steps, then ``repeats`` windows of ``steps`` steps, each timed with
+  ``time.perf_counter``.
+- *Through the plugin*: ``pytest`` in a subprocess on a generated one-line test that calls
+  ``throughput_meter.measure("torch", ...)``. That is the whole path a user gets: plugin ->
+  torchrun elastic agent -> ``pytest_dlperf.worker`` -> torch adapter -> meter. Its per-window
+  samples/s come from the ``--dlperf-json`` results file.
+
+Each side reports one samples/s figure per timed window; the benchmark compares the median of all
+windows of each side, and prints ``plugin / hand`` against the goal (>= 0.99).
+
+Why interleave. On a shared or thermally limited machine throughput drifts by more than the 1%
+being measured, over minutes. Running all hand rounds and then all plugin rounds would fold that
+drift into the ratio. Instead the sides alternate, round after round, and the order flips every
+round (hand, plugin, plugin, hand, hand, plugin, ...), so a slow phase or a steady trend hits both
+sides alike instead of whichever happened to run second.
+
+It is a benchmark, not a test: it exits 0 whether the ratio meets the goal or not (non-zero only
+when a run fails).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+GOAL = 0.99
+NUM_CLASSES = 1000
+HAND, PLUGIN = "hand", "plugin"
+
+
+# --------------------------------------------------------------------------- by hand (subprocess)
+
+def hand_worker(args: argparse.Namespace) -> int:
+    """The plain loop, in its own process. Prints one JSON line: per-window samples/s."""
+    import torch
+    import torchvision
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model = torchvision.models.resnet50(num_classes=NUM_CLASSES)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1 * args.batch_size / 256,
+                                momentum=0.9, weight_decay=1e-4)
+    criterion = torch.nn.CrossEntropyLoss()
+    images = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
+    labels = torch.randint(0, NUM_CLASSES, (args.batch_size,))
+
+    def step() -> torch.Tensor:
+        torch.randint(0, NUM_CLASSES, labels.shape, out=labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss = criterion(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    for _ in range(args.warmup):
+        step()
+    rates = []
+    for _ in range(args.repeats):
+        begin = time.perf_counter()
+        for _ in range(args.steps):
+            loss = step()
+        rates.append(args.batch_size * args.steps / (time.perf_counter() - begin))
+    assert "pytest_dlperf" not in sys.modules, "the hand loop must not use the plugin"
+    print(json.dumps({"samples_per_s": rates, "threads": torch.get_num_threads(),
+                      "torch": torch.__version__, "last_loss": float(loss)}))
+    return 0
+
+
+# --------------------------------------------------------------------------- the two sides
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def clean_env(threads: int) -> dict[str, str]:
+    """This environment, minus anything that would reconfigure pytest or the plugin."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("DLPERF_") and k != "PYTEST_ADDOPTS"}
+    env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    return env
+
+
+def run_checked(cmd: list[str], env: dict[str, str], cwd: Path | None = None) -> str:
+    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr)[-4000:]
+        raise RuntimeError(f"{shlex.join(cmd)} exited {proc.returncode}:\n{tail}")
+    return proc.stdout
+
+
+def run_hand(args: argparse.Namespace) -> dict[str, Any]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--hand-worker",
+           "--threads", str(args.threads), *protocol_args(args)]
+    out = run_checked(cmd, clean_env(args.threads))
+    return json.loads(out.strip().splitlines()[-1])
+
+
+TEST_FILE = """\
+def test_case(throughput_meter):
+    throughput_meter.measure("torch", model="resnet50", batch_size={batch}, image_size={size})
+"""
+
+
+def run_plugin(args: argparse.Namespace, work: Path, index: int) -> dict[str, Any]:
+    test = work / "test_overhead.py"
+    test.write_text(TEST_FILE.format(batch=args.batch_size, size=args.image_size))
+    out_json = work / f"results-{index}.json"
+    cmd = [sys.executable, "-m", "pytest", str(test), "-q", "-p", "no:cacheprovider",
+           # A test naming only throughput_meter is one fp32 case; "not amp" guards against an
+           # amp axis, should the fixture ever sweep it.
+           "-k", "not amp", "--dlperf-device", "cpu", "--devices-per-node", "1",
+           "--dlperf-warmup-steps", str(args.warmup), "--dlperf-steps", str(args.steps),
+           "--dlperf-repeats", str(args.repeats), "--dlperf-json", str(out_json),
+           "--dlperf-baselines", str(work / "b")]
+    run_checked(cmd, clean_env(args.threads), cwd=work)
+    benches = json.loads(out_json.read_text())["benchmarks"]
+    if len(benches) != 1:
+        raise RuntimeError(f"expected one case in {out_json}, got {len(benches)}")
+    info = benches[0]["extra_info"]
+    if info["precision"] != "fp32" or info["topology"]["world_size"] != 1:
+        raise RuntimeError(f"expected one fp32 process, got {info['precision']} on "
+                           f"{info['topology']['id']}")
+    env = info["environment"]
+    return {"samples_per_s": info["samples_per_s_repeats"], "threads": env["threads"],
+            "torch": env["framework_version"]}
+
+
+def protocol_args(args: argparse.Namespace) -> list[str]:
+    return ["--warmup", str(args.warmup), "--steps", str(args.steps),
+            "--repeats", str(args.repeats), "--image-size", str(args.image_size),
+            "--batch-size", str(args.batch_size)]
+
+
+# --------------------------------------------------------------------------- rounds and report
+
+@dataclass
+class Side:
+    name: str
+    windows: list[float] = field(default_factory=list)
+    threads: set[int] = field(default_factory=set)
+    torch: set[str] = field(default_factory=set)
+
+    def add(self, run: dict[str, Any]) -> None:
+        self.windows.extend(float(x) for x in run["samples_per_s"])
+        self.threads.add(int(run["threads"]))
+        self.torch.add(str(run["torch"]))
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.windows)
+
+
+def order(round_index: int) -> tuple[str, str]:
+    """hand, plugin | plugin, hand | hand, plugin ...: each side runs first every other round."""
+    return (HAND, PLUGIN) if round_index % 2 == 0 else (PLUGIN, HAND)
+
+
+def run_rounds(args: argparse.Namespace) -> dict[str, Side]:
+    sides = {HAND: Side(HAND), PLUGIN: Side(PLUGIN)}
+    with tempfile.TemporaryDirectory(prefix="dlperf-overhead-") as tmp:
+        work = Path(tmp)
+        for r in range(args.rounds):
+            for name in order(r):
+                started = time.perf_counter()
+                run = run_hand(args) if name == HAND else run_plugin(args, work, r)
+                sides[name].add(run)
+                rates = ", ".join(f"{x:.2f}" for x in run["samples_per_s"])
+                took = time.perf_counter() - started
+                print(f"round {r + 1}/{args.rounds} {name:<6} {took:6.1f} s"
+                      f"  samples/s per window: {rates}", flush=True)
+    return sides
+
+
+def report(args: argparse.Namespace, sides: dict[str, Side]) -> None:
+    hand, plugin = sides[HAND], sides[PLUGIN]
+    print()
+    print(f"command: {shlex.join([sys.executable, *sys.argv])}")
+    print(f"machine: {cpu_model()}, {usable_cores()} usable cores; torch "
+          f"{', '.join(sorted(hand.torch | plugin.torch))}")
+    print(f"workload: resnet50 fp32 on CPU, batch {args.batch_size}, {args.image_size}x"
+          f"{args.image_size}; {args.warmup} warm-up + {args.repeats} windows x {args.steps} "
+          f"steps per run; {args.rounds} round(s), sides alternating")
+    print()
+    header = f"{'side':<7} {'median samples/s':>17} {'min-max':>17} {'windows':>8} {'threads':>8}"
+    print(header)
+    print("-" * len(header))
+    for side in (hand, plugin):
+        spread = f"{min(side.windows):.2f}-{max(side.windows):.2f}"
+        threads = ",".join(str(t) for t in sorted(side.threads))
+        print(f"{side.name:<7} {side.median:>17.2f} {spread:>17} {len(side.windows):>8} "
+              f"{threads:>8}")
+    if hand.threads != plugin.threads:
+        print(f"warning: thread counts differ (hand {sorted(hand.threads)}, "
+              f"plugin {sorted(plugin.threads)}): the ratio compares unlike runs")
+    ratio = plugin.median / hand.median
+    print()
+    verdict = "PASS" if ratio >= GOAL else "BELOW"
+    print(f"ratio plugin/hand: {ratio:.4f} (goal >= {GOAL}): {verdict}")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--warmup", type=int, default=5, help="untimed steps per run (default 5)")
+    parser.add_argument("--steps", type=int, default=20, help="steps per timed window (default 20)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed windows per run (default 5)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="hand/plugin pairs of runs, interleaved (default 3)")
+    parser.add_argument("--image-size", type=int, default=64,
+                        help="image side in pixels (default 64)")
+    parser.add_argument("--batch-size", type=int, default=2, help="batch per step (default 2)")
+    parser.add_argument("--hand-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=usable_cores(), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    for name in ("steps", "repeats", "rounds", "image_size", "batch_size"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.warmup < 0:
+        parser.error("--warmup must be >= 0")
+    return args
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if args.hand_worker:
+        return hand_worker(args)
+    try:
+        sides = run_rounds(args)
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    report(args, sides)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,140 @@
+"""End to end with real processes: torchrun agents, gloo DDP workers training ResNet-50 v1.5 on
+CPU with a tiny protocol, real baseline files, the real pytest-benchmark CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytest.importorskip("torchvision")
+pytestmark = pytest.mark.usefixtures("subprocess_env")
+
+TINY = ["-p", "no:cacheprovider", "--dlperf-warmup-steps", "1", "--dlperf-steps", "2",
+        "--dlperf-repeats", "2", "--dlperf-baselines", "bl"]
+
+PAIR = """
+def test_pair(cluster, throughput_meter):
+    report = throughput_meter.measure("torch", model="resnet50")
+    assert report.environment["parameters"] == 25_557_032
+    print("MEASURED", report.result.global_batch, len(report.result.samples_per_s))
+"""
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess(*TINY, "-rA", *args, timeout=300)
+
+
+def only_baseline(pytester: pytest.Pytester) -> Path:
+    files = sorted((pytester.path / "bl").rglob("*.json"))
+    assert len(files) == 1, files
+    return files[0]
+
+
+def test_two_process_training_records_compares_and_reports(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_pair=PAIR)
+    # 1. Record: a real 2-rank gloo DDP run; the baseline folder does not exist yet.
+    result = run(pytester, "-k", "1n2d", "-s", "--dlperf-update-baselines",
+                 "--dlperf-json", "r1.json")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "*MEASURED 4 2",  # global batch = 2 per device x 2 ranks; 2 windows
+        "*pytest-dlperf: training throughput*1 warm-up, 2 timed steps x 2 repeats*",
+        "case*nodes x dev*precision*batch/dev*samples/s (median)*min-max*baseline*delta*verdict",
+        "test_pair.py::test_pair[[]1n2d[]]*1 x 2*fp32*2*recorded",
+    ])
+    path = only_baseline(pytester)
+    assert path.relative_to(pytester.path / "bl").parts[:2] == ("test_pair", "test_pair-1n2d")
+    stored = json.loads(path.read_text())
+    assert stored["schema_version"] == 1 and len(stored["repeats"]) == 2
+    assert stored["fingerprint"]["devices_per_node"] == 2 and stored["fingerprint"]["nodes"] == 1
+    assert stored["fingerprint"]["protocol"] == "w1-s2-r2"
+    assert stored["median"] == pytest.approx(sorted(stored["repeats"])[0] / 2
+                                             + sorted(stored["repeats"])[1] / 2)
+
+    # The results file is pytest-benchmark's format, and its own CLI reads it.
+    data = json.loads((pytester.path / "r1.json").read_text())
+    assert {"machine_info", "commit_info", "benchmarks", "datetime", "version"} <= set(data)
+    bench = data["benchmarks"][0]
+    assert bench["stats"]["rounds"] == 2 and bench["stats"]["iterations"] == 2
+    assert bench["extra_info"]["topology"]["world_size"] == 2
+    assert bench["extra_info"]["samples_per_s"] == pytest.approx(stored["median"])
+    cli = Path(sys.executable).with_name("pytest-benchmark")
+    compare = subprocess.run([str(cli), "compare", str(pytester.path / "r1.json")],
+                             capture_output=True, text=True, cwd=pytester.path)
+    assert compare.returncode == 0, compare.stderr
+    assert "test_pair[1n2d]" in compare.stdout
+
+    # 2. A baseline 100x faster than this machine: the case regresses and fails, saying why.
+    median = stored["median"]
+    path.write_text(json.dumps({**stored, "median": median * 100}))
+    result = run(pytester, "-k", "1n2d")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*pytest-dlperf: REGRESSION in test_pair.py::test_pair[[]1n2d[]]: samples/s median * is "
+        "below the threshold * (baseline median * from bl/test_pair/test_pair-1n2d/*.json, "
+        "tolerance 5.0%, delta -9*%); repeats: [[]*, *[]]",
+    ])
+    result.stdout.fnmatch_lines(["test_pair.py::test_pair[[]1n2d[]]*regression"])
+
+    # 3. A baseline far slower: passes, and says the baseline could be refreshed.
+    path.write_text(json.dumps({**stored, "median": median / 100}))
+    result = run(pytester, "-k", "1n2d")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*faster than its baseline*consider --dlperf-update-baselines*",
+                                 "test_pair.py::test_pair[[]1n2d[]]*improvement"])
+
+    # 4. The baseline's own tolerance overrides the run's: 99% lets any real figure pass.
+    path.write_text(json.dumps({**stored, "median": median * 50, "tolerance": 0.99}))
+    run(pytester, "-k", "1n2d").assert_outcomes(passed=1)
+
+
+def test_missing_baseline_passes_and_says_so_but_fails_when_strict(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one="def test_one(throughput_meter):\n"
+                                 "    throughput_meter.measure('torch')\n")
+    result = run(pytester, "--devices-per-node", "1")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*no baseline for test_one.py::test_one on this fingerprint "
+                                 "(expected bl/test_one/test_one/*.json)*",
+                                 "test_one.py::test_one*1 x 1*fp32*no-baseline"])
+    assert not (pytester.path / "bl").exists()  # a plain run writes nothing
+    result = run(pytester, "--devices-per-node", "1", "--dlperf-strict")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*no baseline for*(failing: --dlperf-strict)*"])
+
+
+def test_a_failing_worker_fails_the_case_with_its_traceback(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bad="def test_bad(throughput_meter):\n"
+                                 "    throughput_meter.measure('torch', model='resnet9000')\n")
+    result = run(pytester, "--devices-per-node", "2")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*test_bad.py::test_bad failed on 1n2d: 2 of 2 ranks failed*",
+                                 "*--- rank 0 ---*", "Traceback (most recent call last):*",
+                                 "*ValueError: torch adapter has no model 'resnet9000'*"])
+
+
+def _workers_of(path: Path) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if "pytest_dlperf.worker" in cmdline and str(path) in cmdline:
+            found.append(proc)
+    return found
+
+
+def test_a_case_past_its_timeout_fails_and_leaves_no_process(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_slow="def test_slow(throughput_meter):\n"
+                                  "    throughput_meter.measure('torch')\n")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--dlperf-steps", "100000", "--dlperf-timeout", "4",
+        "--devices-per-node", "2", "--basetemp", str(pytester.path / "tmp"), timeout=120)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*timeout on 1n2d: timed out after 4 s; stuck ranks: [[]0, 1[]]*"])
+    assert _workers_of(pytester.path) == [] and not any(
+        "pytest_dlperf.worker" in " ".join(p.info["cmdline"] or [])
+        for p in psutil.process_iter(["cmdline"]))

@@ -1,0 +1,112 @@
+"""The public fixtures on faked hardware: the topology ladder, AMP per device, bad device counts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+CASES = """
+import pytest
+
+def test_single(cluster, amp):
+    print(f"CASE {cluster.nodes}n{cluster.devices_per_node}d {cluster.world_size} "
+          f"{cluster.device_type} {cluster.backend} {cluster.topology.device_name!r} "
+          f"{cluster.topology.threads_per_worker} {amp.name} {amp.dtype} {amp.loss_scaling}")
+
+@pytest.mark.multinode
+def test_scaling(cluster):
+    pass
+"""
+
+A100 = "NVIDIA A100-SXM4-40GB"
+
+
+def cases(pytester: pytest.Pytester, *args: str) -> list[str]:
+    pytester.makepyfile(test_cases=CASES)
+    result = pytester.runpytest("-s", "-p", "no:randomly", *args)
+    assert result.ret == 0, result.stdout.str()
+    return [line.split("CASE ", 1)[1] for line in result.outlines if "CASE " in line]
+
+
+def collected(pytester: pytest.Pytester, *args: str) -> list[str]:
+    pytester.makepyfile(test_cases=CASES)
+    result = pytester.runpytest("--collect-only", "-q", *args)
+    assert result.ret == 0, result.stdout.str()
+    return [line.split("::")[1] for line in result.outlines if "::" in line]
+
+
+def test_eight_gpus_give_dlperf_1n1d_and_1n8d(pytester: pytest.Pytester,
+                                              fake_hardware: Callable[..., object]) -> None:
+    fake_hardware(gpus=(A100,) * 8, cpu_count=64, driver="550.54")
+    assert cases(pytester, "-k", "single") == [
+        f"1n1d 1 cuda nccl '{A100}' 64 fp32 float32 False",
+        f"1n1d 1 cuda nccl '{A100}' 64 amp float16 True",
+        f"1n8d 8 cuda nccl '{A100}' 8 fp32 float32 False",
+        f"1n8d 8 cuda nccl '{A100}' 8 amp float16 True",
+    ]
+
+
+def test_cpu_simulates_devices_with_processes_sharing_the_cores(
+        pytester: pytest.Pytester, fake_hardware: Callable[..., object]) -> None:
+    fake_hardware(cpu_model="Fake CPU 9000", cpu_count=2)
+    assert cases(pytester, "-k", "single") == [
+        "1n1d 1 cpu gloo 'Fake CPU 9000' 2 fp32 float32 False",
+        "1n1d 1 cpu gloo 'Fake CPU 9000' 2 amp bfloat16 False",
+        "1n2d 2 cpu gloo 'Fake CPU 9000' 1 fp32 float32 False",
+        "1n2d 2 cpu gloo 'Fake CPU 9000' 1 amp bfloat16 False",
+    ]
+
+
+def test_multinode_ladder_goes_up_to_nodes(pytester: pytest.Pytester,
+                                           fake_hardware: Callable[..., object]) -> None:
+    fake_hardware(gpus=(A100,) * 8, cpu_count=64)
+    names = collected(pytester, "-m", "multinode", "--nodes", "4")
+    assert names == ["test_scaling[1n1d]", "test_scaling[1n8d]", "test_scaling[2n8d]",
+                     "test_scaling[4n8d]"]
+    names = collected(pytester, "-m", "multinode", "--nodes", "3", "--devices-per-node", "2")
+    assert names == ["test_scaling[1n1d]", "test_scaling[1n2d]", "test_scaling[2n2d]",
+                     "test_scaling[3n2d]"]
+
+
+def test_gpu_host_can_be_told_to_use_cpu(pytester: pytest.Pytester,
+                                         fake_hardware: Callable[..., object]) -> None:
+    fake_hardware(gpus=(A100,) * 8, cpu_count=4)
+    assert collected(pytester, "-k", "single", "--dlperf-device", "cpu") == [
+        "test_single[1n1d-fp32]", "test_single[1n1d-amp]", "test_single[1n2d-fp32]",
+        "test_single[1n2d-amp]"]
+
+
+@pytest.mark.parametrize("gpus, args, message", [
+    ((A100,) * 2, ["--devices-per-node", "8"],
+     "*--devices-per-node=8, but this host has 2 NVIDIA GPUs; pass --devices-per-node 2 or less*"),
+    ((), ["--devices-per-node", "3"], "*--devices-per-node=3, but this host has 2 usable CPU cores*"),
+    ((), ["--dlperf-device", "cuda"], "*--dlperf-device=cuda, but no NVIDIA GPU was found*"),
+])
+def test_device_counts_the_host_lacks_are_usage_errors(
+        pytester: pytest.Pytester, fake_hardware: Callable[..., object],
+        gpus: tuple[str, ...], args: list[str], message: str) -> None:
+    fake_hardware(gpus=gpus, cpu_count=2)
+    pytester.makepyfile(test_cases=CASES)
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_unknown_framework_fails_that_test_clearly(pytester: pytest.Pytester,
+                                                   fake_hardware: Callable[..., object]) -> None:
+    fake_hardware(cpu_count=2)
+    pytester.makepyfile(test_x="def test_x(throughput_meter):\n"
+                               "    throughput_meter.measure('caffe')\n")
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*no framework adapter named 'caffe' (known: *torch*)*"])
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_real_detection_on_this_host_reports_cpu_without_nvml() -> None:
+    from pytest_dlperf.topology import detect_hardware
+
+    hardware = detect_hardware()  # the real sources: pynvml raises without a driver here
+    assert hardware.cpu_count >= 1 and hardware.cpu_model
+    assert hardware.device_type in ("cpu", "cuda")

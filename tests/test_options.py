@@ -1,0 +1,107 @@
+"""Options: one group, ini twins, precedence command line > environment > ini, clear usage errors."""
+
+from __future__ import annotations
+
+import pytest
+
+SHOW_SETTINGS = """
+from pytest_dlperf.plugin import STATE
+
+def test_show(request):
+    s = request.config.stash[STATE].settings
+    p = s.protocol
+    print(f"SETTINGS {p.name} {p.warmup_steps} {p.steps} {p.repeats} {s.tolerance} {s.nodes} "
+          f"{s.devices_per_node} {s.update_baselines} {s.strict} {s.baselines.name}")
+"""
+
+
+def settings_line(pytester: pytest.Pytester, *args: str) -> list[str]:
+    pytester.makepyfile(test_show=SHOW_SETTINGS)
+    result = pytester.runpytest("-s", *args)
+    result.assert_outcomes(passed=1)
+    line = next(x for x in result.outlines if "SETTINGS" in x)
+    return line.split("SETTINGS", 1)[1].split()
+
+
+def test_defaults_are_the_full_dlperf_protocol(pytester: pytest.Pytester,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DLPERF_PROTOCOL", raising=False)
+    assert settings_line(pytester) == ["full", "20", "100", "7", "0.05", "1", "None", "None",
+                                       "False", "baselines"]
+
+
+def test_quick_profile_and_overrides(pytester: pytest.Pytester) -> None:
+    got = settings_line(pytester, "--dlperf-protocol", "quick", "--dlperf-steps", "3",
+                        "--nodes", "2", "--devices-per-node", "1", "--dlperf-tolerance", "10%",
+                        "--dlperf-update-baselines", "--dlperf-strict", "--dlperf-baselines", "b2")
+    assert got == ["quick+custom", "5", "3", "5", "0.1", "2", "1", "all", "True", "b2"]
+    assert settings_line(pytester, "--dlperf-update-baselines=missing")[7] == "missing"
+
+
+def test_precedence_cli_over_env_over_ini(pytester: pytest.Pytester,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makeini("[pytest]\ndlperf_steps = 7\ndlperf_repeats = 2\ndlperf_warmup_steps = 1\n")
+    assert settings_line(pytester)[1:4] == ["1", "7", "2"]
+    monkeypatch.setenv("DLPERF_STEPS", "9")
+    assert settings_line(pytester)[1:4] == ["1", "9", "2"]
+    assert settings_line(pytester, "--dlperf-steps", "11")[1:4] == ["1", "11", "2"]
+
+
+@pytest.mark.parametrize("args, names", [
+    (["--nodes", "0"], "--dlperf-nodes/--nodes=0"),
+    (["--nodes", "-2"], "--dlperf-nodes/--nodes=-2"),
+    (["--nodes", "two"], "--dlperf-nodes/--nodes=two"),
+    (["--nodes", "1.5"], "--dlperf-nodes/--nodes=1.5"),
+    (["--devices-per-node", "0"], "--dlperf-devices-per-node/--devices-per-node=0"),
+    (["--dlperf-steps", "abc"], "--dlperf-steps=abc"),
+    (["--dlperf-repeats", "0"], "--dlperf-repeats=0"),
+    (["--dlperf-warmup-steps", "-1"], "--dlperf-warmup-steps=-1"),
+    (["--dlperf-tolerance", "2"], "--dlperf-tolerance=2"),
+    (["--dlperf-tolerance", "fast"], "--dlperf-tolerance=fast"),
+    (["--dlperf-protocol", "slow"], "--dlperf-protocol=slow"),
+    (["--dlperf-timeout", "0"], "--dlperf-timeout=0"),
+    (["--dlperf-device", "tpu"], "--dlperf-device=tpu"),
+])
+def test_bad_values_are_usage_errors_naming_the_flag(pytester: pytest.Pytester, args: list[str],
+                                                     names: str) -> None:
+    pytester.makepyfile(test_x="def test_x(): pass")
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: pytest-dlperf: bad value for {names}*"])
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_bad_env_and_ini_values_say_where_they_came_from(pytester: pytest.Pytester,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_x="def test_x(): pass")
+    monkeypatch.setenv("DLPERF_REPEATS", "many")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*environment variable DLPERF_REPEATS='many'*integer*"])
+    monkeypatch.delenv("DLPERF_REPEATS")
+    pytester.makeini("[pytest]\ndlperf_tolerance = lots\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*ini key dlperf_tolerance = 'lots' in *tox.ini*fraction*"])
+
+
+def test_markers_are_registered_for_strict_markers(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_x="""
+        import pytest
+
+        @pytest.mark.multinode
+        @pytest.mark.dlperf(tolerance=0.03)
+        def test_x():
+            pass
+    """)
+    pytester.runpytest("--strict-markers").assert_outcomes(passed=1)
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.multinode:*", "@pytest.mark.dlperf(tolerance=None)*"])
+
+
+def test_help_shows_the_dlperf_group(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(["deep-learning training throughput (pytest-dlperf):",
+                                 "*--dlperf-warmup-steps=N*", "*--dlperf-nodes=N, --nodes=N*",
+                                 "*--dlperf-devices-per-node=N, --devices-per-node=N*",
+                                 "*dlperf_tolerance (string)*"])

@@ -1,0 +1,60 @@
+"""The summary table and the results file, from records built by hand (no training)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from pytest_dlperf.protocol import QUICK, Result
+from pytest_dlperf.report import CaseReport, markdown_table, results_json, rows, text_table
+from pytest_dlperf.stats import compare
+from pytest_dlperf.topology import Topology
+from pytest_dlperf.workload import Precision, default_workload
+
+
+def make_report(baseline: float | None) -> CaseReport:
+    result = Result(samples_per_s=[10.0, 12.0, 11.0], window_s=[0.8, 0.6667, 0.7273], steps=2,
+                    global_batch=4, warmup_s=1.0, wall_s=9.0)
+    return CaseReport(
+        case="test_r.py::test_x[1n2d-amp]", name="test_x[1n2d-amp]",
+        nodeid="perf/test_r.py::test_x[1n2d-amp]", params={"cluster": "1n2d", "amp": "amp"},
+        framework="torch", framework_version="2.14.1", topology=Topology(1, 2, "cpu", "Fake CPU"),
+        precision=Precision("amp", "cpu"), workload=default_workload("resnet50", "cpu", True),
+        protocol=QUICK, result=result, verdict=compare(result.median, baseline, 0.05))
+
+
+def test_rows_carry_dlperf_columns() -> None:
+    table = rows([make_report(12.5).benchmark_entry()])
+    assert table == [["test_r.py::test_x[1n2d-amp]", "1 x 2", "amp(bfloat16)", "2", "11.0",
+                      "10.0-12.0", "12.5", "-12.0%", "regression"]]
+    text = text_table(table)
+    assert text[0].split() == ["case", "nodes", "x", "dev", "precision", "batch/dev", "samples/s",
+                               "(median)", "min-max", "baseline", "delta", "verdict"]
+    assert text[1].startswith("----")
+    assert markdown_table(table)[2].startswith("| test_r.py::test_x[1n2d-amp] | 1 x 2 |")
+
+
+def test_results_json_is_pytest_benchmark_shaped(tmp_path: Path) -> None:
+    data = results_json([make_report(None)])
+    bench = data["benchmarks"][0]
+    assert bench["stats"]["rounds"] == 3 and bench["stats"]["iterations"] == 2
+    assert bench["stats"]["data"] == [0.4, 0.33335, 0.36365]  # seconds per step, per window
+    assert bench["extra_info"]["samples_per_s"] == 11.0
+    assert bench["extra_info"]["verdict"]["text"] == "no-baseline"
+    assert bench["param"] == "1n2d-amp"
+    assert "cpu" in data["machine_info"] and "id" in data["commit_info"]
+
+
+def test_markdown_cli(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(results_json([make_report(10.0)])))
+    out = subprocess.run([sys.executable, "-m", "pytest_dlperf.report", str(path)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0
+    assert "| test_r.py::test_x[1n2d-amp] | 1 x 2 | amp(bfloat16) | 2 | 11.0 |" in out.stdout
+    assert "| +10.0% | improvement |" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "pytest_dlperf.report", str(tmp_path / "no.json")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "not a pytest-dlperf results file" in bad.stderr

@@ -1,0 +1,195 @@
+"""Structural checks of the GitHub Actions workflows (CI and nightly perf gate)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOWS = ROOT / ".github" / "workflows"
+CI_PATH = WORKFLOWS / "ci.yml"
+NIGHTLY_PATH = WORKFLOWS / "nightly.yml"
+README_PATH = ROOT / "README.md"
+TEST_COMMAND = "./scripts/test"
+PINNED_USES = re.compile(r"^[\w.-]+/[\w./-]+@(v\d[\w.-]*|[0-9a-f]{40})$")
+
+Workflow = dict[str, Any]
+Step = dict[str, Any]
+
+
+def load_workflow(path: Path) -> Workflow:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert isinstance(data, dict), f"{path.name} is not a YAML mapping"
+    return data
+
+
+def triggers(workflow: Workflow) -> dict[str, Any]:
+    # PyYAML (YAML 1.1) parses the bare key `on` as boolean True.
+    on = workflow.get("on", workflow.get(True))
+    if isinstance(on, str):
+        return {on: None}
+    if isinstance(on, list):
+        return {name: None for name in on}
+    assert isinstance(on, dict), "workflow has no `on:` triggers"
+    return on
+
+
+def jobs(workflow: Workflow) -> dict[str, Any]:
+    found = workflow.get("jobs")
+    assert isinstance(found, dict) and found, "workflow has no jobs"
+    return found
+
+
+def all_steps(workflow: Workflow) -> list[Step]:
+    return [step for job in jobs(workflow).values() for step in job.get("steps", [])]
+
+
+def run_steps(workflow: Workflow) -> list[Step]:
+    return [step for step in all_steps(workflow) if "run" in step]
+
+
+def uses_steps(workflow: Workflow, action: str) -> list[Step]:
+    return [s for s in all_steps(workflow) if str(s.get("uses", "")).split("@")[0] == action]
+
+
+def runs_on_labels(job: dict[str, Any]) -> list[str]:
+    labels = job.get("runs-on", [])
+    return [labels] if isinstance(labels, str) else list(labels)
+
+
+def perf_step(workflow: Workflow) -> Step:
+    matches = [s for s in run_steps(workflow) if "pytest perf_tests" in s["run"]]
+    assert len(matches) == 1, "expected exactly one step running pytest on perf_tests"
+    return matches[0]
+
+
+def option_value(argv: list[str], option: str) -> str:
+    assert option in argv, f"{option} missing from {argv}"
+    index = argv.index(option)
+    assert index + 1 < len(argv), f"{option} has no value"
+    return argv[index + 1]
+
+
+@pytest.fixture(scope="module")
+def ci() -> Workflow:
+    return load_workflow(CI_PATH)
+
+
+@pytest.fixture(scope="module")
+def nightly() -> Workflow:
+    return load_workflow(NIGHTLY_PATH)
+
+
+@pytest.fixture(scope="module")
+def perf_argv(nightly: Workflow) -> list[str]:
+    """Arguments after `python -m pytest` (so `-m` means pytest's marker option)."""
+    argv = shlex.split(perf_step(nightly)["run"])
+    assert argv[:3] == [".venv/bin/python", "-m", "pytest"], argv
+    return argv[3:]
+
+
+# --- CI ---------------------------------------------------------------------
+
+
+def test_ci_triggers_on_push_and_pull_request(ci: Workflow) -> None:
+    on = triggers(ci)
+    assert "push" in on
+    assert "pull_request" in on
+
+
+def test_ci_runs_on_hosted_cpu_runner(ci: Workflow) -> None:
+    for job in jobs(ci).values():
+        assert runs_on_labels(job) == ["ubuntu-latest"]
+        assert isinstance(job.get("timeout-minutes"), int)
+
+
+def test_ci_sets_up_python(ci: Workflow) -> None:
+    (setup,) = uses_steps(ci, "actions/setup-python")
+    assert str(setup["with"]["python-version"]) == "3.11"
+
+
+def test_ci_runs_exactly_the_test_script(ci: Workflow) -> None:
+    runs = [str(step["run"]).strip() for step in run_steps(ci)]
+    assert TEST_COMMAND in runs
+
+
+def test_readme_documents_the_ci_command() -> None:
+    if not README_PATH.exists():
+        pytest.skip("README.md not written yet")
+    assert TEST_COMMAND in README_PATH.read_text(encoding="utf-8")
+
+
+# --- Nightly ------------------------------------------------------------------
+
+
+def test_nightly_runs_on_self_hosted_gpu(nightly: Workflow) -> None:
+    for job in jobs(nightly).values():
+        labels = runs_on_labels(job)
+        assert "self-hosted" in labels
+        assert "gpu" in labels
+
+
+def test_nightly_has_schedule_and_dispatch(nightly: Workflow) -> None:
+    on = triggers(nightly)
+    schedule = on.get("schedule")
+    assert isinstance(schedule, list) and schedule
+    assert all(len(str(entry["cron"]).split()) == 5 for entry in schedule)
+    nodes = on["workflow_dispatch"]["inputs"]["nodes"]
+    assert str(nodes["default"]) == "1"
+
+
+def test_nightly_sets_up_before_perf(nightly: Workflow) -> None:
+    runs = [str(step["run"]).strip() for step in run_steps(nightly)]
+    assert "./scripts/setup" in runs
+    assert runs.index("./scripts/setup") < runs.index(str(perf_step(nightly)["run"]).strip())
+
+
+def test_nightly_perf_command(perf_argv: list[str]) -> None:
+    assert perf_argv[0] == "perf_tests"
+    assert option_value(perf_argv, "-m") == "multinode"
+    assert option_value(perf_argv, "--nodes") == "${NODES}"
+    assert option_value(perf_argv, "--dlperf-json")
+
+
+def test_nightly_nodes_input_goes_through_env(nightly: Workflow) -> None:
+    step = perf_step(nightly)
+    assert "${{" not in step["run"], "expressions must not be interpolated into the script"
+    assert "inputs.nodes" in str(step["env"]["NODES"])
+
+
+def test_nightly_perf_step_gates_the_job(nightly: Workflow) -> None:
+    step = perf_step(nightly)
+    assert step.get("id") == "perf"
+    assert "continue-on-error" not in step
+    assert "if" not in step
+
+
+def test_nightly_uploads_results_always(nightly: Workflow, perf_argv: list[str]) -> None:
+    (upload,) = uses_steps(nightly, "actions/upload-artifact")
+    assert upload.get("if") == "always()"
+    assert upload["with"]["path"] == option_value(perf_argv, "--dlperf-json")
+    assert upload["with"].get("if-no-files-found") == "warn"
+
+
+def test_nightly_writes_step_summary_always(nightly: Workflow, perf_argv: list[str]) -> None:
+    results = option_value(perf_argv, "--dlperf-json")
+    summary = [s for s in run_steps(nightly) if "GITHUB_STEP_SUMMARY" in s["run"]]
+    assert len(summary) == 1
+    assert summary[0].get("if") == "always()"
+    assert f"pytest_dlperf.report {results}" in summary[0]["run"]
+
+
+# --- Both ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [CI_PATH, NIGHTLY_PATH], ids=lambda p: p.name)
+def test_every_action_is_pinned(path: Path) -> None:
+    uses = [str(step["uses"]) for step in all_steps(load_workflow(path)) if "uses" in step]
+    assert uses, f"{path.name} uses no actions"
+    unpinned = [ref for ref in uses if not PINNED_USES.match(ref)]
+    assert not unpinned, f"unpinned actions in {path.name}: {unpinned}"
