@@ -73,17 +73,15 @@ class SessionState:
 
     def ladder(self, multinode: bool) -> list[Topology]:
         """DLPerf's ladder: 1 device, then a full node; multinode cases add 2, 4, ... nodes."""
-        per_node = self.devices_per_node
-        shapes = sorted({(1, 1), (1, per_node)})
+        per_node, max_nodes = self.devices_per_node, self.settings.nodes
+        shapes = {(1, 1), (1, per_node)}
         if multinode:
-            node_counts, n = {1}, 2
-            while n < self.settings.nodes:
-                node_counts.add(n)
+            n = 2
+            while n < max_nodes:
+                shapes.add((n, per_node))
                 n *= 2
-            node_counts.add(self.settings.nodes)
-            shapes = [(1, 1)] + [(n, per_node) for n in sorted(node_counts)]
-            shapes = sorted(set(shapes))
-        return [make_topology(self.hardware, n, d, self.device_type) for n, d in shapes]
+            shapes.add((max_nodes, per_node))
+        return [make_topology(self.hardware, n, d, self.device_type) for n, d in sorted(shapes)]
 
     @property
     def work_root(self) -> Path:
@@ -121,6 +119,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         state.devices_per_node  # noqa: B018 - raises pytest.UsageError naming the flag
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Scaling cases run when asked for (``-m multinode``) or when there are nodes to scale to
+    (``--nodes`` > 1); otherwise they would repeat the single-node cases' 1n1d and 1nMd."""
+    if config.stash[STATE].settings.nodes > 1 or "multinode" in (config.option.markexpr or ""):
+        return
+    scaling = [item for item in items if item.get_closest_marker("multinode") is not None]
+    if scaling:
+        config.hook.pytest_deselected(items=scaling)
+        items[:] = [item for item in items if item.get_closest_marker("multinode") is None]
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(STATE, None)
     if state is not None:
@@ -147,6 +156,11 @@ def cluster(request: pytest.FixtureRequest) -> Cluster:
     ``run(spec)``, which runs the worker on every rank and returns their JSON results."""
     state = request.config.stash[STATE]
     topology = getattr(request, "param", None) or state.ladder(multinode=False)[-1]
+    gpus = len(state.hardware.gpus)
+    if topology.device_type == "cuda" and topology.world_size > gpus:
+        pytest.skip(f"{topology.id} needs {topology.world_size} GPUs and local mode runs every "
+                    f"node on this host, which has {gpus}; lower --devices-per-node or run it "
+                    "on a cluster")
     return Cluster(topology, get_launcher("local"), state.work_root, state.settings.timeout)
 
 

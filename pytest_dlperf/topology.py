@@ -103,11 +103,14 @@ class Topology:
         return data
 
 
-def make_topology(hardware: Hardware, nodes: int, devices_per_node: int, device_type: str) -> Topology:
+def make_topology(hardware: Hardware, nodes: int, devices_per_node: int, device_type: str,
+                  *, all_nodes_here: bool = True) -> Topology:
+    """``all_nodes_here``: local mode runs every node's workers on this host, so they share
+    its cores; on a real cluster each node has its own."""
     name = (hardware.gpus[0] if hardware.gpus else "cuda") if device_type == "cuda" else hardware.cpu_model
+    sharing = nodes * devices_per_node if all_nodes_here else devices_per_node
     return Topology(nodes=nodes, devices_per_node=devices_per_node, device_type=device_type,
-                    device_name=name,
-                    threads_per_worker=max(1, hardware.cpu_count // devices_per_node))
+                    device_name=name, threads_per_worker=max(1, hardware.cpu_count // sharing))
 
 
 def fingerprint(topology: Topology, *, framework: str, framework_version: str, precision: str,

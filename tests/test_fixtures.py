@@ -16,7 +16,7 @@ def test_single(cluster, amp):
 
 @pytest.mark.multinode
 def test_scaling(cluster):
-    pass
+    print(f"SCALE {cluster.topology.id} threads={cluster.topology.threads_per_worker}")
 """
 
 A100 = "NVIDIA A100-SXM4-40GB"
@@ -67,6 +67,29 @@ def test_multinode_ladder_goes_up_to_nodes(pytester: pytest.Pytester,
     names = collected(pytester, "-m", "multinode", "--nodes", "3", "--devices-per-node", "2")
     assert names == ["test_scaling[1n1d]", "test_scaling[1n2d]", "test_scaling[2n2d]",
                      "test_scaling[3n2d]"]
+
+
+def test_scaling_cases_wait_for_multinode_or_more_nodes(
+        pytester: pytest.Pytester, fake_hardware: Callable[..., object]) -> None:
+    fake_hardware(cpu_count=4)
+    assert not any(n.startswith("test_scaling") for n in collected(pytester))
+    assert collected(pytester, "-m", "multinode") == ["test_scaling[1n1d]", "test_scaling[1n2d]"]
+    assert [n for n in collected(pytester, "--nodes", "2") if n.startswith("test_scaling")] == [
+        "test_scaling[1n1d]", "test_scaling[1n2d]", "test_scaling[2n2d]"]
+
+
+def test_local_nodes_share_this_hosts_cores_and_gpus(
+        pytester: pytest.Pytester, fake_hardware: Callable[..., object]) -> None:
+    fake_hardware(cpu_count=8)
+    pytester.makepyfile(test_cases=CASES)
+    result = pytester.runpytest("-s", "-m", "multinode", "--nodes", "2", "--devices-per-node", "2")
+    assert [line.split("SCALE ", 1)[1] for line in result.outlines if "SCALE " in line] == [
+        "1n1d threads=8", "1n2d threads=4", "2n2d threads=2"]
+    fake_hardware(gpus=(A100,) * 8, cpu_count=64)
+    result = pytester.runpytest("-m", "multinode", "--nodes", "2", "-rs")
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED*2n8d needs 16 GPUs and local mode runs every node on "
+                                 "this host, which has 8*"])
 
 
 def test_gpu_host_can_be_told_to_use_cpu(pytester: pytest.Pytester,

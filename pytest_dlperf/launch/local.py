@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -99,6 +100,10 @@ def _tail(paths: list[Path], limit: int = 6000) -> str:
     return text[-limit:]
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def _wait(procs: list[subprocess.Popen[bytes]], deadline: float) -> str:
     """'ok', 'failed' (an agent exited non-zero) or 'timeout'."""
     failed_at: float | None = None
@@ -133,6 +138,10 @@ class LocalLauncher:
         logs = [run_dir / f"agent-{i}.log" for i in range(topology.nodes)]
         procs: list[subprocess.Popen[bytes]] = []
         started = time.monotonic()
+        # SIGTERM (a CI runner cancelling the job) unwinds like Ctrl-C, so the finally below
+        # reaps the workers instead of orphaning them.
+        previous = (signal.signal(signal.SIGTERM, _interrupt)
+                    if threading.current_thread() is threading.main_thread() else None)
         try:
             for log in logs:
                 with open(log, "wb") as fh:
@@ -143,6 +152,8 @@ class LocalLauncher:
             outcome = _wait(procs, started + timeout_s)
         finally:  # also on Ctrl-C: no worker outlives its case
             kill_tree(procs)
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
         return collect(out_dir, topology.world_size, outcome, timeout_s, _tail(logs))
 
 
