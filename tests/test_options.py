@@ -94,7 +94,7 @@ def test_markers_are_registered_for_strict_markers(pytester: pytest.Pytester) ->
         def test_x():
             pass
     """)
-    pytester.runpytest("--strict-markers").assert_outcomes(passed=1)
+    pytester.runpytest("--strict-markers", "-m", "multinode").assert_outcomes(passed=1)
     result = pytester.runpytest("--markers")
     result.stdout.fnmatch_lines(["@pytest.mark.multinode:*", "@pytest.mark.dlperf(tolerance=None)*"])
 
