@@ -253,7 +253,7 @@ class ThroughputMeter:
         marker = self.node.get_closest_marker("dlperf")
         if marker is not None and marker.kwargs.get("tolerance") is not None:
             try:
-                return settings_mod._fraction(marker.kwargs["tolerance"])
+                return settings_mod.parse_fraction(marker.kwargs["tolerance"])
             except ValueError as exc:
                 raise pytest.UsageError(
                     f"pytest-dlperf: {self.node.nodeid}: @pytest.mark.dlperf(tolerance="

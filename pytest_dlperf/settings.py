@@ -31,7 +31,7 @@ def _int(minimum: int) -> Callable[[str], int]:
     return parse
 
 
-def _fraction(raw: str) -> float:
+def parse_fraction(raw: str) -> float:
     text = str(raw).strip()
     try:
         value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
@@ -119,7 +119,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("tolerance", "allowed throughput drop below the baseline median before a case fails, "
            "as a fraction (0.05) or percentage (5%). A baseline's own 'tolerance' and a "
            "@pytest.mark.dlperf(tolerance=...) marker take precedence. Default: 0.05.",
-           _fraction, 0.05, metavar="FRACTION"),
+           parse_fraction, 0.05, metavar="FRACTION"),
     Option("strict", "fail cases that have no baseline for this fingerprint.", _bool, False, flag=True),
     Option("update_baselines", "write the measured figures as the new baselines: 'all' (the bare "
            "flag) or 'missing' (only where none exists).",

@@ -18,6 +18,12 @@ TINY = ["-p", "no:cacheprovider", "--dlperf-warmup-steps", "1", "--dlperf-steps"
         "--dlperf-repeats", "2", "--dlperf-baselines", "bl"]
 
 PAIR = """
+import pytest
+
+@pytest.mark.dlperf(tolerance=0.995)
+def test_marked(throughput_meter):
+    throughput_meter.measure("torch", model="resnet50")
+
 def test_pair(cluster, throughput_meter):
     report = throughput_meter.measure("torch", model="resnet50")
     assert report.environment["parameters"] == 25_557_032
@@ -29,8 +35,8 @@ def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     return pytester.runpytest_subprocess(*TINY, "-rA", *args, timeout=300)
 
 
-def only_baseline(pytester: pytest.Pytester) -> Path:
-    files = sorted((pytester.path / "bl").rglob("*.json"))
+def only_baseline(pytester: pytest.Pytester, case: str) -> Path:
+    files = sorted((pytester.path / "bl" / "test_pair" / case).glob("*.json"))
     assert len(files) == 1, files
     return files[0]
 
@@ -38,17 +44,16 @@ def only_baseline(pytester: pytest.Pytester) -> Path:
 def test_two_process_training_records_compares_and_reports(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_pair=PAIR)
     # 1. Record: a real 2-rank gloo DDP run; the baseline folder does not exist yet.
-    result = run(pytester, "-k", "1n2d", "-s", "--dlperf-update-baselines",
+    result = run(pytester, "-k", "1n2d or marked", "-s", "--dlperf-update-baselines",
                  "--dlperf-json", "r1.json")
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines([
         "*MEASURED 4 2",  # global batch = 2 per device x 2 ranks; 2 windows
         "*pytest-dlperf: training throughput*1 warm-up, 2 timed steps x 2 repeats*",
         "case*nodes x dev*precision*batch/dev*samples/s (median)*min-max*baseline*delta*verdict",
         "test_pair.py::test_pair[[]1n2d[]]*1 x 2*fp32*2*recorded",
     ])
-    path = only_baseline(pytester)
-    assert path.relative_to(pytester.path / "bl").parts[:2] == ("test_pair", "test_pair-1n2d")
+    path = only_baseline(pytester, "test_pair-1n2d")
     stored = json.loads(path.read_text())
     assert stored["schema_version"] == 1 and len(stored["repeats"]) == 2
     assert stored["fingerprint"]["devices_per_node"] == 2 and stored["fingerprint"]["nodes"] == 1
@@ -59,7 +64,8 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
     # The results file is pytest-benchmark's format, and its own CLI reads it.
     data = json.loads((pytester.path / "r1.json").read_text())
     assert {"machine_info", "commit_info", "benchmarks", "datetime", "version"} <= set(data)
-    bench = data["benchmarks"][0]
+    bench = data["benchmarks"][1]
+    assert bench["name"] == "test_pair[1n2d]"
     assert bench["stats"]["rounds"] == 2 and bench["stats"]["iterations"] == 2
     assert bench["extra_info"]["topology"]["world_size"] == 2
     assert bench["extra_info"]["samples_per_s"] == pytest.approx(stored["median"])
@@ -70,10 +76,16 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
     assert "test_pair[1n2d]" in compare.stdout
 
     # 2. A baseline 100x faster than this machine: the case regresses and fails, saying why.
+    # The marked case's marker (99.5%) outranks its baseline's own tolerance (1%): it passes.
     median = stored["median"]
     path.write_text(json.dumps({**stored, "median": median * 100}))
-    result = run(pytester, "-k", "1n2d")
-    result.assert_outcomes(failed=1)
+    marked = only_baseline(pytester, "test_marked")
+    marked_data = json.loads(marked.read_text())
+    marked.write_text(json.dumps({**marked_data, "median": marked_data["median"] * 100,
+                                  "tolerance": 0.01}))
+    result = run(pytester, "-k", "1n2d or marked")
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(["PASSED test_pair.py::test_marked", "FAILED *test_pair[[]1n2d[]]*"])
     result.stdout.fnmatch_lines([
         "*pytest-dlperf: REGRESSION in test_pair.py::test_pair[[]1n2d[]]: samples/s median * is "
         "below the threshold * (baseline median * from bl/test_pair/test_pair-1n2d/*.json, "
