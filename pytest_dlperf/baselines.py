@@ -4,9 +4,11 @@ Layout: ``<root>/<case>/<fingerprint id>.json``. A file holds::
 
     {"schema_version": 1, "case": ..., "fingerprint": {...}, "metric": "samples_per_s",
      "higher_is_better": true, "median": ..., "repeats": [...], "tolerance": null | float,
+     "efficiency": null | float,
      "recorded": {"datetime": ..., "commit": ..., "environment": {...}}}
 
-``tolerance`` is an optional per-baseline override of the run's tolerance.
+``tolerance`` is an optional per-baseline override of the run's tolerance; ``efficiency`` (optional)
+is the scaling efficiency of a multi-device case (speedup over 1n1d / devices).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ class Baseline:
     recorded: dict[str, Any] = field(default_factory=dict)
     metric: str = "samples_per_s"
     higher_is_better: bool = True
+    # Scaling efficiency (speedup over 1n1d / devices) of a multi-device case; higher is better.
+    efficiency: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -50,6 +54,7 @@ class Baseline:
             "repeats": self.repeats,
             "tolerance": self.tolerance,
             "recorded": self.recorded,
+            "efficiency": self.efficiency,
         }
 
 
@@ -80,7 +85,11 @@ def parse(data: Any, path: Path) -> Baseline:
     tolerance = data.get("tolerance")
     _require(tolerance is None or (_is_number(tolerance) and 0 <= tolerance < 1), path,
              "'tolerance' must be null or a number in [0, 1)")
+    efficiency = data.get("efficiency")
+    _require(efficiency is None or (_is_number(efficiency) and efficiency > 0), path,
+             "'efficiency' must be null or a positive number")
     return Baseline(
+        efficiency=None if efficiency is None else float(efficiency),
         case=data["case"], fingerprint=data["fingerprint"], repeats=[float(v) for v in repeats],
         median=float(data["median"]), tolerance=None if tolerance is None else float(tolerance),
         recorded=data.get("recorded", {}), metric=data.get("metric", "samples_per_s"),

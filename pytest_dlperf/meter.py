@@ -26,6 +26,8 @@ class Window:
 class Measurement:
     warmup_s: float
     windows: list[Window] = field(default_factory=list)
+    # Wall-clock (epoch) time the first timed step began: start-up figures across processes.
+    timed_from: float = 0.0
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -38,6 +40,7 @@ def measure(
     *,
     clock: Callable[[], float] = time.perf_counter,
     after_window: Callable[[int], None] | None = None,
+    epoch: Callable[[], float] = time.time,
 ) -> Measurement:
     """Run the warm-up once, then ``protocol.repeats`` windows of ``protocol.steps`` steps.
 
@@ -49,7 +52,7 @@ def measure(
     for _ in range(protocol.warmup_steps):
         step()
     synchronize()
-    result = Measurement(warmup_s=clock() - started)
+    result = Measurement(warmup_s=clock() - started, timed_from=epoch())
     for index in range(protocol.repeats):
         begin = clock()
         for _ in range(protocol.steps):

@@ -21,11 +21,11 @@ from . import settings as settings_mod
 from .baselines import Baseline, BaselineError, BaselineStore
 from .jsonio import write_json_atomic
 from .launch import Cluster, LaunchError, get_launcher
-from .protocol import aggregate
+from .protocol import Result, aggregate
 from .report import CaseReport, results_json, rows, text_table
 from .stats import IMPROVEMENT, NO_BASELINE, REGRESSION, Verdict, compare
 from .topology import Hardware, Topology, detect_hardware, fingerprint, make_topology
-from .workload import PRECISIONS, Precision, default_workload
+from .workload import PRECISIONS, Precision, Workload, default_workload
 
 
 class DLPerfWarning(pytest.PytestWarning):
@@ -189,41 +189,88 @@ class ThroughputMeter:
         return f"{self.node.path.name}::{self.node.name}"
 
     def measure(self, framework: str, model: str = "resnet50", *, batch_size: int | None = None,
-                image_size: int | None = None) -> CaseReport:
+                image_size: int | None = None, lr_per_256: float | None = None) -> CaseReport:
         """Train ``model`` with ``framework`` on every rank, apply the protocol, compare the
-        median with the baseline (failing this test on a regression) and return the record."""
+        median (and a multi-device case's scaling efficiency) with the baseline, failing this
+        test on a regression, and return the record."""
         version = self._framework_version(framework)
         workload = default_workload(model, self.cluster.device_type, self.amp.enabled,
-                                    batch_size, image_size)
-        spec = {"framework": framework, "precision": self.amp.name,
-                "protocol": self.protocol.to_json(), **workload.to_spec(self.cluster.world_size)}
-        started = time.perf_counter()
-        try:
-            ranks = self.cluster.run(spec)
-        except LaunchError as exc:
-            pytest.fail(f"pytest-dlperf: {self.case} {exc.kind} on {self.cluster.topology.id}: "
-                        f"{exc}", pytrace=False)
-        result = aggregate(ranks, workload.batch_size, time.perf_counter() - started)
-        env = ranks[0]["environment"]
-        fp = fingerprint(self.cluster.topology, framework=framework,
-                         framework_version=str(env.get("framework_version", version)),
-                         precision=self.amp.name, model=model, batch_size=workload.batch_size,
-                         image_size=workload.image_size, protocol_slug=self.protocol.slug,
-                         accelerator_stack=self._accelerator_stack(env))
-        baseline = self._load_baseline(fp)
-        verdict = compare(result.median, baseline.median if baseline else None,
-                          self._tolerance(baseline))
+                                    batch_size, image_size, lr_per_256)
+        launched_at = time.time()
+        result, env = self._run(self.cluster, framework, workload)
+        fp = self._fingerprint(self.cluster.topology, framework, version, env, workload)
+        baseline = self._load_baseline(self.case, fp)
+        tolerance = self._tolerance(baseline)
         report = CaseReport(
             case=self.case, name=self.node.name, nodeid=self.node.nodeid,
             params=_params(self.node), framework=framework,
             framework_version=str(env.get("framework_version", version)),
             topology=self.cluster.topology, precision=self.amp, workload=workload,
-            protocol=self.protocol, result=result, verdict=verdict, fingerprint=fp,
-            environment=env, baseline_path=self._display(self.state.store.path_for(self.case, fp)))
+            protocol=self.protocol, result=result, fingerprint=fp, environment=env,
+            verdict=compare(result.median, baseline.median if baseline else None, tolerance),
+            baseline_path=self._display(self.state.store.path_for(self.case, fp)),
+            launched_at=launched_at)
+        if self.cluster.world_size > 1:
+            reference = self._reference_median(framework, version, env, workload)
+            report.speedup = result.median / reference
+            report.efficiency = report.speedup / self.cluster.world_size
+            if baseline is not None and baseline.efficiency is not None:
+                report.efficiency_verdict = compare(report.efficiency, baseline.efficiency,
+                                                    tolerance)
         report.baseline_action = self._maybe_update(report, baseline)
         self.state.reports.append(report)
         self._judge(report)
         return report
+
+    def _run(self, cluster: Cluster, framework: str, workload: Workload) -> tuple[Result, dict[str, Any]]:
+        spec = {"framework": framework, "precision": self.amp.name,
+                "protocol": self.protocol.to_json(), **workload.to_spec(cluster.world_size)}
+        started = time.perf_counter()
+        try:
+            ranks = cluster.run(spec)
+        except LaunchError as exc:
+            pytest.fail(f"pytest-dlperf: {self.case} {exc.kind} on {cluster.topology.id}: "
+                        f"{exc}", pytrace=False)
+        return aggregate(ranks, workload.batch_size, time.perf_counter() - started), \
+            ranks[0]["environment"]
+
+    def _fingerprint(self, topology: Topology, framework: str, version: str, env: dict[str, Any],
+                     workload: Workload) -> dict[str, Any]:
+        return fingerprint(topology, framework=framework,
+                           framework_version=str(env.get("framework_version", version)),
+                           precision=self.amp.name, model=workload.model,
+                           batch_size=workload.batch_size, image_size=workload.image_size,
+                           protocol_slug=self.protocol.slug,
+                           accelerator_stack=self._accelerator_stack(topology, env))
+
+    def _reference_median(self, framework: str, version: str, env: dict[str, Any],
+                          workload: Workload) -> float:
+        """The 1n1d median for this test and precision, with the same per-device batch: from
+        this session, else from its baseline, else measured now (and not reported)."""
+        topology = make_topology(self.state.hardware, 1, 1, self.cluster.device_type)
+        fp = self._fingerprint(topology, framework, version, env, workload)
+        case = self._case_at(topology)
+        for report in self.state.reports:
+            if report.case == case and report.fingerprint == fp:
+                return report.result.median
+        try:
+            baseline = self.state.store.load(case, fp) if case else None
+        except BaselineError:
+            baseline = None
+        if baseline is not None:
+            return baseline.median
+        reference = Cluster(topology, self.cluster.launcher, self.cluster.work_root,
+                            self.cluster.timeout_s)
+        return self._run(reference, framework, workload)[0].median
+
+    def _case_at(self, topology: Topology) -> str | None:
+        """This test's case id with its ``cluster`` parameter moved to ``topology``."""
+        params = _params(self.node)
+        if "cluster" not in params:
+            return None
+        params["cluster"] = topology.id
+        name = getattr(self.node, "originalname", self.node.name)
+        return f"{self.node.path.name}::{name}[{'-'.join(params.values())}]"
 
     def _framework_version(self, framework: str) -> str:
         try:
@@ -235,15 +282,15 @@ class ThroughputMeter:
                         f"'pytest-dlperf[{framework}]') to run this case")
         return version
 
-    def _accelerator_stack(self, env: dict[str, Any]) -> str | None:
-        if self.cluster.device_type != "cuda":
+    def _accelerator_stack(self, topology: Topology, env: dict[str, Any]) -> str | None:
+        if topology.device_type != "cuda":
             return None
         return (f"cuda{env.get('cuda')}-cudnn{env.get('cudnn')}-nccl{env.get('nccl')}"
                 f"-driver{self.state.hardware.gpu_driver}")
 
-    def _load_baseline(self, fp: dict[str, Any]) -> Baseline | None:
+    def _load_baseline(self, case: str, fp: dict[str, Any]) -> Baseline | None:
         try:
-            return self.state.store.load(self.case, fp)
+            return self.state.store.load(case, fp)
         except BaselineError as exc:
             if self.state.settings.update_baselines == "all":
                 return None  # replaced below; the unreadable file is kept as .bak
@@ -269,7 +316,7 @@ class ThroughputMeter:
         self.state.store.save(Baseline(
             case=self.case, fingerprint=report.fingerprint, repeats=report.result.samples_per_s,
             median=report.result.median, tolerance=baseline.tolerance if baseline else None,
-            recorded=_recorded(report)))
+            recorded=_recorded(report), efficiency=report.efficiency))
         return "updated" if baseline is not None else "recorded"
 
     def _judge(self, report: CaseReport) -> None:
@@ -278,6 +325,14 @@ class ThroughputMeter:
             return
         if verdict.outcome == REGRESSION:
             pytest.fail(regression_message(report), pytrace=False)
+        efficiency = report.efficiency_verdict
+        if efficiency is not None and efficiency.outcome == REGRESSION:
+            pytest.fail(
+                f"pytest-dlperf: SCALING REGRESSION in {self.case}: scaling efficiency "
+                f"{efficiency.measured:.1%} (speedup {report.speedup:.2f} on "
+                f"{report.topology.world_size} devices) is below the threshold "
+                f"{efficiency.threshold:.1%} (baseline {efficiency.baseline:.1%} from {where}, "
+                f"tolerance {efficiency.tolerance:.1%})", pytrace=False)
         if verdict.outcome == NO_BASELINE:
             message = (f"pytest-dlperf: no baseline for {self.case} on this fingerprint "
                        f"(expected {where}); measured {verdict.measured:,.2f} samples/s; "

@@ -91,6 +91,7 @@ class Result:
     global_batch: int
     warmup_s: float
     wall_s: float  # the whole case, process start-up included
+    timed_from: float = 0.0  # epoch seconds when the last rank began its first timed step
 
     @property
     def median(self) -> float:
@@ -129,4 +130,5 @@ def aggregate(rank_results: list[dict[str, Any]], per_device_batch: int, wall_s:
         window_s.append(elapsed)
         rates.append(throughput(global_batch, steps, elapsed))
     return Result(samples_per_s=rates, window_s=window_s, steps=steps, global_batch=global_batch,
-                  warmup_s=max(r["warmup_s"] for r in rank_results), wall_s=wall_s)
+                  warmup_s=max(r["warmup_s"] for r in rank_results), wall_s=wall_s,
+                  timed_from=max(r.get("timed_from", 0.0) for r in rank_results))

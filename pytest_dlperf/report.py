@@ -37,10 +37,21 @@ class CaseReport:
     baseline_action: str | None = None  # "updated" | "recorded" | None
     fingerprint: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
+    launched_at: float = 0.0  # epoch seconds when the case's processes were started
+    # Multi-device cases: median / the 1n1d median with the same per-device batch, and / devices.
+    speedup: float | None = None
+    efficiency: float | None = None
+    efficiency_verdict: Verdict | None = None
 
     @property
     def verdict_text(self) -> str:
-        return self.baseline_action or self.verdict.outcome
+        if self.baseline_action:
+            return self.baseline_action
+        efficiency = self.efficiency_verdict
+        if efficiency is not None and efficiency.outcome == "regression":
+            return "regression (efficiency)" if self.verdict.outcome == "pass" else \
+                f"{self.verdict.outcome}, efficiency regression"
+        return self.verdict.outcome
 
     def benchmark_entry(self) -> dict[str, Any]:
         """One entry of pytest-benchmark's ``benchmarks[]``: stats are seconds per training step
@@ -77,6 +88,12 @@ class CaseReport:
                 "samples_per_s_max": self.result.max,
                 "warmup_s": self.result.warmup_s,
                 "wall_s": self.result.wall_s,
+                "launched_at": self.launched_at,
+                "first_timed_step_at": self.result.timed_from,
+                "speedup": self.speedup,
+                "scaling_efficiency": self.efficiency,
+                "efficiency_verdict": (self.efficiency_verdict.to_json()
+                                       if self.efficiency_verdict else None),
                 "verdict": {**self.verdict.to_json(), "text": self.verdict_text},
                 "baseline_path": self.baseline_path,
                 "fingerprint": self.fingerprint,
@@ -101,11 +118,17 @@ def results_json(reports: list[CaseReport]) -> dict[str, Any]:
 
 
 HEADER = ["case", "nodes x dev", "precision", "batch/dev", "samples/s (median)", "min-max",
-          "baseline", "delta", "verdict"]
+          "speedup (eff.)", "baseline", "delta", "verdict"]
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _speedup(speedup: float | None, efficiency: float | None) -> str:
+    if speedup is None or efficiency is None:
+        return "-"
+    return f"{speedup:.2f} ({efficiency:.0%})"
 
 
 def rows(benchmarks: list[dict[str, Any]]) -> list[list[str]]:
@@ -121,6 +144,7 @@ def rows(benchmarks: list[dict[str, Any]]) -> list[list[str]]:
             str(info["batch_size"]),
             _fmt(info["samples_per_s"]),
             f"{_fmt(info['samples_per_s_min'])}-{_fmt(info['samples_per_s_max'])}",
+            _speedup(info.get("speedup"), info.get("scaling_efficiency")),
             _fmt(verdict.get("baseline")),
             "-" if delta is None else f"{delta * 100:+.1f}%",
             verdict["text"],

@@ -7,7 +7,7 @@ a case in seconds: the point on CPU is the harness, not the number.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -46,9 +46,10 @@ _SIZES = {
 
 
 def default_workload(model: str, device_type: str, amp: bool, batch_size: int | None = None,
-                     image_size: int | None = None) -> Workload:
+                     image_size: int | None = None, lr_per_256: float | None = None) -> Workload:
     batch, size = _SIZES[(device_type, amp)]
-    return Workload(model=model, batch_size=batch_size or batch, image_size=image_size or size)
+    workload = Workload(model=model, batch_size=batch_size or batch, image_size=image_size or size)
+    return workload if lr_per_256 is None else replace(workload, lr_per_256=lr_per_256)
 
 
 @dataclass(frozen=True)

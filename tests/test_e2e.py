@@ -21,7 +21,7 @@ PAIR = """
 import pytest
 
 @pytest.mark.dlperf(tolerance=0.995)
-def test_marked(throughput_meter):
+def test_marked(cluster, throughput_meter):
     throughput_meter.measure("torch", model="resnet50")
 
 def test_pair(cluster, throughput_meter):
@@ -36,22 +36,24 @@ def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
 
 
 def only_baseline(pytester: pytest.Pytester, case: str) -> Path:
-    files = sorted((pytester.path / "bl" / "test_pair" / case).glob("*.json"))
+    files = sorted((pytester.path / "bl" / "test_cases" / case).glob("*.json"))
     assert len(files) == 1, files
     return files[0]
 
 
 def test_two_process_training_records_compares_and_reports(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_pair=PAIR)
+    pytester.makepyfile(test_cases=PAIR)
     # 1. Record: a real 2-rank gloo DDP run; the baseline folder does not exist yet.
-    result = run(pytester, "-k", "1n2d or marked", "-s", "--dlperf-update-baselines",
+    result = run(pytester, "-k", "pair or marked and 1n1d", "-s", "--dlperf-update-baselines",
                  "--dlperf-json", "r1.json")
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines([
         "*MEASURED 4 2",  # global batch = 2 per device x 2 ranks; 2 windows
         "*pytest-dlperf: training throughput*1 warm-up, 2 timed steps x 2 repeats*",
-        "case*nodes x dev*precision*batch/dev*samples/s (median)*min-max*baseline*delta*verdict",
-        "test_pair.py::test_pair[[]1n2d[]]*1 x 2*fp32*2*recorded",
+        "case*nodes x dev*precision*batch/dev*samples/s (median)*min-max*speedup (eff.)*baseline"
+        "*delta*verdict",
+        "test_cases.py::test_pair[[]1n1d[]]*1 x 1*fp32*2*-*recorded",
+        "test_cases.py::test_pair[[]1n2d[]]*1 x 2*fp32*2*.* (*%)*recorded",
     ])
     path = only_baseline(pytester, "test_pair-1n2d")
     stored = json.loads(path.read_text())
@@ -64,8 +66,13 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
     # The results file is pytest-benchmark's format, and its own CLI reads it.
     data = json.loads((pytester.path / "r1.json").read_text())
     assert {"machine_info", "commit_info", "benchmarks", "datetime", "version"} <= set(data)
-    bench = data["benchmarks"][1]
+    bench = data["benchmarks"][2]
     assert bench["name"] == "test_pair[1n2d]"
+    # Speedup against the 1n1d case measured in the same session, efficiency = speedup / 2.
+    reference = data["benchmarks"][1]["extra_info"]["samples_per_s"]
+    assert bench["extra_info"]["speedup"] == pytest.approx(
+        bench["extra_info"]["samples_per_s"] / reference)
+    assert stored["efficiency"] == pytest.approx(bench["extra_info"]["speedup"] / 2)
     assert bench["stats"]["rounds"] == 2 and bench["stats"]["iterations"] == 2
     assert bench["extra_info"]["topology"]["world_size"] == 2
     assert bench["extra_info"]["samples_per_s"] == pytest.approx(stored["median"])
@@ -79,30 +86,42 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
     # The marked case's marker (99.5%) outranks its baseline's own tolerance (1%): it passes.
     median = stored["median"]
     path.write_text(json.dumps({**stored, "median": median * 100}))
-    marked = only_baseline(pytester, "test_marked")
+    marked = only_baseline(pytester, "test_marked-1n1d")
     marked_data = json.loads(marked.read_text())
     marked.write_text(json.dumps({**marked_data, "median": marked_data["median"] * 100,
                                   "tolerance": 0.01}))
-    result = run(pytester, "-k", "1n2d or marked")
+    result = run(pytester, "-k", "pair and 1n2d or marked and 1n1d")
     result.assert_outcomes(failed=1, passed=1)
-    result.stdout.fnmatch_lines(["PASSED test_pair.py::test_marked", "FAILED *test_pair[[]1n2d[]]*"])
+    result.stdout.fnmatch_lines(["PASSED test_cases.py::test_marked[[]1n1d[]]",
+                                 "FAILED *test_pair[[]1n2d[]]*"])
     result.stdout.fnmatch_lines([
-        "*pytest-dlperf: REGRESSION in test_pair.py::test_pair[[]1n2d[]]: samples/s median * is "
-        "below the threshold * (baseline median * from bl/test_pair/test_pair-1n2d/*.json, "
+        "*pytest-dlperf: REGRESSION in test_cases.py::test_pair[[]1n2d[]]: samples/s median * is "
+        "below the threshold * (baseline median * from bl/test_cases/test_pair-1n2d/*.json, "
         "tolerance 5.0%, delta -9*%); repeats: [[]*, *[]]",
     ])
-    result.stdout.fnmatch_lines(["test_pair.py::test_pair[[]1n2d[]]*regression"])
+    result.stdout.fnmatch_lines(["test_cases.py::test_pair[[]1n2d[]]*regression"])
 
-    # 3. A baseline far slower: passes, and says the baseline could be refreshed.
-    path.write_text(json.dumps({**stored, "median": median / 100}))
-    result = run(pytester, "-k", "1n2d")
+    # 3. A baseline far slower: passes, and says the baseline could be refreshed. (The 1n1d
+    # reference comes from its baseline now: 1n1d is not selected.)
+    efficiency = stored["efficiency"]
+    path.write_text(json.dumps({**stored, "median": median / 100, "efficiency": efficiency / 100}))
+    result = run(pytester, "-k", "pair and 1n2d")
     result.assert_outcomes(passed=1, warnings=1)
     result.stdout.fnmatch_lines(["*faster than its baseline*consider --dlperf-update-baselines*",
-                                 "test_pair.py::test_pair[[]1n2d[]]*improvement"])
+                                 "test_cases.py::test_pair[[]1n2d[]]*improvement"])
 
-    # 4. The baseline's own tolerance overrides the run's: 99% lets any real figure pass.
+    # 4. Throughput fine but scaling efficiency far below its baseline: the case fails.
+    path.write_text(json.dumps({**stored, "median": median / 100, "efficiency": efficiency * 50}))
+    result = run(pytester, "-k", "pair and 1n2d")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*SCALING REGRESSION in test_cases.py::test_pair[[]1n2d[]]: scaling efficiency *% "
+        "(speedup * on 2 devices) is below the threshold *% (baseline *% from *, tolerance 5.0%)*",
+        "test_cases.py::test_pair[[]1n2d[]]*improvement, efficiency regression"])
+
+    # 5. The baseline's own tolerance overrides the run's: 99% lets any real figure pass.
     path.write_text(json.dumps({**stored, "median": median * 50, "tolerance": 0.99}))
-    run(pytester, "-k", "1n2d").assert_outcomes(passed=1)
+    run(pytester, "-k", "pair and 1n2d").assert_outcomes(passed=1)
 
 
 def test_missing_baseline_passes_and_says_so_but_fails_when_strict(

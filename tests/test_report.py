@@ -26,12 +26,16 @@ def make_report(baseline: float | None) -> CaseReport:
 
 
 def test_rows_carry_dlperf_columns() -> None:
-    table = rows([make_report(12.5).benchmark_entry()])
-    assert table == [["test_r.py::test_x[1n2d-amp]", "1 x 2", "amp(bfloat16)", "2", "11.0",
-                      "10.0-12.0", "12.5", "-12.0%", "regression"]]
+    scaled = make_report(12.5)
+    scaled.speedup, scaled.efficiency = 1.7, 0.85
+    table = rows([make_report(12.5).benchmark_entry(), scaled.benchmark_entry()])
+    assert table[0] == ["test_r.py::test_x[1n2d-amp]", "1 x 2", "amp(bfloat16)", "2", "11.0",
+                        "10.0-12.0", "-", "12.5", "-12.0%", "regression"]
+    assert table[1][6] == "1.70 (85%)"
     text = text_table(table)
     assert text[0].split() == ["case", "nodes", "x", "dev", "precision", "batch/dev", "samples/s",
-                               "(median)", "min-max", "baseline", "delta", "verdict"]
+                               "(median)", "min-max", "speedup", "(eff.)", "baseline", "delta",
+                               "verdict"]
     assert text[1].startswith("----")
     assert markdown_table(table)[2].startswith("| test_r.py::test_x[1n2d-amp] | 1 x 2 |")
 
@@ -53,7 +57,8 @@ def test_markdown_cli(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "pytest_dlperf.report", str(path)],
                          capture_output=True, text=True)
     assert out.returncode == 0
-    assert "| test_r.py::test_x[1n2d-amp] | 1 x 2 | amp(bfloat16) | 2 | 11.0 |" in out.stdout
+    assert "| test_r.py::test_x[1n2d-amp] | 1 x 2 | amp(bfloat16) | 2 | 11.0 | 10.0-12.0 | - |" \
+        in out.stdout
     assert "| +10.0% | improvement |" in out.stdout
     bad = subprocess.run([sys.executable, "-m", "pytest_dlperf.report", str(tmp_path / "no.json")],
                          capture_output=True, text=True)

@@ -62,12 +62,24 @@ class DistEnv:
         )
 
 
+def module_name(name: str) -> str:
+    """``torch`` -> this package's adapter; a dotted name is the user's own adapter module."""
+    return name if "." in name else f"{__name__}.{name}"
+
+
 def load(name: str) -> ModuleType:
     """The adapter module for ``name``; a clear error when there is none."""
-    if not name.isidentifier() or importlib.util.find_spec(f"{__name__}.{name}") is None:
+    target = module_name(name)
+    try:
+        found = all(part.isidentifier() for part in name.split(".")) and \
+            importlib.util.find_spec(target) is not None
+    except ModuleNotFoundError:  # the parent package of a dotted name is missing
+        found = False
+    if not found:
         known = ", ".join(known_frameworks()) or "none"
-        raise LookupError(f"no framework adapter named {name!r} (known: {known})")
-    return importlib.import_module(f"{__name__}.{name}")
+        raise LookupError(f"no framework adapter named {name!r} (known: {known}; or a dotted "
+                          "module path to your own adapter)")
+    return importlib.import_module(target)
 
 
 def known_frameworks() -> list[str]:
