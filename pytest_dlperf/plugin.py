@@ -276,7 +276,11 @@ class ThroughputMeter:
         try:
             version = frameworks.installed_version(framework)
         except LookupError as exc:
-            pytest.fail(f"pytest-dlperf: {self.node.nodeid}: {exc}", pytrace=False)
+            problem = str(exc)
+        else:
+            problem = ""
+        if problem:
+            pytest.fail(f"pytest-dlperf: {self.node.nodeid}: {problem}", pytrace=False)
         if version is None:
             pytest.skip(f"{framework} is not installed; install it (pip install "
                         f"'pytest-dlperf[{framework}]') to run this case")

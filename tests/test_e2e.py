@@ -158,12 +158,14 @@ def _workers_of(path: Path) -> list[psutil.Process]:
     return found
 
 
-def test_a_case_past_its_timeout_fails_and_leaves_no_process(pytester: pytest.Pytester) -> None:
+def test_a_case_past_its_timeout_fails_and_leaves_no_process(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(pytester.mkdir("tmp")))  # worker command lines name it
     pytester.makepyfile(test_slow="def test_slow(throughput_meter):\n"
                                   "    throughput_meter.measure('torch')\n")
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--dlperf-steps", "100000", "--dlperf-timeout", "4",
-        "--devices-per-node", "2", "--basetemp", str(pytester.path / "tmp"), timeout=120)
+        "--devices-per-node", "2", timeout=120)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*timeout on 1n2d: timed out after 4 s; stuck ranks: [[]0, 1[]]*"])
     assert _workers_of(pytester.path) == [] and not any(

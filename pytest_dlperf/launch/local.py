@@ -37,7 +37,9 @@ def free_loopback_port() -> int:
 
 
 def agent_command(topology: Topology, port: int, run_id: str, spec_path: Path,
-                  out_dir: Path) -> list[str]:
+                  out_dir: Path, timeout_s: float) -> list[str]:
+    # A node that never arrives would otherwise hold the others for torch's default 900 s.
+    join_timeout = max(10, int(timeout_s))
     return [
         sys.executable, "-m", "torch.distributed.run",
         "--nnodes", str(topology.nodes),
@@ -46,6 +48,7 @@ def agent_command(topology: Topology, port: int, run_id: str, spec_path: Path,
         "--rdzv-endpoint", f"127.0.0.1:{port}",
         "--rdzv-id", run_id,
         "--local-addr", "127.0.0.1",
+        "--rdzv-conf", f"join_timeout={join_timeout}",
         "--max-restarts", "0",
         "--monitor-interval", "0.5",
         "-m", "pytest_dlperf.worker", str(spec_path), str(out_dir),
@@ -146,7 +149,7 @@ class LocalLauncher:
             for log in logs:
                 with open(log, "wb") as fh:
                     procs.append(subprocess.Popen(
-                        agent_command(topology, port, run_id, spec_path, out_dir),
+                        agent_command(topology, port, run_id, spec_path, out_dir, timeout_s),
                         stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                         env=env, start_new_session=True))
             outcome = _wait(procs, started + timeout_s)

@@ -1,0 +1,156 @@
+"""Faults with real processes: a hanging worker, a node that never joins, a diverging loss,
+Ctrl-C during a case. Every one ends with the case's whole process tree gone."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from pytest_dlperf.launch import LaunchError, local
+from pytest_dlperf.topology import Topology
+
+pytest.importorskip("torchvision")
+
+HANGING_ADAPTER = """
+import time
+
+DISTRIBUTION = "torch"
+
+
+class Hanging:
+    def step(self):
+        time.sleep(3600)  # a collective that never completes, say
+
+    def synchronize(self):
+        pass
+
+    def loss(self):
+        return 0.0
+
+    def environment(self):
+        return {}
+
+    def close(self):
+        pass
+
+
+def build_trainer(spec, dist):
+    return Hanging()
+"""
+
+
+def workers_under(path: Path) -> list[psutil.Process]:
+    """Every process of a case run below ``path`` (agents and workers name its files)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if "pytest_dlperf.worker" in cmdline and str(path) in cmdline:
+            found.append(proc)
+    return found
+
+
+def no_case_processes_left() -> bool:
+    return not any("pytest_dlperf.worker" in " ".join(p.info["cmdline"] or [])
+                   for p in psutil.process_iter(["cmdline"]))
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_a_hanging_worker_fails_after_the_timeout_naming_the_ranks(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(pytester.mkdir("tmp")))
+    pytester.mkpydir("fault_adapters")
+    (pytester.path / "fault_adapters" / "hanging.py").write_text(HANGING_ADAPTER)
+    pytester.makepyfile(test_hang="""
+        def test_hang(throughput_meter):
+            throughput_meter.measure("fault_adapters.hanging")  # a user's own adapter module
+    """)
+    started = time.monotonic()
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--devices-per-node", "2",
+                                           "--dlperf-timeout", "6", timeout=120)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*timeout on 1n2d: timed out after 6 s; stuck ranks: [[]0, 1[]]*"])
+    assert time.monotonic() - started < 60
+    assert workers_under(pytester.path) == [] and no_case_processes_left()
+    assert not [p for p in psutil.Process().children(recursive=True)
+                if p.status() == psutil.STATUS_ZOMBIE]
+
+
+def test_a_node_that_never_joins_times_out_and_frees_its_port(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two local nodes, but the second 'node' is a process that never starts an agent."""
+    real_command, ports, calls = local.agent_command, [], []
+
+    def second_node_never_joins(*args: Any) -> list[str]:
+        calls.append(args)
+        if len(calls) == 2:
+            return [sys.executable, "-c", "import time; time.sleep(3600)"]
+        return real_command(*args)
+
+    real_port = local.free_loopback_port
+    monkeypatch.setattr(local, "agent_command", second_node_never_joins)
+    monkeypatch.setattr(local, "free_loopback_port", lambda: ports.append(real_port()) or ports[-1])
+    spec = {"framework": "torch", "model": "resnet50", "batch_size": 2, "image_size": 64,
+            "num_classes": 1000, "seed": 0, "precision": "fp32", "device_type": "cpu",
+            "threads": 1, "optimizer": {"lr": 0.001, "momentum": 0.9, "weight_decay": 0.0},
+            "protocol": {"warmup_steps": 1, "steps": 2, "repeats": 1, "name": "t"}}
+    started = time.monotonic()
+    with pytest.raises(LaunchError) as info:
+        local.LocalLauncher().run(spec, Topology(2, 1, "cpu", "cpu"), tmp_path, timeout_s=8)
+    assert time.monotonic() - started < 30
+    assert info.value.kind == "timeout" and info.value.missing_ranks == [0, 1]
+    assert psutil.Process().children(recursive=True) == []  # agents, workers, sleeper: all gone
+    listening = [c for c in psutil.net_connections("tcp")
+                 if c.status == psutil.CONN_LISTEN and c.laddr.port == ports[0]]
+    assert listening == []  # the rendezvous port is released
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_a_diverging_loss_fails_as_diverged_not_fast(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_nan="""
+        def test_nan(throughput_meter):
+            throughput_meter.measure("torch", lr_per_256=1e12)
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--devices-per-node", "1",
+                                           "--dlperf-warmup-steps", "2", "--dlperf-steps", "2",
+                                           "--dlperf-repeats", "3", timeout=120)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*test_nan diverged on 1n1d: 1 of 1 ranks failed (diverged)*",
+                                 "*Diverged: rank 0: loss is nan after timed window*"])
+    assert "pytest-dlperf: training throughput" not in result.stdout.str()  # no figure reported
+
+
+def test_ctrl_c_stops_every_worker_and_writes_no_baseline(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(pytester.mkdir("tmp")))  # the case's files, spec included
+    pytester.makepyfile(test_long="""
+        def test_long(throughput_meter):
+            throughput_meter.measure("torch")
+    """)
+    proc = pytester.popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                           "--devices-per-node", "2", "--dlperf-steps", "100000",
+                           "--dlperf-update-baselines", "--dlperf-baselines", "bl"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers_under(pytester.path)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(workers_under(pytester.path)) >= 2, "the case never started its workers"
+        time.sleep(3)  # well inside the timed windows
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+        out = proc.stdout.read()
+    finally:  # if the test itself fails, leave nothing behind for the tests after it
+        if proc.poll() is None:
+            local.kill_tree([proc])
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert b"KeyboardInterrupt" in out
+    assert workers_under(pytester.path) == []
+    baselines = pytester.path / "bl"
+    assert not baselines.exists() or list(baselines.rglob("*")) == []
