@@ -7,6 +7,7 @@ deep-learning framework, so ``pytest --help`` stays cheap.
 from __future__ import annotations
 
 import inspect
+import os
 import shutil
 import tempfile
 import time
@@ -20,7 +21,7 @@ from . import frameworks
 from . import settings as settings_mod
 from .baselines import Baseline, BaselineError, BaselineStore
 from .jsonio import write_json_atomic
-from .launch import Cluster, LaunchError, get_launcher
+from .launch import Cluster, LaunchError, Launcher, detect, get_launcher
 from .protocol import Result, aggregate
 from .report import CaseReport, results_json, rows, text_table
 from .stats import IMPROVEMENT, NO_BASELINE, REGRESSION, Verdict, compare
@@ -40,6 +41,18 @@ class SessionState:
     reports: list[CaseReport] = field(default_factory=list)
     _hardware: Hardware | None = None
     _work_root: Path | None = None
+    _launcher: Launcher | None = None
+
+    @property
+    def launcher(self) -> Launcher:
+        if self._launcher is None:
+            name = self.settings.launcher
+            try:
+                self._launcher = get_launcher(detect(dict(os.environ)) if name == "auto" else name,
+                                              dict(os.environ))
+            except LookupError as exc:
+                raise pytest.UsageError(f"pytest-dlperf: {exc}") from None
+        return self._launcher
 
     @property
     def hardware(self) -> Hardware:
@@ -63,6 +76,9 @@ class SessionState:
             have, what = len(hw.gpus), "NVIDIA GPUs"
         else:  # one core at least per simulated device, or DDP oversubscribes the CPU
             have, what = hw.cpu_count, "usable CPU cores (one per simulated device)"
+        allocation = getattr(self.launcher, "allocation", None)
+        if self.device_type == "cuda" and allocation is not None and allocation.gpus_per_node:
+            have, what = allocation.gpus_per_node, "GPUs per node in the Slurm allocation"
         if wanted is None:
             return have if self.device_type == "cuda" else min(2, have)
         if wanted > have:
@@ -81,12 +97,28 @@ class SessionState:
                 shapes.add((n, per_node))
                 n *= 2
             shapes.add((max_nodes, per_node))
-        return [make_topology(self.hardware, n, d, self.device_type) for n, d in sorted(shapes)]
+        return [make_topology(self.hardware, n, d, self.device_type,
+                              all_nodes_here=self.launcher.all_nodes_here)
+                for n, d in sorted(shapes)]
+
+    def check_nodes(self) -> None:
+        allocation = getattr(self.launcher, "allocation", None)
+        if allocation is not None and self.settings.nodes > allocation.nodes:
+            raise pytest.UsageError(
+                f"pytest-dlperf: --nodes={self.settings.nodes}, but Slurm allocation "
+                f"{allocation.job_id} has {allocation.nodes} node(s) ({allocation.nodelist}); "
+                f"pass --nodes {allocation.nodes} or less, or allocate more nodes")
 
     @property
     def work_root(self) -> Path:
+        """Per-session scratch for the cases' specs and results. Remote nodes must see it,
+        so outside local mode it lives under the rootdir, not in this host's /tmp."""
         if self._work_root is None:
-            self._work_root = Path(tempfile.mkdtemp(prefix="pytest-dlperf-"))
+            parent = None
+            if not self.launcher.all_nodes_here:
+                parent = self.rootpath / ".pytest-dlperf"
+                parent.mkdir(exist_ok=True)
+            self._work_root = Path(tempfile.mkdtemp(prefix="pytest-dlperf-", dir=parent))
         return self._work_root
 
     def close(self) -> None:
@@ -115,6 +147,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Check explicit device requests against the host before collecting anything; with the
     defaults nothing can be wrong, and detection waits until a case needs it."""
     state = session.config.stash[STATE]
+    state.check_nodes()
     if state.settings.devices_per_node is not None or state.settings.device != "auto":
         state.devices_per_node  # noqa: B018 - raises pytest.UsageError naming the flag
 
@@ -157,11 +190,12 @@ def cluster(request: pytest.FixtureRequest) -> Cluster:
     state = request.config.stash[STATE]
     topology = getattr(request, "param", None) or state.ladder(multinode=False)[-1]
     gpus = len(state.hardware.gpus)
-    if topology.device_type == "cuda" and topology.world_size > gpus:
+    if (state.launcher.all_nodes_here and topology.device_type == "cuda"
+            and topology.world_size > gpus):
         pytest.skip(f"{topology.id} needs {topology.world_size} GPUs and local mode runs every "
                     f"node on this host, which has {gpus}; lower --devices-per-node or run it "
                     "on a cluster")
-    return Cluster(topology, get_launcher("local"), state.work_root, state.settings.timeout)
+    return Cluster(topology, state.launcher, state.work_root, state.settings.timeout)
 
 
 @pytest.fixture
@@ -209,7 +243,7 @@ class ThroughputMeter:
             protocol=self.protocol, result=result, fingerprint=fp, environment=env,
             verdict=compare(result.median, baseline.median if baseline else None, tolerance),
             baseline_path=self._display(self.state.store.path_for(self.case, fp)),
-            launched_at=launched_at)
+            launched_at=launched_at, launcher=self.cluster.launcher.name)
         if self.cluster.world_size > 1:
             reference = self._reference_median(framework, version, env, workload)
             report.speedup = result.median / reference

@@ -38,6 +38,7 @@ class CaseReport:
     fingerprint: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
     launched_at: float = 0.0  # epoch seconds when the case's processes were started
+    launcher: str = "local"
     # Multi-device cases: median / the 1n1d median with the same per-device batch, and / devices.
     speedup: float | None = None
     efficiency: float | None = None
@@ -78,6 +79,7 @@ class CaseReport:
                 "framework_version": self.framework_version,
                 "model": self.workload.model,
                 "topology": self.topology.to_json(),
+                "launcher": self.launcher,
                 "precision": self.precision.label,
                 "batch_size": self.workload.batch_size,
                 "global_batch": self.result.global_batch,

@@ -14,16 +14,60 @@ pytest_plugins = "pytester"
 REPO = Path(__file__).resolve().parents[1]
 
 
+FAKE_SRUN = r"""#!/usr/bin/env bash
+# Fake srun: one task per requested node, all on this host; logs how it was called.
+echo "srun $*" >> "$FAKE_SLURM_LOG"
+nodes=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --nodes=*) nodes=${1#--nodes=} ;;
+    -N|--nodes) nodes=$2; shift ;;
+    -*) ;;
+    *) break ;;
+  esac
+  shift
+done
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null' TERM INT
+for ((i = 0; i < nodes; i++)); do
+  SLURM_NODEID=$i SLURM_PROCID=$i "$@" &
+  pids+=($!)
+done
+rc=0
+for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+exit $rc
+"""
+
+FAKE_SCONTROL = r"""#!/usr/bin/env bash
+# Fake scontrol: every allocated node is this host.
+[ "$1 $2" = "show hostnames" ] || { echo "fake scontrol: only 'show hostnames'" >&2; exit 1; }
+for ((i = 0; i < SLURM_JOB_NUM_NODES; i++)); do echo localhost; done
+"""
+
+
 @pytest.fixture
-def fake_hardware(monkeypatch: pytest.MonkeyPatch) -> Callable[..., topology.Hardware]:
+def fake_hardware(monkeypatch: pytest.MonkeyPatch,
+                  tmp_path_factory: pytest.TempPathFactory) -> Callable[..., topology.Hardware]:
     """The one hardware fake: replaces every detection source topology reads (NVML devices,
-    CPU model, usable cores), for in-process pytester runs and direct calls alike."""
+    CPU model, usable cores), for in-process pytester runs and direct calls alike; with
+    ``slurm_nodes`` it also fakes a Slurm allocation (environment, ``srun`` and ``scontrol`` on
+    PATH that start the agents on this host), which subprocess runs inherit."""
 
     def install(gpus: tuple[str, ...] = (), cpu_model: str = "Fake CPU 9000", cpu_count: int = 2,
-                driver: str | None = None) -> topology.Hardware:
+                driver: str | None = None, slurm_nodes: int | None = None) -> topology.Hardware:
         monkeypatch.setattr(topology, "_nvml_devices", lambda: (tuple(gpus), driver))
         monkeypatch.setattr(topology, "_cpu_model", lambda: cpu_model)
         monkeypatch.setattr(topology, "_cpu_count", lambda: cpu_count)
+        if slurm_nodes is not None:
+            bin_dir = tmp_path_factory.mktemp("fake-slurm")
+            for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
+                (bin_dir / name).write_text(text)
+                (bin_dir / name).chmod(0o755)
+            monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+            monkeypatch.setenv("FAKE_SLURM_LOG", str(bin_dir / "calls.log"))
+            monkeypatch.setenv("SLURM_JOB_ID", "4242")
+            monkeypatch.setenv("SLURM_JOB_NODELIST", f"node[1-{slurm_nodes}]")
+            monkeypatch.setenv("SLURM_JOB_NUM_NODES", str(slurm_nodes))
         return topology.detect_hardware()
 
     return install

@@ -38,18 +38,38 @@ class LaunchError(Exception):
 
 class Launcher(Protocol):
     name: str
+    all_nodes_here: bool  # every node's workers share this host's cores and devices
 
     def run(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
             timeout_s: float) -> list[dict[str, Any]]:
         """Every rank's result, ordered by rank."""
 
 
-def get_launcher(name: str) -> Launcher:
+LAUNCHERS = ("local", "slurm")
+
+
+def detect(environ: dict[str, str]) -> str:
+    """The launch mode this environment calls for: inside a Slurm allocation, srun; else local."""
+    from .slurm import SlurmAllocation
+
+    return "slurm" if SlurmAllocation.from_environ(environ) is not None else "local"
+
+
+def get_launcher(name: str, environ: dict[str, str]) -> Launcher:
     if name == "local":
         from .local import LocalLauncher
 
         return LocalLauncher()
-    raise LookupError(f"unknown launcher {name!r} (known: local)")
+    if name == "slurm":
+        from .slurm import SlurmAllocation, SlurmLauncher
+
+        allocation = SlurmAllocation.from_environ(environ)
+        if allocation is None:
+            raise LookupError("--dlperf-launcher=slurm, but this is not inside a Slurm "
+                              "allocation (no SLURM_JOB_ID / SLURM_JOB_NODELIST); run under "
+                              "salloc or sbatch")
+        return SlurmLauncher(allocation)
+    raise LookupError(f"unknown launcher {name!r} (known: {', '.join(LAUNCHERS)})")
 
 
 class Cluster:

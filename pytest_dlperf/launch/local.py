@@ -36,8 +36,9 @@ def free_loopback_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def agent_command(topology: Topology, port: int, run_id: str, spec_path: Path,
-                  out_dir: Path, timeout_s: float) -> list[str]:
+def agent_command(topology: Topology, endpoint: str, run_id: str, spec_path: Path,
+                  out_dir: Path, timeout_s: float, local_addr: str | None = "127.0.0.1") -> list[str]:
+    """One node's ``torchrun`` agent; every launch mode starts these, only where differs."""
     # A node that never arrives would otherwise hold the others for torch's default 900 s.
     join_timeout = max(10, int(timeout_s))
     return [
@@ -45,9 +46,9 @@ def agent_command(topology: Topology, port: int, run_id: str, spec_path: Path,
         "--nnodes", str(topology.nodes),
         "--nproc-per-node", str(topology.devices_per_node),
         "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", f"127.0.0.1:{port}",
+        "--rdzv-endpoint", endpoint,
         "--rdzv-id", run_id,
-        "--local-addr", "127.0.0.1",
+        *(["--local-addr", local_addr] if local_addr else []),
         "--rdzv-conf", f"join_timeout={join_timeout}",
         "--max-restarts", "0",
         "--monitor-interval", "0.5",
@@ -124,40 +125,60 @@ def _wait(procs: list[subprocess.Popen[bytes]], deadline: float) -> str:
         time.sleep(0.1)
 
 
+def prepare(spec: dict[str, Any], run_dir: Path) -> tuple[Path, Path, Path]:
+    """The case's folder: spec.json, results/ (one file per rank), tmp/ (workers' TMPDIR)."""
+    out_dir, tmp_dir = run_dir / "results", run_dir / "tmp"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    spec_path = run_dir / "spec.json"
+    spec_path.write_text(json.dumps(spec, sort_keys=True, indent=2))
+    return spec_path, out_dir, tmp_dir
+
+
+def new_run_id() -> str:
+    return f"dlperf-{uuid.uuid4().hex[:12]}"
+
+
+def run_processes(commands: list[list[str]], env: dict[str, str], run_dir: Path, out_dir: Path,
+                  world_size: int, timeout_s: float) -> list[dict[str, Any]]:
+    """Start the commands, wait (bounded), reap their whole trees, collect every rank's JSON."""
+    logs = [run_dir / f"agent-{i}.log" for i in range(len(commands))]
+    procs: list[subprocess.Popen[bytes]] = []
+    started = time.monotonic()
+    # SIGTERM (a CI runner cancelling the job) unwinds like Ctrl-C, so the finally below
+    # reaps the workers instead of orphaning them.
+    previous = (signal.signal(signal.SIGTERM, _interrupt)
+                if threading.current_thread() is threading.main_thread() else None)
+    try:
+        for command, log in zip(commands, logs):
+            with open(log, "wb") as fh:
+                procs.append(subprocess.Popen(
+                    command, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env=env, start_new_session=True))
+        outcome = _wait(procs, started + timeout_s)
+    finally:  # also on Ctrl-C: no worker outlives its case
+        kill_tree(procs)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    return collect(out_dir, world_size, outcome, timeout_s, _tail(logs))
+
+
 class LocalLauncher:
+    """Every node's agent on this host, rendezvousing on loopback."""
+
     name = "local"
+    all_nodes_here = True
 
     def run(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
             timeout_s: float) -> list[dict[str, Any]]:
-        out_dir, tmp_dir = run_dir / "results", run_dir / "tmp"
-        out_dir.mkdir(parents=True, exist_ok=True)
-        tmp_dir.mkdir(parents=True, exist_ok=True)
-        spec_path = run_dir / "spec.json"
-        spec_path.write_text(json.dumps(spec, sort_keys=True, indent=2))
+        spec_path, out_dir, tmp_dir = prepare(spec, run_dir)
         # One node hosts the store itself and may let the OS pick the port.
         port = 0 if topology.nodes == 1 else free_loopback_port()
-        run_id = f"dlperf-{uuid.uuid4().hex[:12]}"
-        env = worker_environment(topology, tmp_dir)
-        logs = [run_dir / f"agent-{i}.log" for i in range(topology.nodes)]
-        procs: list[subprocess.Popen[bytes]] = []
-        started = time.monotonic()
-        # SIGTERM (a CI runner cancelling the job) unwinds like Ctrl-C, so the finally below
-        # reaps the workers instead of orphaning them.
-        previous = (signal.signal(signal.SIGTERM, _interrupt)
-                    if threading.current_thread() is threading.main_thread() else None)
-        try:
-            for log in logs:
-                with open(log, "wb") as fh:
-                    procs.append(subprocess.Popen(
-                        agent_command(topology, port, run_id, spec_path, out_dir, timeout_s),
-                        stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                        env=env, start_new_session=True))
-            outcome = _wait(procs, started + timeout_s)
-        finally:  # also on Ctrl-C: no worker outlives its case
-            kill_tree(procs)
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
-        return collect(out_dir, topology.world_size, outcome, timeout_s, _tail(logs))
+        run_id = new_run_id()
+        commands = [agent_command(topology, f"127.0.0.1:{port}", run_id, spec_path, out_dir,
+                                  timeout_s) for _ in range(topology.nodes)]
+        return run_processes(commands, worker_environment(topology, tmp_dir), run_dir, out_dir,
+                             topology.world_size, timeout_s)
 
 
 def collect(out_dir: Path, world_size: int, outcome: str, timeout_s: float,

@@ -1,0 +1,74 @@
+"""Slurm mode against a faked allocation: the real plugin, launcher, torchrun agents and workers;
+only ``srun``/``scontrol`` and the SLURM_* environment are fakes (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pytest_dlperf.launch.slurm import expand_nodelist
+
+SCALING = """
+import pytest
+
+@pytest.mark.multinode
+def test_scale(cluster, throughput_meter):
+    report = throughput_meter.measure("torch")
+    print("LAUNCHER", report.launcher, cluster.topology.id, report.result.global_batch)
+"""
+
+
+@pytest.mark.parametrize("nodelist, names", [
+    ("node[1-3]", ["node1", "node2", "node3"]),
+    ("gpu[01-02,07],login1", ["gpu01", "gpu02", "gpu07", "login1"]),
+    ("a,b", ["a", "b"]),
+])
+def test_nodelist_expansion(nodelist: str, names: list[str]) -> None:
+    assert expand_nodelist(nodelist) == names
+
+
+def test_more_nodes_than_the_allocation_is_a_usage_error(
+        pytester: pytest.Pytester, fake_hardware: Callable[..., object]) -> None:
+    fake_hardware(slurm_nodes=2)
+    pytester.makepyfile(test_scale=SCALING)
+    result = pytester.runpytest("-m", "multinode", "--nodes", "3")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--nodes=3, but Slurm allocation 4242 has 2 node(s) "
+                                 "(node[[]1-2[]]); pass --nodes 2 or less*"])
+
+
+def test_slurm_launcher_outside_an_allocation_is_a_usage_error(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_NODELIST"):
+        monkeypatch.delenv(key, raising=False)
+    pytester.makepyfile(test_scale=SCALING)
+    result = pytester.runpytest("--dlperf-launcher", "slurm")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--dlperf-launcher=slurm, but this is not inside a Slurm "
+                                 "allocation*"])
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_two_node_allocation_trains_through_srun(
+        pytester: pytest.Pytester, fake_hardware: Callable[..., object]) -> None:
+    pytest.importorskip("torchvision")
+    fake_hardware(slurm_nodes=2)
+    pytester.makepyfile(test_scale=SCALING)
+    result = pytester.runpytest_subprocess(
+        "-s", "-p", "no:cacheprovider", "-m", "multinode", "--nodes", "2",
+        "--devices-per-node", "1", "-k", "2n1d", "--dlperf-warmup-steps", "1",
+        "--dlperf-steps", "2", "--dlperf-repeats", "1", timeout=300)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*LAUNCHER slurm 2n1d 4*"])
+    calls = Path(os.environ["FAKE_SLURM_LOG"]).read_text().splitlines()
+    # The case itself, then its 1n1d reference for the speedup (not in the session, no baseline).
+    assert [c.split()[1:5] for c in calls] == [
+        ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=localhost,localhost"],
+        ["--nodes=1", "--ntasks=1", "--ntasks-per-node=1", "--nodelist=localhost"]]
+    assert "--rdzv-endpoint localhost:" in calls[0] and "--nnodes 2" in calls[0]
+    # The scratch folder is on the shared filesystem (the rootdir), and is cleaned up.
+    assert (pytester.path / ".pytest-dlperf").is_dir()
+    assert list((pytester.path / ".pytest-dlperf").iterdir()) == []
