@@ -72,6 +72,9 @@ class SessionState:
     @property
     def devices_per_node(self) -> int:
         hw, wanted = self.hardware, self.settings.devices_per_node
+        launched = getattr(self.launcher, "dist", None)
+        if launched is not None:  # external: the job was started with its own shape
+            return int(launched.local_world_size)
         if self.device_type == "cuda":
             have, what = len(hw.gpus), "NVIDIA GPUs"
         else:  # one core at least per simulated device, or DDP oversubscribes the CPU
@@ -89,7 +92,8 @@ class SessionState:
 
     def ladder(self, multinode: bool) -> list[Topology]:
         """DLPerf's ladder: 1 device, then a full node; multinode cases add 2, 4, ... nodes."""
-        per_node, max_nodes = self.devices_per_node, self.settings.nodes
+        per_node = self.devices_per_node
+        max_nodes = getattr(self.launcher, "nodes", self.settings.nodes)
         shapes = {(1, 1), (1, per_node)}
         if multinode:
             n = 2
@@ -108,6 +112,11 @@ class SessionState:
                 f"pytest-dlperf: --nodes={self.settings.nodes}, but Slurm allocation "
                 f"{allocation.job_id} has {allocation.nodes} node(s) ({allocation.nodelist}); "
                 f"pass --nodes {allocation.nodes} or less, or allocate more nodes")
+
+    @property
+    def is_reporter(self) -> bool:
+        """Only rank 0 of an externally launched job writes results and tables."""
+        return bool(getattr(self._launcher, "is_reporter", True))
 
     @property
     def work_root(self) -> Path:
@@ -195,6 +204,11 @@ def cluster(request: pytest.FixtureRequest) -> Cluster:
         pytest.skip(f"{topology.id} needs {topology.world_size} GPUs and local mode runs every "
                     f"node on this host, which has {gpus}; lower --devices-per-node or run it "
                     "on a cluster")
+    can_run = getattr(state.launcher, "can_run", None)
+    if can_run is not None and not can_run(topology):
+        nodes = getattr(state.launcher, "nodes", "?")
+        pytest.skip(f"{topology.id}: pytest was launched as a {nodes}-node job with its own "
+                    "ranks; external mode runs only that topology")
     return Cluster(topology, state.launcher, state.work_root, state.settings.timeout)
 
 
@@ -244,17 +258,40 @@ class ThroughputMeter:
             verdict=compare(result.median, baseline.median if baseline else None, tolerance),
             baseline_path=self._display(self.state.store.path_for(self.case, fp)),
             launched_at=launched_at, launcher=self.cluster.launcher.name)
-        if self.cluster.world_size > 1:
-            reference = self._reference_median(framework, version, env, workload)
+        reference = (self._reference_median(framework, version, env, workload)
+                     if self.cluster.world_size > 1 else None)
+        if reference is not None:
             report.speedup = result.median / reference
             report.efficiency = report.speedup / self.cluster.world_size
             if baseline is not None and baseline.efficiency is not None:
                 report.efficiency_verdict = compare(report.efficiency, baseline.efficiency,
                                                     tolerance)
-        report.baseline_action = self._maybe_update(report, baseline)
-        self.state.reports.append(report)
-        self._judge(report)
+        if getattr(self.cluster.launcher, "is_reporter", True):
+            report.baseline_action = self._maybe_update(report, baseline)
+            self.state.reports.append(report)
+        self._conclude(report)
         return report
+
+    def _conclude(self, report: CaseReport) -> None:
+        """Judge the case; in external mode only rank 0 judges and the others take its word."""
+        launcher = self.cluster.launcher
+        share = getattr(launcher, "share_outcome", None)
+        if share is None:
+            self._judge(report)
+            return
+        timeout = self.state.settings.timeout
+        if not launcher.is_reporter:  # type: ignore[attr-defined]
+            outcome = share({}, timeout)
+            if outcome["status"] == "failed":
+                pytest.fail(f"pytest-dlperf (rank 0's verdict): {outcome['message']}",
+                            pytrace=False)
+            return
+        try:
+            self._judge(report)
+        except pytest.fail.Exception as exc:
+            share({"status": "failed", "message": str(exc.msg)}, timeout)
+            raise
+        share({"status": "passed", "message": ""}, timeout)
 
     def _run(self, cluster: Cluster, framework: str, workload: Workload) -> tuple[Result, dict[str, Any]]:
         spec = {"framework": framework, "precision": self.amp.name,
@@ -278,11 +315,13 @@ class ThroughputMeter:
                            accelerator_stack=self._accelerator_stack(topology, env))
 
     def _reference_median(self, framework: str, version: str, env: dict[str, Any],
-                          workload: Workload) -> float:
+                          workload: Workload) -> float | None:
         """The 1n1d median for this test and precision, with the same per-device batch: from
-        this session, else from its baseline, else measured now (and not reported)."""
+        this session, else from its baseline, else measured now (and not reported); None when
+        the launcher cannot run 1n1d (external mode) and nothing else has it."""
         topology = make_topology(self.state.hardware, 1, 1, self.cluster.device_type)
         fp = self._fingerprint(topology, framework, version, env, workload)
+        can_run = getattr(self.cluster.launcher, "can_run", lambda _: True)
         case = self._case_at(topology)
         for report in self.state.reports:
             if report.case == case and report.fingerprint == fp:
@@ -293,6 +332,8 @@ class ThroughputMeter:
             baseline = None
         if baseline is not None:
             return baseline.median
+        if not can_run(topology):
+            return None
         reference = Cluster(topology, self.cluster.launcher, self.cluster.work_root,
                             self.cluster.timeout_s)
         return self._run(reference, framework, workload)[0].median
@@ -422,7 +463,7 @@ def _recorded(report: CaseReport) -> dict[str, Any]:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session.config.stash.get(STATE, None)
-    if state is not None and state.settings.json is not None:
+    if state is not None and state.settings.json is not None and state.is_reporter:
         write_json_atomic(state.settings.json, results_json(state.reports))
 
 

@@ -135,10 +135,11 @@ OPTIONS: tuple[Option, ...] = (
            metavar="N"),
     Option("device", "device type to train on: auto (cuda when NVIDIA GPUs are found), cuda or cpu.",
            _choice("auto", "cuda", "cpu"), "auto", metavar="TYPE"),
-    Option("launcher", "how workers start: auto (slurm inside a Slurm allocation, else local), "
-           "local (torchrun agents for every node on this host, loopback rendezvous) or slurm "
-           "(one agent per allocated node via srun).", _choice("auto", "local", "slurm"), "auto",
-           metavar="MODE"),
+    Option("launcher", "how workers start: auto (external when pytest runs as a rank of a "
+           "launched job, slurm inside a Slurm allocation, else local), local (torchrun agents "
+           "for every node on this host, loopback rendezvous), slurm (one agent per allocated "
+           "node via srun) or external (pytest was started by torchrun/srun on every rank).",
+           _choice("auto", "local", "slurm", "external"), "auto", metavar="MODE"),
     Option("timeout", "seconds one case may take, start-up included, before its workers are "
            "killed and it fails. Default: 1800.", _positive_float, 1800.0, metavar="SECONDS"),
 )

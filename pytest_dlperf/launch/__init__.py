@@ -45,13 +45,17 @@ class Launcher(Protocol):
         """Every rank's result, ordered by rank."""
 
 
-LAUNCHERS = ("local", "slurm")
+LAUNCHERS = ("local", "slurm", "external")
 
 
 def detect(environ: dict[str, str]) -> str:
-    """The launch mode this environment calls for: inside a Slurm allocation, srun; else local."""
+    """The launch mode this environment calls for: pytest already running as one rank of a
+    launched job -> external; inside a Slurm allocation -> slurm; else local."""
+    from .external import launched_externally
     from .slurm import SlurmAllocation
 
+    if launched_externally(environ):
+        return "external"
     return "slurm" if SlurmAllocation.from_environ(environ) is not None else "local"
 
 
@@ -69,6 +73,14 @@ def get_launcher(name: str, environ: dict[str, str]) -> Launcher:
                               "allocation (no SLURM_JOB_ID / SLURM_JOB_NODELIST); run under "
                               "salloc or sbatch")
         return SlurmLauncher(allocation)
+    if name == "external":
+        from .external import REQUIRED, ExternalLauncher, launched_externally
+
+        if not launched_externally(environ):
+            raise LookupError("--dlperf-launcher=external, but pytest was not started as a rank "
+                              f"of a launched job (needs {', '.join(REQUIRED)}); start it with "
+                              "torchrun ... -m pytest")
+        return ExternalLauncher(environ)
     raise LookupError(f"unknown launcher {name!r} (known: {', '.join(LAUNCHERS)})")
 
 

@@ -1,0 +1,96 @@
+"""External mode: pytest itself was started on every rank (``torchrun ... -m pytest``, or srun
+with RANK/WORLD_SIZE/MASTER_ADDR set). Each rank trains in-process; the ranks swap their JSON
+results through a c10d TCPStore (torchrun's agent store when there is one), so every rank
+aggregates the same figures; only rank 0 judges and reports, and the others take its outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from ..frameworks import DistEnv
+from ..topology import Topology
+from . import LaunchError
+
+REQUIRED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def launched_externally(environ: dict[str, str]) -> bool:
+    return all(key in environ for key in REQUIRED)
+
+
+class ExternalLauncher:
+    name = "external"
+    all_nodes_here = False
+
+    def __init__(self, environ: dict[str, str]) -> None:
+        self.dist = DistEnv.from_environ(environ)
+        self.host, self.port = environ["MASTER_ADDR"], int(environ["MASTER_PORT"])
+        # torchrun's agent already serves a store on MASTER_PORT; otherwise rank 0 serves one
+        # beside the port the framework's own process group will take.
+        self.agent_store = environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        self._store: Any = None
+        self._calls = 0
+
+    @property
+    def nodes(self) -> int:
+        return max(1, self.dist.world_size // self.dist.local_world_size)
+
+    @property
+    def is_reporter(self) -> bool:
+        return self.dist.rank == 0
+
+    def can_run(self, topology: Topology) -> bool:
+        return (topology.nodes, topology.devices_per_node) == (self.nodes,
+                                                                self.dist.local_world_size)
+
+    def store(self, timeout_s: float) -> Any:
+        if self._store is None:
+            import torch.distributed as dist
+
+            port = self.port if self.agent_store else self.port + 1
+            self._store = dist.TCPStore(
+                self.host, port, self.dist.world_size,
+                is_master=not self.agent_store and self.dist.rank == 0,
+                timeout=timedelta(seconds=timeout_s))
+        return self._store
+
+    def run(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
+            timeout_s: float) -> list[dict[str, Any]]:
+        from ..worker import run as run_worker
+
+        self._calls += 1  # every rank runs the same cases in the same order
+        prefix = f"dlperf/case{self._calls}"
+        os.environ["OMP_NUM_THREADS"] = str(spec["threads"])
+        try:
+            mine: dict[str, Any] = run_worker(spec, self.dist)
+        except Exception:
+            mine = {"rank": self.dist.rank, "error": traceback.format_exc()}
+        store = self.store(timeout_s)
+        store.set(f"{prefix}/rank{self.dist.rank}", json.dumps(mine))
+        keys = [f"{prefix}/rank{r}" for r in range(self.dist.world_size)]
+        try:
+            store.wait(keys, timedelta(seconds=timeout_s))
+        except Exception as exc:  # c10d raises its own timeout types
+            missing = [r for r, k in enumerate(keys) if not store.check([k])]
+            raise LaunchError(f"timed out after {timeout_s:g} s waiting for ranks {missing}: "
+                              f"{exc}", missing_ranks=missing, kind="timeout") from None
+        results = [json.loads(store.get(k)) for k in keys]
+        errors = {r["rank"]: r["error"] for r in results if "error" in r}
+        if errors:
+            raise LaunchError(f"{len(errors)} of {self.dist.world_size} ranks failed", errors)
+        return results
+
+    def share_outcome(self, outcome: dict[str, str], timeout_s: float) -> dict[str, str]:
+        """Rank 0 publishes its outcome for the current case; the other ranks receive it."""
+        store, key = self.store(timeout_s), f"dlperf/case{self._calls}/outcome"
+        if self.is_reporter:
+            store.set(key, json.dumps(outcome))
+            return outcome
+        store.wait([key], timedelta(seconds=timeout_s))
+        return dict(json.loads(store.get(key)))

@@ -1,0 +1,72 @@
+"""External mode: pytest itself started by torchrun on every rank (two real agents on loopback).
+Rank 0 judges, reports and writes; rank 1 trains, then takes rank 0's verdict."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_dlperf.launch.local import free_loopback_port
+
+pytest.importorskip("torchvision")
+
+TEST = """
+import pytest
+
+@pytest.mark.multinode
+def test_s(cluster, throughput_meter):
+    report = throughput_meter.measure("torch")
+    print("RESULT", report.launcher, cluster.topology.id, report.result.global_batch)
+"""
+
+
+def launch_pytest_on_two_ranks(path: Path, tag: str) -> tuple[list[int], list[str]]:
+    port = free_loopback_port()
+    agents = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--local-addr",
+         "127.0.0.1", "--log-dir", str(path / f"{tag}-logs{i}"), "--redirects", "3",
+         "-m", "pytest", "test_s.py", "-p", "no:cacheprovider", "-s", "-rA", "-m", "multinode",
+         "--dlperf-warmup-steps", "1", "--dlperf-steps", "2", "--dlperf-repeats", "1",
+         "--dlperf-baselines", "bl", "--dlperf-json", f"{tag}.json"],
+        cwd=path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(2)]
+    codes = [agent.wait(timeout=240) for agent in agents]
+    outputs = {}
+    for log in path.glob(f"{tag}-logs*/*/attempt_0/0/stdout.log"):
+        text = log.read_text()
+        rank = 0 if "pytest-dlperf: training throughput" in text else 1
+        outputs[rank] = text
+    return codes, [outputs.get(0, ""), outputs.get(1, "")]
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_rank_zero_reports_and_the_other_rank_mirrors_it(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_s=TEST)
+    codes, (rank0, rank1) = launch_pytest_on_two_ranks(pytester.path, "first")
+    assert codes == [0, 0], (rank0, rank1)
+    for text in (rank0, rank1):  # both ranks trained the 2-node case; 1n1d cannot run here
+        assert "RESULT external 2n1d 4" in text
+        assert "1n1d: pytest was launched as a 2-node job" in text
+    assert "test_s.py::test_s[2n1d]  2 x 1" in rank0 and "no-baseline" in rank0
+    assert "training throughput" not in rank1
+    results = json.loads((pytester.path / "first.json").read_text())
+    (bench,) = results["benchmarks"]
+    assert bench["extra_info"]["launcher"] == "external"
+    assert bench["extra_info"]["topology"]["world_size"] == 2
+
+    # Rank 0 alone owns the baseline; a 100x faster one makes both ranks fail.
+    fingerprint = bench["extra_info"]["fingerprint"]
+    median = bench["extra_info"]["samples_per_s"]
+    from pytest_dlperf.baselines import Baseline, BaselineStore
+
+    BaselineStore(pytester.path / "bl").save(Baseline(
+        case=bench["extra_info"]["case"], fingerprint=fingerprint, repeats=[median * 100],
+        median=median * 100))
+    codes, (rank0, rank1) = launch_pytest_on_two_ranks(pytester.path, "second")
+    assert all(code != 0 for code in codes)
+    assert "REGRESSION in test_s.py::test_s[2n1d]" in rank0
+    assert "pytest-dlperf (rank 0's verdict): pytest-dlperf: REGRESSION in" in rank1
