@@ -257,7 +257,8 @@ class ThroughputMeter:
             protocol=self.protocol, result=result, fingerprint=fp, environment=env,
             verdict=compare(result.median, baseline.median if baseline else None, tolerance),
             baseline_path=self._display(self.state.store.path_for(self.case, fp)),
-            launched_at=launched_at, launcher=self.cluster.launcher.name)
+            launched_at=launched_at, launcher=self.cluster.launcher.name,
+            isolation=getattr(self.cluster.launcher, "isolation", None))
         reference = (self._reference_median(framework, version, env, workload)
                      if self.cluster.world_size > 1 else None)
         if reference is not None:

@@ -39,6 +39,7 @@ class CaseReport:
     environment: dict[str, Any] = field(default_factory=dict)
     launched_at: float = 0.0  # epoch seconds when the case's processes were started
     launcher: str = "local"
+    isolation: str | None = None  # local mode: "network-namespace" or "none"
     # Multi-device cases: median / the 1n1d median with the same per-device batch, and / devices.
     speedup: float | None = None
     efficiency: float | None = None
@@ -80,6 +81,7 @@ class CaseReport:
                 "model": self.workload.model,
                 "topology": self.topology.to_json(),
                 "launcher": self.launcher,
+                "rendezvous_isolation": self.isolation,
                 "precision": self.precision.label,
                 "batch_size": self.workload.batch_size,
                 "global_batch": self.result.global_batch,

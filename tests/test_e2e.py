@@ -20,7 +20,7 @@ TINY = ["-p", "no:cacheprovider", "--dlperf-warmup-steps", "1", "--dlperf-steps"
 PAIR = """
 import pytest
 
-@pytest.mark.dlperf(tolerance=0.995)
+@pytest.mark.dlperf(tolerance=0.9999)
 def test_marked(cluster, throughput_meter):
     throughput_meter.measure("torch", model="resnet50")
 
@@ -83,7 +83,8 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
     assert "test_pair[1n2d]" in compare.stdout
 
     # 2. A baseline 100x faster than this machine: the case regresses and fails, saying why.
-    # The marked case's marker (99.5%) outranks its baseline's own tolerance (1%): it passes.
+    # The marked case's marker (99.99%) outranks its baseline's own tolerance (1%): it passes,
+    # however slow this shared machine is right now.
     median = stored["median"]
     path.write_text(json.dumps({**stored, "median": median * 100}))
     marked = only_baseline(pytester, "test_marked-1n1d")
@@ -110,18 +111,17 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
     result.stdout.fnmatch_lines(["*faster than its baseline*consider --dlperf-update-baselines*",
                                  "test_cases.py::test_pair[[]1n2d[]]*improvement"])
 
-    # 4. Throughput fine but scaling efficiency far below its baseline: the case fails.
-    path.write_text(json.dumps({**stored, "median": median / 100, "efficiency": efficiency * 50}))
+    # 4. Throughput fine but scaling efficiency far below its baseline: the case fails. The
+    # baseline's own tolerance (50%) replaces the run's 5% for both figures.
+    path.write_text(json.dumps({**stored, "median": median / 100, "efficiency": efficiency * 50,
+                                "tolerance": 0.5}))
     result = run(pytester, "-k", "pair and 1n2d")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*SCALING REGRESSION in test_cases.py::test_pair[[]1n2d[]]: scaling efficiency *% "
-        "(speedup * on 2 devices) is below the threshold *% (baseline *% from *, tolerance 5.0%)*",
+        "(speedup * on 2 devices) is below the threshold *% (baseline *% from *, "
+        "tolerance 50.0%)*",
         "test_cases.py::test_pair[[]1n2d[]]*improvement, efficiency regression"])
-
-    # 5. The baseline's own tolerance overrides the run's: 99% lets any real figure pass.
-    path.write_text(json.dumps({**stored, "median": median * 50, "tolerance": 0.99}))
-    run(pytester, "-k", "pair and 1n2d").assert_outcomes(passed=1)
 
 
 def test_missing_baseline_passes_and_says_so_but_fails_when_strict(

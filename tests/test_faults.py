@@ -133,19 +133,19 @@ def test_ctrl_c_stops_every_worker_and_writes_no_baseline(
         def test_long(throughput_meter):
             throughput_meter.measure("torch")
     """)
-    proc = pytester.popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                           "--devices-per-node", "2", "--dlperf-steps", "100000",
-                           "--dlperf-update-baselines", "--dlperf-baselines", "bl"],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--devices-per-node", "2",
+         "--dlperf-steps", "100000", "--dlperf-update-baselines", "--dlperf-baselines", "bl"],
+        cwd=pytester.path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 90
         while len(workers_under(pytester.path)) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert len(workers_under(pytester.path)) >= 2, "the case never started its workers"
-        time.sleep(3)  # well inside the timed windows
+        time.sleep(3)  # well inside the case
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
-        out = proc.stdout.read()
+        out, _ = proc.communicate(timeout=90)  # reads as it waits: no full-pipe stall
     finally:  # if the test itself fails, leave nothing behind for the tests after it
         if proc.poll() is None:
             local.kill_tree([proc])

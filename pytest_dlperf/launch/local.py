@@ -108,7 +108,7 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _wait(procs: list[subprocess.Popen[bytes]], deadline: float) -> str:
+def wait_all(procs: list[subprocess.Popen[bytes]], deadline: float) -> str:
     """'ok', 'failed' (an agent exited non-zero) or 'timeout'."""
     failed_at: float | None = None
     while True:
@@ -142,7 +142,7 @@ def new_run_id() -> str:
 def run_processes(commands: list[list[str]], env: dict[str, str], run_dir: Path, out_dir: Path,
                   world_size: int, timeout_s: float) -> list[dict[str, Any]]:
     """Start the commands, wait (bounded), reap their whole trees, collect every rank's JSON."""
-    logs = [run_dir / f"agent-{i}.log" for i in range(len(commands))]
+    logs = [run_dir / f"launch-{i}.log" for i in range(len(commands))]
     procs: list[subprocess.Popen[bytes]] = []
     started = time.monotonic()
     # SIGTERM (a CI runner cancelling the job) unwinds like Ctrl-C, so the finally below
@@ -155,19 +155,27 @@ def run_processes(commands: list[list[str]], env: dict[str, str], run_dir: Path,
                 procs.append(subprocess.Popen(
                     command, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     env=env, start_new_session=True))
-        outcome = _wait(procs, started + timeout_s)
+        outcome = wait_all(procs, started + timeout_s)
     finally:  # also on Ctrl-C: no worker outlives its case
         kill_tree(procs)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-    return collect(out_dir, world_size, outcome, timeout_s, _tail(logs))
+    return collect(out_dir, world_size, outcome, timeout_s,
+                   _tail(logs + sorted(run_dir.glob("agent-*.log"))))
 
 
 class LocalLauncher:
-    """Every node's agent on this host, rendezvousing on loopback."""
+    """Every node's agent on this host, rendezvousing on loopback; inside a private network
+    namespace where the host allows one (see ``netns``)."""
 
     name = "local"
     all_nodes_here = True
+
+    @property
+    def isolation(self) -> str:
+        from . import netns
+
+        return "network-namespace" if netns.available() else "none"
 
     def run(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
             timeout_s: float) -> list[dict[str, Any]]:
@@ -177,6 +185,11 @@ class LocalLauncher:
         run_id = new_run_id()
         commands = [agent_command(topology, f"127.0.0.1:{port}", run_id, spec_path, out_dir,
                                   timeout_s) for _ in range(topology.nodes)]
+        if self.isolation == "network-namespace":
+            from . import netns
+
+            logs = [run_dir / f"agent-{i}.log" for i in range(topology.nodes)]
+            commands = [netns.wrap(commands, logs, run_dir / "netns-plan.json")]
         return run_processes(commands, worker_environment(topology, tmp_dir), run_dir, out_dir,
                              topology.world_size, timeout_s)
 

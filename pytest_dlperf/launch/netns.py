@@ -1,0 +1,60 @@
+"""A private network namespace for local mode, so nothing a case binds is reachable from outside.
+
+torch's TCPStore (the c10d rendezvous store and the agent's store) listens on every interface
+whatever address it is given. On Linux with unprivileged user namespaces, local mode therefore
+starts its agents inside ``unshare --user --map-root-user --net``: a namespace whose only
+interface is loopback. Where that is not allowed (some containers, other OSes) it runs them as
+they are and says so in the results (``rendezvous_isolation``).
+
+``python -m pytest_dlperf.launch.netns PLAN.json`` is the process inside the namespace: it brings
+loopback up, starts every agent of the plan with its own log, and waits like the launcher does.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+
+@functools.lru_cache(maxsize=1)
+def available() -> bool:
+    if not sys.platform.startswith("linux") or not (shutil.which("unshare") and shutil.which("ip")):
+        return False
+    try:
+        probe = subprocess.run(["unshare", "--user", "--map-root-user", "--net", "ip", "link",
+                                "set", "lo", "up"], capture_output=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return probe.returncode == 0
+
+
+def wrap(commands: list[list[str]], logs: list[Path], plan_path: Path) -> list[str]:
+    """One command that runs all ``commands`` (logging to ``logs``) inside a new namespace."""
+    plan_path.write_text(json.dumps({"commands": commands, "logs": [str(p) for p in logs]}))
+    return ["unshare", "--user", "--map-root-user", "--net", sys.executable, "-m",
+            "pytest_dlperf.launch.netns", str(plan_path)]
+
+
+def main(argv: list[str]) -> int:
+    from .local import kill_tree, wait_all
+
+    plan = json.loads(Path(argv[0]).read_text())
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for command, log in zip(plan["commands"], plan["logs"]):
+            with open(log, "wb") as fh:
+                procs.append(subprocess.Popen(command, stdout=fh, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL, start_new_session=True))
+        outcome = wait_all(procs, deadline=float("inf"))
+    finally:
+        kill_tree(procs)
+    return 0 if outcome == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,91 @@
+"""Local mode's rendezvous stays on this host: with a private network namespace nothing the case
+binds is visible outside it; without one, torch's stores listen on every interface (the control
+that shows the check can fail)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from pytest_dlperf.launch import LaunchError, local, netns
+from pytest_dlperf.topology import Topology
+
+pytest.importorskip("torch")
+
+SLEEPY = """
+import time
+
+DISTRIBUTION = "torch"
+
+
+class Sleepy:
+    def step(self):
+        time.sleep(3600)
+
+    def synchronize(self):
+        pass
+
+    def loss(self):
+        return 0.0
+
+    def environment(self):
+        return {}
+
+    def close(self):
+        pass
+
+
+def build_trainer(spec, dist):
+    return Sleepy()
+"""
+
+
+def listeners_of_running_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Start a 2-node local case that idles, and list the TCP ports its processes listen on,
+    as seen from this (the host's) network namespace."""
+    (tmp_path / "sleepy_pkg").mkdir()
+    (tmp_path / "sleepy_pkg" / "__init__.py").write_text("")
+    (tmp_path / "sleepy_pkg" / "sleepy.py").write_text(SLEEPY)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    spec = {"framework": "sleepy_pkg.sleepy", "threads": 1, "device_type": "cpu",
+            "protocol": {"warmup_steps": 1, "steps": 1, "repeats": 1, "name": "t"}}
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            local.LocalLauncher().run(spec, Topology(2, 1, "cpu", "cpu"), tmp_path / "run", 10)
+        except LaunchError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    me = psutil.Process()
+    ports: set[int] = set()
+    deadline = time.monotonic() + 8  # agents start their stores within ~3 s
+    while time.monotonic() < deadline and not ports:
+        tree = {p.pid for p in me.children(recursive=True)}
+        ports |= {c.laddr.port for c in psutil.net_connections("tcp")
+                  if c.status == psutil.CONN_LISTEN and c.pid in tree}
+        time.sleep(0.5)
+    thread.join(timeout=60)
+    assert errors and errors[0].kind == "timeout"  # the case itself idled until killed
+    return sorted(ports)
+
+
+def test_nothing_listens_outside_the_case_namespace(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    if not netns.available():
+        pytest.skip("unprivileged network namespaces are not available on this host")
+    assert local.LocalLauncher().isolation == "network-namespace"
+    assert listeners_of_running_case(tmp_path, monkeypatch) == []
+
+
+def test_without_a_namespace_the_stores_listen_on_the_host(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(netns, "available", lambda: False)
+    assert local.LocalLauncher().isolation == "none"
+    assert listeners_of_running_case(tmp_path, monkeypatch) != []
