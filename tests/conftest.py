@@ -73,6 +73,48 @@ def fake_hardware(monkeypatch: pytest.MonkeyPatch,
     return install
 
 
+HANGING_ADAPTER = """
+# A user adapter whose step never returns: a collective waiting on a peer forever, say.
+import time
+
+DISTRIBUTION = "torch"
+
+
+class Hanging:
+    def step(self):
+        time.sleep(3600)  # a collective that never completes, say
+
+    def synchronize(self):
+        pass
+
+    def loss(self):
+        return 0.0
+
+    def environment(self):
+        return {}
+
+    def close(self):
+        pass
+
+
+def build_trainer(spec, dist):
+    return Hanging()
+"""
+
+
+@pytest.fixture
+def hanging_adapter() -> Callable[[Path], str]:
+    """Writes the adapter as ``fault_adapters.hanging`` under a folder; returns its dotted name."""
+
+    def write(root: Path) -> str:
+        (root / "fault_adapters").mkdir(exist_ok=True)
+        (root / "fault_adapters" / "__init__.py").write_text("")
+        (root / "fault_adapters" / "hanging.py").write_text(HANGING_ADAPTER)
+        return "fault_adapters.hanging"
+
+    return write
+
+
 @pytest.fixture
 def subprocess_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     """Environment for runpytest_subprocess: this interpreter's venv first, no stray DLPERF_*."""

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,34 +18,6 @@ from pytest_dlperf.launch import LaunchError, local
 from pytest_dlperf.topology import Topology
 
 pytest.importorskip("torchvision")
-
-HANGING_ADAPTER = """
-import time
-
-DISTRIBUTION = "torch"
-
-
-class Hanging:
-    def step(self):
-        time.sleep(3600)  # a collective that never completes, say
-
-    def synchronize(self):
-        pass
-
-    def loss(self):
-        return 0.0
-
-    def environment(self):
-        return {}
-
-    def close(self):
-        pass
-
-
-def build_trainer(spec, dist):
-    return Hanging()
-"""
-
 
 def workers_under(path: Path) -> list[psutil.Process]:
     """Every process of a case run below ``path`` (agents and workers name its files)."""
@@ -63,10 +36,10 @@ def no_case_processes_left() -> bool:
 
 @pytest.mark.usefixtures("subprocess_env")
 def test_a_hanging_worker_fails_after_the_timeout_naming_the_ranks(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+        hanging_adapter: Callable[[Path], str]) -> None:
     monkeypatch.setenv("TMPDIR", str(pytester.mkdir("tmp")))
-    pytester.mkpydir("fault_adapters")
-    (pytester.path / "fault_adapters" / "hanging.py").write_text(HANGING_ADAPTER)
+    hanging_adapter(pytester.path)
     pytester.makepyfile(test_hang="""
         def test_hang(throughput_meter):
             throughput_meter.measure("fault_adapters.hanging")  # a user's own adapter module
@@ -137,7 +110,10 @@ def test_ctrl_c_stops_every_worker_and_writes_no_baseline(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--devices-per-node", "2",
          "--dlperf-steps", "100000", "--dlperf-update-baselines", "--dlperf-baselines", "bl"],
         cwd=pytester.path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT)
+        stderr=subprocess.STDOUT,
+        # As at a terminal. A shell's background job (some CI runners) inherits SIGINT ignored,
+        # and CPython then installs no KeyboardInterrupt handler: Ctrl-C could not happen there.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 90
         while len(workers_under(pytester.path)) < 2 and time.monotonic() < deadline:

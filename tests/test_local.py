@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -16,42 +17,12 @@ from pytest_dlperf.topology import Topology
 
 pytest.importorskip("torch")
 
-SLEEPY = """
-import time
-
-DISTRIBUTION = "torch"
-
-
-class Sleepy:
-    def step(self):
-        time.sleep(3600)
-
-    def synchronize(self):
-        pass
-
-    def loss(self):
-        return 0.0
-
-    def environment(self):
-        return {}
-
-    def close(self):
-        pass
-
-
-def build_trainer(spec, dist):
-    return Sleepy()
-"""
-
-
-def listeners_of_running_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def listeners_of_running_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                              adapter: str) -> list[int]:
     """Start a 2-node local case that idles, and list the TCP ports its processes listen on,
     as seen from this (the host's) network namespace."""
-    (tmp_path / "sleepy_pkg").mkdir()
-    (tmp_path / "sleepy_pkg" / "__init__.py").write_text("")
-    (tmp_path / "sleepy_pkg" / "sleepy.py").write_text(SLEEPY)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    spec = {"framework": "sleepy_pkg.sleepy", "threads": 1, "device_type": "cpu",
+    spec = {"framework": adapter, "threads": 1, "device_type": "cpu",
             "protocol": {"warmup_steps": 1, "steps": 1, "repeats": 1, "name": "t"}}
     errors: list[BaseException] = []
 
@@ -76,16 +47,18 @@ def listeners_of_running_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     return sorted(ports)
 
 
-def test_nothing_listens_outside_the_case_namespace(tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nothing_listens_outside_the_case_namespace(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        hanging_adapter: Callable[[Path], str]) -> None:
     if not netns.available():
         pytest.skip("unprivileged network namespaces are not available on this host")
     assert local.LocalLauncher().isolation == "network-namespace"
-    assert listeners_of_running_case(tmp_path, monkeypatch) == []
+    assert listeners_of_running_case(tmp_path, monkeypatch, hanging_adapter(tmp_path)) == []
 
 
-def test_without_a_namespace_the_stores_listen_on_the_host(tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_namespace_the_stores_listen_on_the_host(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        hanging_adapter: Callable[[Path], str]) -> None:
     monkeypatch.setattr(netns, "available", lambda: False)
     assert local.LocalLauncher().isolation == "none"
-    assert listeners_of_running_case(tmp_path, monkeypatch) != []
+    assert listeners_of_running_case(tmp_path, monkeypatch, hanging_adapter(tmp_path)) != []
