@@ -109,11 +109,6 @@ class Result:
     def timed_steps(self) -> int:
         return self.steps * len(self.window_s)
 
-    def to_json(self) -> dict[str, object]:
-        data = asdict(self)
-        data.update(median=self.median, min=self.min, max=self.max, timed_steps=self.timed_steps)
-        return data
-
 
 def aggregate(rank_results: list[dict[str, Any]], per_device_batch: int, wall_s: float) -> Result:
     """Combine every rank's windows: window i lasts as long as its slowest rank took."""
