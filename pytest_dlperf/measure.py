@@ -58,7 +58,7 @@ class ThroughputMeter:
             verdict=compare(result.median, baseline.median if baseline else None, tolerance),
             baseline_path=self._display(self.state.store.path_for(self.case, fp)),
             launched_at=launched_at, launcher=self.cluster.launcher.name,
-            isolation=getattr(self.cluster.launcher, "isolation", None))
+            isolation=self.cluster.launcher.isolation)
         reference = (self._reference_median(framework, version, env, workload)
                      if self.cluster.world_size > 1 else None)
         if reference is not None:
@@ -67,7 +67,7 @@ class ThroughputMeter:
             if baseline is not None and baseline.efficiency is not None:
                 report.efficiency_verdict = compare(report.efficiency, baseline.efficiency,
                                                     tolerance)
-        if getattr(self.cluster.launcher, "is_reporter", True):
+        if self.cluster.launcher.is_reporter:
             report.baseline_action = self._maybe_update(report, baseline)
             self.state.reports.append(report)
         self._conclude(report)
@@ -75,14 +75,9 @@ class ThroughputMeter:
 
     def _conclude(self, report: CaseReport) -> None:
         """Judge the case; in external mode only rank 0 judges and the others take its word."""
-        launcher = self.cluster.launcher
-        share = getattr(launcher, "share_outcome", None)
-        if share is None:
-            self._judge(report)
-            return
-        timeout = self.state.settings.timeout
-        if not launcher.is_reporter:  # type: ignore[attr-defined]
-            outcome = share({}, timeout)
+        launcher, timeout = self.cluster.launcher, self.state.settings.timeout
+        if not launcher.is_reporter:
+            outcome = launcher.share_outcome({}, timeout)
             if outcome["status"] == "failed":
                 pytest.fail(f"pytest-dlperf (rank 0's verdict): {outcome['message']}",
                             pytrace=False)
@@ -90,9 +85,9 @@ class ThroughputMeter:
         try:
             self._judge(report)
         except pytest.fail.Exception as exc:
-            share({"status": "failed", "message": str(exc.msg)}, timeout)
+            launcher.share_outcome({"status": "failed", "message": str(exc.msg)}, timeout)
             raise
-        share({"status": "passed", "message": ""}, timeout)
+        launcher.share_outcome({"status": "passed", "message": ""}, timeout)
 
     def _run(self, cluster: Cluster, framework: str, workload: Workload) -> tuple[Result, dict[str, Any]]:
         spec = {"framework": framework, "precision": self.amp.name,
@@ -122,7 +117,6 @@ class ThroughputMeter:
         the launcher cannot run 1n1d (external mode) and nothing else has it."""
         topology = make_topology(self.state.hardware, 1, 1, self.cluster.device_type)
         fp = self._fingerprint(topology, framework, version, env, workload)
-        can_run = getattr(self.cluster.launcher, "can_run", lambda _: True)
         case = self._case_at(topology)
         for report in self.state.reports:
             if report.case == case and report.fingerprint == fp:
@@ -133,7 +127,7 @@ class ThroughputMeter:
             baseline = None
         if baseline is not None:
             return baseline.median
-        if not can_run(topology):
+        if not self.cluster.launcher.can_run(topology):
             return None
         reference = Cluster(topology, self.cluster.launcher, self.cluster.work_root,
                             self.cluster.timeout_s)

@@ -92,9 +92,8 @@ def cluster(request: pytest.FixtureRequest) -> Cluster:
         pytest.skip(f"{topology.id} needs {topology.world_size} GPUs and local mode runs every "
                     f"node on this host, which has {gpus}; lower --devices-per-node or run it "
                     "on a cluster")
-    can_run = getattr(state.launcher, "can_run", None)
-    if can_run is not None and not can_run(topology):
-        nodes = getattr(state.launcher, "nodes", "?")
+    if not state.launcher.can_run(topology):
+        nodes, _ = state.launcher.launched_shape or ("?", None)
         pytest.skip(f"{topology.id}: pytest was launched as a {nodes}-node job with its own "
                     "ranks; external mode runs only that topology")
     return Cluster(topology, state.launcher, state.work_root, state.settings.timeout)

@@ -57,14 +57,14 @@ class SessionState:
     @property
     def devices_per_node(self) -> int:
         hw, wanted = self.hardware, self.settings.devices_per_node
-        launched = getattr(self.launcher, "dist", None)
+        launched = self.launcher.launched_shape
         if launched is not None:  # external: the job was started with its own shape
-            return int(launched.local_world_size)
+            return launched[1]
         if self.device_type == "cuda":
             have, what = len(hw.gpus), "NVIDIA GPUs"
         else:  # one core at least per simulated device, or DDP oversubscribes the CPU
             have, what = hw.cpu_count, "usable CPU cores (one per simulated device)"
-        allocation = getattr(self.launcher, "allocation", None)
+        allocation = self.launcher.allocation
         if self.device_type == "cuda" and allocation is not None and allocation.gpus_per_node:
             have, what = allocation.gpus_per_node, "GPUs per node in the Slurm allocation"
         if wanted is None:
@@ -78,7 +78,8 @@ class SessionState:
     def ladder(self, multinode: bool) -> list[Topology]:
         """DLPerf's ladder: 1 device, then a full node; multinode cases add 2, 4, ... nodes."""
         per_node = self.devices_per_node
-        max_nodes = getattr(self.launcher, "nodes", self.settings.nodes)
+        launched = self.launcher.launched_shape
+        max_nodes = launched[0] if launched is not None else self.settings.nodes
         shapes = {(1, 1), (1, per_node)}
         if multinode:
             n = 2
@@ -91,7 +92,7 @@ class SessionState:
                 for n, d in sorted(shapes)]
 
     def check_nodes(self) -> None:
-        allocation = getattr(self.launcher, "allocation", None)
+        allocation = self.launcher.allocation
         if allocation is not None and self.settings.nodes > allocation.nodes:
             raise pytest.UsageError(
                 f"pytest-dlperf: --nodes={self.settings.nodes}, but Slurm allocation "
@@ -101,7 +102,7 @@ class SessionState:
     @property
     def is_reporter(self) -> bool:
         """Only rank 0 of an externally launched job writes results and tables."""
-        return bool(getattr(self._launcher, "is_reporter", True))
+        return self._launcher is None or self._launcher.is_reporter
 
     @property
     def work_root(self) -> Path:

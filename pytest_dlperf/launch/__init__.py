@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ..topology import Topology
 
@@ -36,13 +36,39 @@ class LaunchError(Exception):
         return "\n".join(parts)
 
 
-class Launcher(Protocol):
-    name: str
-    all_nodes_here: bool  # every node's workers share this host's cores and devices
+class Launcher:
+    """What every launch mode offers. The defaults describe a launcher that starts the ranks
+    itself (local, slurm); external mode overrides the parts that differ."""
+
+    name = "?"
+    all_nodes_here = False  # every node's workers share this host's cores and devices
+    allocation: Any = None  # a Slurm allocation, where there is one
 
     def run(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
             timeout_s: float) -> list[dict[str, Any]]:
         """Every rank's result, ordered by rank."""
+        raise NotImplementedError
+
+    @property
+    def launched_shape(self) -> tuple[int, int] | None:
+        """(nodes, devices per node) when the job was started outside pytest-dlperf."""
+        return None
+
+    @property
+    def is_reporter(self) -> bool:
+        """Whether this process judges, writes baselines and reports (rank 0 only, externally)."""
+        return True
+
+    @property
+    def isolation(self) -> str | None:
+        return None
+
+    def can_run(self, topology: Topology) -> bool:
+        return True
+
+    def share_outcome(self, outcome: dict[str, str], timeout_s: float) -> dict[str, str]:
+        """The case's outcome as every rank must see it; here the caller's own."""
+        return outcome
 
 
 LAUNCHERS = ("local", "slurm", "external")

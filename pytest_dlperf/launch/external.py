@@ -15,7 +15,7 @@ from typing import Any
 
 from ..frameworks import DistEnv
 from ..topology import Topology
-from . import LaunchError
+from . import LaunchError, Launcher
 
 REQUIRED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -24,7 +24,7 @@ def launched_externally(environ: dict[str, str]) -> bool:
     return all(key in environ for key in REQUIRED)
 
 
-class ExternalLauncher:
+class ExternalLauncher(Launcher):
     name = "external"
     all_nodes_here = False
 
@@ -40,6 +40,10 @@ class ExternalLauncher:
     @property
     def nodes(self) -> int:
         return max(1, self.dist.world_size // self.dist.local_world_size)
+
+    @property
+    def launched_shape(self) -> tuple[int, int]:
+        return self.nodes, self.dist.local_world_size
 
     @property
     def is_reporter(self) -> bool:

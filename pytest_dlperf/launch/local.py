@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 
 from ..topology import Topology
-from . import LaunchError
+from . import LaunchError, Launcher
 
 # The package's parent directory: workers import the very same pytest_dlperf as the plugin.
 _SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -164,7 +164,7 @@ def run_processes(commands: list[list[str]], env: dict[str, str], run_dir: Path,
                    _tail(logs + sorted(run_dir.glob("agent-*.log"))))
 
 
-class LocalLauncher:
+class LocalLauncher(Launcher):
     """Every node's agent on this host, rendezvousing on loopback; inside a private network
     namespace where the host allows one (see ``netns``)."""
 
@@ -172,7 +172,7 @@ class LocalLauncher:
     all_nodes_here = True
 
     @property
-    def isolation(self) -> str:
+    def isolation(self) -> str | None:
         from . import netns
 
         return "network-namespace" if netns.available() else "none"

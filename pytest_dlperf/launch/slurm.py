@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..topology import Topology
+from . import Launcher
 from .local import agent_command, new_run_id, prepare, run_processes, worker_environment
 
 
@@ -64,12 +65,12 @@ def expand_nodelist(nodelist: str) -> list[str]:
     return names
 
 
-class SlurmLauncher:
+class SlurmLauncher(Launcher):
     name = "slurm"
     all_nodes_here = False
 
     def __init__(self, allocation: SlurmAllocation) -> None:
-        self.allocation = allocation
+        self.allocation: SlurmAllocation = allocation
 
     def run(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
             timeout_s: float) -> list[dict[str, Any]]:
