@@ -1,14 +1,25 @@
-"""The baseline store: one JSON file per case and fingerprint, data only, written atomically.
+"""The baseline store: one JSON file per case and fingerprint, data only (no pickle, no eval),
+written atomically under a file lock.
 
-Layout: ``<root>/<case>/<fingerprint id>.json``. A file holds::
+Layout: ``<root>/<module>/<case>/<fingerprint id>.json``. Schema version 2::
 
-    {"schema_version": 1, "case": ..., "fingerprint": {...}, "metric": "samples_per_s",
-     "higher_is_better": true, "median": ..., "repeats": [...], "tolerance": null | float,
-     "efficiency": null | float,
-     "recorded": {"datetime": ..., "commit": ..., "environment": {...}}}
+    {"schema_version": 2,
+     "case": "test_resnet50_torch.py::test_resnet50_v15[1n2d-fp32]",
+     "fingerprint": {...},                    # what the figures were measured on; see topology
+     "metrics": {
+       "samples_per_s":      {"median": 13.4, "repeats": [...], "higher_is_better": true,
+                              "unit": "samples/s"},
+       "scaling_efficiency": {...}            # multi-device cases only: speedup over 1n1d / devices
+     },
+     "tolerance": null,                       # optional per-baseline override of the run's tolerance
+     "recorded": {"datetime": ..., "commit": ..., "dirty": ..., "environment": {...},
+                  "protocol": {...}}}
 
-``tolerance`` is an optional per-baseline override of the run's tolerance; ``efficiency`` (optional)
-is the scaling efficiency of a multi-device case (speedup over 1n1d / devices).
+Every metric keeps every repeat (one figure per timed window): the verdict compares samples, not
+just medians. Version 1 (flat ``median``/``repeats``/``efficiency`` fields) is migrated on read.
+A file that cannot be used (not JSON, truncated, a newer schema, wrong types) raises
+``BaselineError`` naming the file and the problem; it is only ever replaced by an explicit update,
+which keeps it beside the new one as ``<name>.bak``.
 """
 
 from __future__ import annotations
@@ -18,12 +29,16 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .jsonio import write_json_atomic
 from .topology import fingerprint_id
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+THROUGHPUT = "samples_per_s"
+EFFICIENCY = "scaling_efficiency"
+LOCK_NAME = ".dlperf.lock"
+LOCK_TIMEOUT_S = 120.0
 
 
 class BaselineError(Exception):
@@ -31,30 +46,43 @@ class BaselineError(Exception):
 
 
 @dataclass
+class Metric:
+    repeats: list[float]
+    median: float
+    higher_is_better: bool = True
+    unit: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"median": self.median, "repeats": self.repeats,
+                "higher_is_better": self.higher_is_better, "unit": self.unit}
+
+
+@dataclass
 class Baseline:
     case: str
     fingerprint: dict[str, Any]
-    repeats: list[float]
-    median: float
+    metrics: dict[str, Metric]
     tolerance: float | None = None
     recorded: dict[str, Any] = field(default_factory=dict)
-    metric: str = "samples_per_s"
-    higher_is_better: bool = True
-    # Scaling efficiency (speedup over 1n1d / devices) of a multi-device case; higher is better.
-    efficiency: float | None = None
+    # The schema version the file was read from (None: built here). Not written.
+    read_schema: int | None = field(default=None, compare=False)
+
+    @property
+    def throughput(self) -> Metric:
+        return self.metrics[THROUGHPUT]
+
+    @property
+    def efficiency(self) -> Metric | None:
+        return self.metrics.get(EFFICIENCY)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
             "case": self.case,
             "fingerprint": self.fingerprint,
-            "metric": self.metric,
-            "higher_is_better": self.higher_is_better,
-            "median": self.median,
-            "repeats": self.repeats,
+            "metrics": {name: metric.to_json() for name, metric in self.metrics.items()},
             "tolerance": self.tolerance,
             "recorded": self.recorded,
-            "efficiency": self.efficiency,
         }
 
 
@@ -67,34 +95,93 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _v1_to_v2(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """Version 1 kept the throughput flat and the efficiency as one figure."""
+    _require(_is_number(data.get("median")), path, "'median' must be a number (schema 1)")
+    out = {k: v for k, v in data.items()
+           if k not in ("median", "repeats", "efficiency", "metric", "higher_is_better")}
+    out["metrics"] = {THROUGHPUT: {
+        "median": data["median"], "repeats": data.get("repeats"),
+        "higher_is_better": data.get("higher_is_better", True), "unit": "samples/s"}}
+    if data.get("efficiency") is not None:
+        # One figure: the verdict treats it as a single sample (its noise is unknown).
+        out["metrics"][EFFICIENCY] = {"median": data["efficiency"],
+                                      "repeats": [data["efficiency"]],
+                                      "higher_is_better": True, "unit": "fraction"}
+    out["schema_version"] = 2
+    return out
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any], Path], dict[str, Any]]] = {1: _v1_to_v2}
+
+
+def _metric(name: str, data: Any, path: Path) -> Metric:
+    where = f"metrics.{name}"
+    _require(isinstance(data, dict), path, f"'{where}' must be an object")
+    repeats = data.get("repeats")
+    _require(isinstance(repeats, list) and bool(repeats)
+             and all(_is_number(v) and v > 0 for v in repeats), path,
+             f"'{where}.repeats' must be a non-empty list of positive numbers")
+    _require(_is_number(data.get("median")) and data["median"] > 0, path,
+             f"'{where}.median' must be a positive number")
+    _require(isinstance(data.get("higher_is_better", True), bool), path,
+             f"'{where}.higher_is_better' must be true or false")
+    _require(isinstance(data.get("unit", ""), str), path, f"'{where}.unit' must be a string")
+    return Metric(repeats=[float(v) for v in repeats], median=float(data["median"]),
+                  higher_is_better=data.get("higher_is_better", True), unit=data.get("unit", ""))
+
+
 def parse(data: Any, path: Path) -> Baseline:
-    """Validate a decoded baseline file; every problem names the file."""
+    """Validate a decoded baseline file, migrating older schemas; every problem names the file."""
     _require(isinstance(data, dict), path, f"expected a JSON object, got {type(data).__name__}")
     version = data.get("schema_version")
-    _require(isinstance(version, int), path, "missing or non-integer 'schema_version'")
+    _require(_is_number(version) and int(version) == version and version >= 1, path,
+             "missing or invalid 'schema_version' (expected an integer >= 1)")
     _require(version <= SCHEMA_VERSION, path,
              f"schema_version {version} is newer than this pytest-dlperf understands "
-             f"({SCHEMA_VERSION}); upgrade pytest-dlperf")
+             f"({SCHEMA_VERSION}); upgrade pytest-dlperf, or rerun with "
+             "--dlperf-update-baselines to replace it (the file is kept as .bak)")
+    read_schema = int(version)
+    while data["schema_version"] < SCHEMA_VERSION:
+        data = MIGRATIONS[data["schema_version"]](data, path)
     _require(isinstance(data.get("case"), str), path, "'case' must be a string")
     _require(isinstance(data.get("fingerprint"), dict), path, "'fingerprint' must be an object")
-    repeats = data.get("repeats")
-    _require(isinstance(repeats, list) and bool(repeats) and all(_is_number(v) for v in repeats),
-             path, "'repeats' must be a non-empty list of numbers")
-    _require(_is_number(data.get("median")) and data["median"] > 0, path,
-             "'median' must be a positive number")
+    metrics = data.get("metrics")
+    _require(isinstance(metrics, dict) and THROUGHPUT in metrics, path,
+             f"'metrics' must be an object with a '{THROUGHPUT}' entry")
     tolerance = data.get("tolerance")
     _require(tolerance is None or (_is_number(tolerance) and 0 <= tolerance < 1), path,
              "'tolerance' must be null or a number in [0, 1)")
-    efficiency = data.get("efficiency")
-    _require(efficiency is None or (_is_number(efficiency) and efficiency > 0), path,
-             "'efficiency' must be null or a positive number")
+    recorded = data.get("recorded", {})
+    _require(isinstance(recorded, dict), path, "'recorded' must be an object")
     return Baseline(
-        efficiency=None if efficiency is None else float(efficiency),
-        case=data["case"], fingerprint=data["fingerprint"], repeats=[float(v) for v in repeats],
-        median=float(data["median"]), tolerance=None if tolerance is None else float(tolerance),
-        recorded=data.get("recorded", {}), metric=data.get("metric", "samples_per_s"),
-        higher_is_better=bool(data.get("higher_is_better", True)),
-    )
+        case=data["case"], fingerprint=data["fingerprint"],
+        metrics={name: _metric(name, value, path) for name, value in metrics.items()},
+        tolerance=None if tolerance is None else float(tolerance), recorded=recorded,
+        read_schema=read_schema)
+
+
+def read(path: Path) -> Baseline:
+    """Read and validate one baseline file."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise BaselineError(f"baseline file {path}: cannot be read ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise BaselineError(f"baseline file {path}: not UTF-8 text ({exc}); delete it, or rerun "
+                            "with --dlperf-update-baselines (the file is kept as .bak)") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        # The parser ran out of text (mid-string or past the last character): cut off, most
+        # likely by a write that did not finish (which atomic writes prevent) or a bad copy.
+        truncated = bool(text.strip()) and (exc.pos >= len(text.rstrip())
+                                            or exc.msg.startswith("Unterminated string"))
+        problem = "truncated (it ends mid-document)" if truncated else "not valid JSON"
+        raise BaselineError(f"baseline file {path}: {problem} ({exc}); fix it, delete it, or "
+                            "rerun with --dlperf-update-baselines (the file is kept as .bak)"
+                            ) from exc
+    return parse(data, path)
 
 
 def case_dirname(case: str) -> str:
@@ -103,6 +190,21 @@ def case_dirname(case: str) -> str:
     module = re.sub(r"\.py$", "", module.replace("\\", "/").split("/")[-1])
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")
     return f"{module}/{name}" if name else module
+
+
+@dataclass
+class Change:
+    """What an update did to one baseline file, for the reviewer's printout."""
+
+    path: Path
+    action: str  # "recorded" | "updated" | "replaced-unreadable" | "kept"
+    new: Baseline
+    old: Baseline | None = None
+    problem: str | None = None  # why the old file was unreadable
+
+    @property
+    def backup(self) -> Path | None:
+        return self.path.with_name(self.path.name + ".bak") if self.problem else None
 
 
 class BaselineStore:
@@ -116,22 +218,46 @@ class BaselineStore:
         path = self.path_for(case, fingerprint)
         if not path.exists():
             return None
-        try:
-            data = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BaselineError(f"baseline file {path}: not valid JSON ({exc}); fix it, delete it, "
-                                "or rerun with --dlperf-update-baselines") from exc
-        baseline = parse(data, path)
+        baseline = read(path)
         _require(baseline.fingerprint == fingerprint, path,
                  "its fingerprint does not match its file name (edited by hand?)")
         return baseline
 
-    def save(self, baseline: Baseline) -> Path:
+    def update(self, baseline: Baseline, *, only_missing: bool = False) -> Change:
+        """Write ``baseline``, under the store's lock so that two runs updating at once
+        serialize: each reads the file the other wrote, nothing is torn and no update is lost.
+        A per-baseline tolerance is carried over from the file replaced; an unreadable file is
+        kept as ``.bak``; with ``only_missing`` an existing file is left alone."""
+        from filelock import FileLock, Timeout
+
         path = self.path_for(baseline.case, baseline.fingerprint)
+        self.root.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(self.root / LOCK_NAME), timeout=LOCK_TIMEOUT_S)
+        try:
+            with lock:
+                return self._update_locked(path, baseline, only_missing)
+        except Timeout:
+            raise BaselineError(
+                f"baseline file {path}: another run has held the lock {lock.lock_file} for "
+                f"{LOCK_TIMEOUT_S:.0f} s; if no other pytest-dlperf run is updating baselines, "
+                "delete the lock file and rerun") from None
+
+    def _update_locked(self, path: Path, baseline: Baseline, only_missing: bool) -> Change:
+        old: Baseline | None = None
+        problem: str | None = None
         if path.exists():
+            if only_missing:
+                return Change(path, "kept", baseline)
             try:
-                parse(json.loads(path.read_text()), path)
-            except (BaselineError, ValueError):
+                old = read(path)
+            except BaselineError as exc:
+                problem = str(exc)
                 shutil.copy2(path, path.with_name(path.name + ".bak"))  # keep what we replace
+        if old is not None and baseline.tolerance is None:
+            baseline.tolerance = old.tolerance
         write_json_atomic(path, baseline.to_json())
-        return path
+        action = "replaced-unreadable" if problem else ("updated" if old else "recorded")
+        return Change(path, action, baseline, old, problem)
+
+    def save(self, baseline: Baseline) -> Path:
+        return self.update(baseline).path

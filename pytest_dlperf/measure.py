@@ -1,23 +1,25 @@
 """One case end to end, on the pytest side: run the workload on the cluster, aggregate the ranks,
-fingerprint, compare with the baseline (throughput and scaling efficiency), record, and fail the
-test that regressed. The ``throughput_meter`` fixture hands a test a ``ThroughputMeter``."""
+fingerprint, compare the repeats with the baseline's (throughput and scaling efficiency), add
+repeats while the verdict is inconclusive, record, and fail the test that regressed. The ``throughput_meter`` fixture hands a test a ``ThroughputMeter``."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from . import frameworks
-from .baselines import Baseline, BaselineError
+from .baselines import EFFICIENCY, THROUGHPUT, Baseline, BaselineError, Change, Metric
 from .launch import Cluster, LaunchError
 from .protocol import Result, aggregate
 from .report import CaseReport
 from .session import SessionState
 from .settings import parse_fraction
-from .stats import IMPROVEMENT, NO_BASELINE, REGRESSION, Verdict, compare
+from .stats import (IMPROVEMENT, INCONCLUSIVE, NO_BASELINE, REGRESSION, Verdict,
+                    coefficient_of_variation, compare)
 from .topology import Topology, fingerprint, make_topology
 from .workload import Precision, Workload, default_workload
 
@@ -49,29 +51,52 @@ class ThroughputMeter:
         fp = self._fingerprint(self.cluster.topology, framework, version, env, workload)
         baseline = self._load_baseline(self.case, fp)
         tolerance = self._tolerance(baseline)
+        reference = (self._reference_median(framework, version, env, workload)
+                     if self.cluster.world_size > 1 else None)
+        verdict, efficiency = self._verdicts(result, baseline, reference, tolerance)
+        while self._needs_more(verdict, efficiency, result):
+            more = min(self.protocol.repeats, self.state.settings.max_repeats - len(result.window_s))
+            result = result.extended(self._run(self.cluster, framework, workload, more)[0])
+            verdict, efficiency = self._verdicts(result, baseline, reference, tolerance)
         report = CaseReport(
             case=self.case, name=self.node.name, nodeid=self.node.nodeid,
             params=_params(self.node), framework=framework,
             framework_version=str(env.get("framework_version", version)),
             topology=self.cluster.topology, precision=self.amp, workload=workload,
             protocol=self.protocol, result=result, fingerprint=fp, environment=env,
-            verdict=compare(result.median, baseline.median if baseline else None, tolerance),
+            verdict=verdict, efficiency_verdict=efficiency,
             baseline_path=self._display(self.state.store.path_for(self.case, fp)),
             launched_at=launched_at, launcher=self.cluster.launcher.name,
-            isolation=self.cluster.launcher.isolation)
-        reference = (self._reference_median(framework, version, env, workload)
-                     if self.cluster.world_size > 1 else None)
+            isolation=self.cluster.launcher.isolation,
+            cv=coefficient_of_variation(result.samples_per_s))
         if reference is not None:
+            report.reference = reference
             report.speedup = result.median / reference
             report.efficiency = report.speedup / self.cluster.world_size
-            if baseline is not None and baseline.efficiency is not None:
-                report.efficiency_verdict = compare(report.efficiency, baseline.efficiency,
-                                                    tolerance)
         if self.cluster.launcher.is_reporter:
-            report.baseline_action = self._maybe_update(report, baseline)
+            report.baseline_change = self._maybe_update(report, baseline)
             self.state.reports.append(report)
         self._conclude(report)
         return report
+
+    def _verdicts(self, result: Result, baseline: Baseline | None, reference: float | None,
+                  tolerance: float) -> tuple[Verdict, Verdict | None]:
+        """Throughput, and a multi-device case's scaling efficiency, each sample against the
+        baseline's samples (efficiency per window: its samples/s over the 1n1d median)."""
+        verdict = compare(result.samples_per_s, baseline.throughput.repeats if baseline else None,
+                          tolerance)
+        if reference is None or baseline is None or baseline.efficiency is None:
+            return verdict, None
+        return verdict, compare(_efficiencies(result, reference, self.cluster.world_size),
+                                baseline.efficiency.repeats, tolerance)
+
+    def _needs_more(self, verdict: Verdict, efficiency: Verdict | None, result: Result) -> bool:
+        """An inconclusive verdict gets more windows, up to --dlperf-max-repeats; not while
+        recording baselines, and not in external mode (every rank would have to agree)."""
+        inconclusive = INCONCLUSIVE in (verdict.outcome, efficiency and efficiency.outcome)
+        return (inconclusive and self.state.settings.update_baselines is None
+                and self.cluster.launcher.can_add_repeats
+                and len(result.window_s) < self.state.settings.max_repeats)
 
     def _conclude(self, report: CaseReport) -> None:
         """Judge the case; in external mode only rank 0 judges and the others take its word."""
@@ -89,9 +114,11 @@ class ThroughputMeter:
             raise
         launcher.share_outcome({"status": "passed", "message": ""}, timeout)
 
-    def _run(self, cluster: Cluster, framework: str, workload: Workload) -> tuple[Result, dict[str, Any]]:
+    def _run(self, cluster: Cluster, framework: str, workload: Workload,
+             repeats: int | None = None) -> tuple[Result, dict[str, Any]]:
+        protocol = self.protocol if repeats is None else replace(self.protocol, repeats=repeats)
         spec = {"framework": framework, "precision": self.amp.name,
-                "protocol": self.protocol.to_json(), **workload.to_spec(cluster.world_size)}
+                "protocol": protocol.to_json(), **workload.to_spec(cluster.world_size)}
         started = time.perf_counter()
         try:
             ranks = cluster.run(spec)
@@ -126,7 +153,7 @@ class ThroughputMeter:
         except BaselineError:
             baseline = None
         if baseline is not None:
-            return baseline.median
+            return baseline.throughput.median
         if not self.cluster.launcher.can_run(topology):
             return None
         reference = Cluster(topology, self.cluster.launcher, self.cluster.work_root,
@@ -183,19 +210,26 @@ class ThroughputMeter:
             return baseline.tolerance
         return self.state.settings.tolerance
 
-    def _maybe_update(self, report: CaseReport, baseline: Baseline | None) -> str | None:
+    def _maybe_update(self, report: CaseReport, baseline: Baseline | None) -> Change | None:
         mode = self.state.settings.update_baselines
         if mode is None or (mode == "missing" and baseline is not None):
             return None
-        self.state.store.save(Baseline(
-            case=self.case, fingerprint=report.fingerprint, repeats=report.result.samples_per_s,
-            median=report.result.median, tolerance=baseline.tolerance if baseline else None,
-            recorded=_recorded(report), efficiency=report.efficiency))
-        return "updated" if baseline is not None else "recorded"
+        result = report.result
+        metrics = {THROUGHPUT: Metric(result.samples_per_s, result.median, True, "samples/s")}
+        if report.efficiency is not None and report.reference is not None:
+            samples = _efficiencies(result, report.reference, report.topology.world_size)
+            metrics[EFFICIENCY] = Metric(samples, report.efficiency, True, "fraction")
+        try:
+            return self.state.store.update(
+                Baseline(case=self.case, fingerprint=report.fingerprint, metrics=metrics,
+                         recorded=_recorded(report)),
+                only_missing=mode == "missing")
+        except BaselineError as exc:
+            pytest.fail(f"pytest-dlperf: {exc}", pytrace=False)
 
     def _judge(self, report: CaseReport) -> None:
         verdict, where = report.verdict, report.baseline_path
-        if report.baseline_action is not None:
+        if report.baseline_change is not None:
             return
         if verdict.outcome == REGRESSION:
             pytest.fail(regression_message(report), pytrace=False)
@@ -206,7 +240,11 @@ class ThroughputMeter:
                 f"{efficiency.measured:.1%} (speedup {report.speedup:.2f} on "
                 f"{report.topology.world_size} devices) is below the threshold "
                 f"{efficiency.threshold:.1%} (baseline {efficiency.baseline:.1%} from {where}, "
-                f"tolerance {efficiency.tolerance:.1%})", pytrace=False)
+                f"tolerance {efficiency.tolerance:.1%}; {efficiency.evidence})", pytrace=False)
+        self._warn_unstable(report)
+        for what, v in (("samples/s", verdict), ("scaling efficiency", efficiency)):
+            if v is not None and v.outcome == INCONCLUSIVE:
+                self._inconclusive(report, what, v)
         if verdict.outcome == NO_BASELINE:
             message = (f"pytest-dlperf: no baseline for {self.case} on this fingerprint "
                        f"(expected {where}); measured {verdict.measured:,.2f} samples/s; "
@@ -217,8 +255,31 @@ class ThroughputMeter:
         elif verdict.outcome == IMPROVEMENT:
             self.node.warn(DLPerfWarning(
                 f"pytest-dlperf: {self.case} is {verdict.delta:+.1%} faster than its baseline "
-                f"({verdict.measured:,.2f} vs {verdict.baseline:,.2f} samples/s); "
-                "consider --dlperf-update-baselines"))
+                f"({verdict.measured:,.2f} vs {verdict.baseline:,.2f} samples/s; "
+                f"{verdict.evidence}); consider --dlperf-update-baselines"))
+
+    def _inconclusive(self, report: CaseReport, what: str, v: Verdict) -> None:
+        message = (
+            f"pytest-dlperf: INCONCLUSIVE {self.case}: {what} median {v.measured:,.4g} is "
+            f"{v.delta:+.1%} against the baseline's {v.baseline:,.4g} (beyond the tolerance "
+            f"{v.tolerance:.1%}) but the difference is not significant ({v.evidence}) after "
+            f"{len(report.result.window_s)} repeats (--dlperf-max-repeats "
+            f"{self.state.settings.max_repeats}); rerun on a quieter machine, raise "
+            "--dlperf-max-repeats or --dlperf-steps")
+        if self.state.settings.strict:
+            pytest.fail(message + " (failing: --dlperf-strict)", pytrace=False)
+        self.node.warn(DLPerfWarning(message))
+
+    def _warn_unstable(self, report: CaseReport) -> None:
+        limit = self.state.settings.unstable_cv
+        if report.cv > limit:
+            samples = report.result.samples_per_s
+            self.node.warn(DLPerfWarning(
+                f"pytest-dlperf: {self.case} is unstable: its {len(samples)} repeats vary by "
+                f"{report.cv:.1%} (coefficient of variation; --dlperf-unstable-cv {limit:.0%}), "
+                f"from {min(samples):,.2f} to {max(samples):,.2f} samples/s; its verdict is "
+                "weaker for it. Quiet the machine (other jobs, CPU frequency scaling), or "
+                "lengthen the windows with --dlperf-steps"))
 
     def _display(self, path: Path) -> str:
         try:
@@ -232,8 +293,13 @@ def regression_message(report: CaseReport) -> str:
     repeats = ", ".join(f"{x:,.2f}" for x in report.result.samples_per_s)
     return (f"pytest-dlperf: REGRESSION in {report.case}: samples/s median {v.measured:,.2f} is "
             f"below the threshold {v.threshold:,.2f} (baseline median {v.baseline:,.2f} from "
-            f"{report.baseline_path}, tolerance {v.tolerance:.1%}, delta {v.delta:+.1%}); "
-            f"repeats: [{repeats}]")
+            f"{report.baseline_path}, tolerance {v.tolerance:.1%}, delta {v.delta:+.1%}) and "
+            f"the drop is significant ({v.evidence}); repeats: [{repeats}]")
+
+
+def _efficiencies(result: Result, reference: float, devices: int) -> list[float]:
+    """Per-window scaling efficiency: each window's samples/s over (1n1d median x devices)."""
+    return [rate / (reference * devices) for rate in result.samples_per_s]
 
 
 def _params(node: pytest.Item) -> dict[str, str]:

@@ -16,7 +16,7 @@ from .baselines import BaselineStore
 from .jsonio import write_json_atomic
 from .launch import Cluster
 from .measure import DLPerfWarning, ThroughputMeter
-from .report import results_json, rows, text_table
+from .report import change_lines, results_json, rows, text_table
 from .session import SessionState
 from .workload import PRECISIONS, Precision
 
@@ -129,5 +129,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         f"warm-up, {proto.steps} timed steps x {proto.repeats} repeats, median)")
     for line in text_table(rows([r.benchmark_entry() for r in state.reports])):
         terminalreporter.write_line(line)
+    changes = change_lines(state.reports)
+    if changes:
+        terminalreporter.write_sep("-", f"pytest-dlperf: baselines changed in "
+                                        f"{state.settings.baselines}")
+        for line in changes:
+            terminalreporter.write_line(line)
     if state.settings.json is not None:
         terminalreporter.write_line(f"results written to {state.settings.json}")

@@ -109,6 +109,15 @@ class Result:
     def timed_steps(self) -> int:
         return self.steps * len(self.window_s)
 
+    def extended(self, more: Result) -> Result:
+        """This result plus the windows of another launch of the same case (extra repeats)."""
+        if (more.steps, more.global_batch) != (self.steps, self.global_batch):
+            raise ValueError("extra repeats must use the same steps per window and global batch")
+        return Result(samples_per_s=self.samples_per_s + more.samples_per_s,
+                      window_s=self.window_s + more.window_s, steps=self.steps,
+                      global_batch=self.global_batch, warmup_s=self.warmup_s,
+                      wall_s=self.wall_s + more.wall_s, timed_from=self.timed_from)
+
 
 def aggregate(rank_results: list[dict[str, Any]], per_device_batch: int, wall_s: float) -> Result:
     """Combine every rank's windows: window i lasts as long as its slowest rank took."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .baselines import Change
 from .protocol import Protocol, Result
 from .stats import Verdict
 from .topology import Topology
@@ -34,7 +35,7 @@ class CaseReport:
     result: Result
     verdict: Verdict
     baseline_path: str | None = None
-    baseline_action: str | None = None  # "updated" | "recorded" | None
+    baseline_change: Change | None = None  # set when this run wrote (or kept) its baseline
     fingerprint: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
     launched_at: float = 0.0  # epoch seconds when the case's processes were started
@@ -44,15 +45,21 @@ class CaseReport:
     speedup: float | None = None
     efficiency: float | None = None
     efficiency_verdict: Verdict | None = None
+    reference: float | None = None  # the 1n1d median the speedup is taken against
+    cv: float = 0.0  # coefficient of variation of the repeats
+
+    @property
+    def baseline_action(self) -> str | None:
+        return self.baseline_change.action if self.baseline_change else None
 
     @property
     def verdict_text(self) -> str:
         if self.baseline_action:
             return self.baseline_action
         efficiency = self.efficiency_verdict
-        if efficiency is not None and efficiency.outcome == "regression":
-            return "regression (efficiency)" if self.verdict.outcome == "pass" else \
-                f"{self.verdict.outcome}, efficiency regression"
+        if efficiency is not None and efficiency.outcome in ("regression", "inconclusive"):
+            what = f"efficiency {efficiency.outcome}"
+            return what if self.verdict.outcome == "pass" else f"{self.verdict.outcome}, {what}"
         return self.verdict.outcome
 
     def benchmark_entry(self) -> dict[str, Any]:
@@ -90,6 +97,8 @@ class CaseReport:
                 "samples_per_s_repeats": self.result.samples_per_s,
                 "samples_per_s_min": self.result.min,
                 "samples_per_s_max": self.result.max,
+                "samples_per_s_cv": self.cv,
+                "repeats_measured": len(self.result.window_s),
                 "warmup_s": self.result.warmup_s,
                 "wall_s": self.result.wall_s,
                 "launched_at": self.launched_at,
@@ -99,11 +108,42 @@ class CaseReport:
                 "efficiency_verdict": (self.efficiency_verdict.to_json()
                                        if self.efficiency_verdict else None),
                 "verdict": {**self.verdict.to_json(), "text": self.verdict_text},
+                "baseline_update": self.baseline_update(),
                 "baseline_path": self.baseline_path,
                 "fingerprint": self.fingerprint,
                 "environment": self.environment,
             },
         }
+
+
+    def baseline_update(self) -> dict[str, Any] | None:
+        change = self.baseline_change
+        if change is None:
+            return None
+        old = change.old.throughput.median if change.old else None
+        return {"action": change.action, "path": self.baseline_path,
+                "old_median": old, "new_median": change.new.throughput.median,
+                "backup": str(change.backup) if change.backup else None}
+
+
+def change_lines(reports: list[CaseReport]) -> list[str]:
+    """What --dlperf-update-baselines did, per case: old median -> new median."""
+    lines = []
+    for report in reports:
+        update = report.baseline_update()
+        if update is None:
+            continue
+        new, old = update["new_median"], update["old_median"]
+        if update["action"] == "kept":
+            text = f"kept (exists; --dlperf-update-baselines=missing), measured {new:,.2f}"
+        elif old is None:
+            text = f"{update['action']}: {new:,.2f} samples/s"
+            if update["backup"]:
+                text += f" (the unreadable old file is kept as {update['backup']})"
+        else:
+            text = f"updated: {old:,.2f} -> {new:,.2f} samples/s ({new / old - 1:+.1%})"
+        lines.append(f"{report.case}: {text}  [{update['path']}]")
+    return lines
 
 
 def results_json(reports: list[CaseReport]) -> dict[str, Any]:
@@ -122,7 +162,7 @@ def results_json(reports: list[CaseReport]) -> dict[str, Any]:
 
 
 HEADER = ["case", "nodes x dev", "precision", "batch/dev", "samples/s (median)", "min-max",
-          "speedup (eff.)", "baseline", "delta", "verdict"]
+          "cv", "n", "speedup (eff.)", "baseline", "delta", "verdict"]
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -148,6 +188,8 @@ def rows(benchmarks: list[dict[str, Any]]) -> list[list[str]]:
             str(info["batch_size"]),
             _fmt(info["samples_per_s"]),
             f"{_fmt(info['samples_per_s_min'])}-{_fmt(info['samples_per_s_max'])}",
+            "-" if info.get("samples_per_s_cv") is None else f"{info['samples_per_s_cv']:.1%}",
+            str(info.get("repeats_measured", len(info["samples_per_s_repeats"]))),
             _speedup(info.get("speedup"), info.get("scaling_efficiency")),
             _fmt(verdict.get("baseline")),
             "-" if delta is None else f"{delta * 100:+.1f}%",

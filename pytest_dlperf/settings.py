@@ -120,7 +120,16 @@ OPTIONS: tuple[Option, ...] = (
            "as a fraction (0.05) or percentage (5%). A baseline's own 'tolerance' and a "
            "@pytest.mark.dlperf(tolerance=...) marker take precedence. Default: 0.05.",
            parse_fraction, 0.05, metavar="FRACTION"),
-    Option("strict", "fail cases that have no baseline for this fingerprint.", _bool, False, flag=True),
+    Option("max_repeats", "when a case's verdict is inconclusive (its median is beyond the "
+           "tolerance but the difference is not significant), measure more windows, a "
+           "protocol's worth at a time, up to this many in total before deciding. At least the "
+           "protocol's repeats (which turns it off). Default: 3 x repeats.",
+           _optional(_int(1)), metavar="N"),
+    Option("unstable_cv", "warn that a case is unstable when its repeats' coefficient of "
+           "variation (stdev / mean) exceeds this fraction. Default: 0.10.",
+           parse_fraction, 0.10, metavar="FRACTION"),
+    Option("strict", "fail cases that have no baseline for this fingerprint, and cases whose "
+           "verdict is still inconclusive after --dlperf-max-repeats.", _bool, False, flag=True),
     Option("update_baselines", "write the measured figures as the new baselines: 'all' (the bare "
            "flag) or 'missing' (only where none exists).",
            _optional(_choice("all", "missing")), None, metavar="WHICH", const="all"),
@@ -164,6 +173,8 @@ def add_options(parser: pytest.Parser) -> None:
 class Settings:
     protocol: protocol_mod.Protocol
     tolerance: float
+    max_repeats: int
+    unstable_cv: float
     strict: bool
     update_baselines: str | None
     baselines: Path
@@ -189,6 +200,17 @@ def _raw(config: pytest.Config, opt: Option) -> tuple[Any, str, Path | None]:
     return opt.default, "the default", config.rootpath
 
 
+def _max_repeats(config: pytest.Config, value: int | None, proto: protocol_mod.Protocol) -> int:
+    if value is None:
+        return 3 * proto.repeats
+    if value < proto.repeats:
+        _, source, _ = _raw(config, next(o for o in OPTIONS if o.name == "max_repeats"))
+        raise pytest.UsageError(
+            f"pytest-dlperf: bad value for {source}: it is below the protocol's {proto.repeats} "
+            f"repeats per case; give at least {proto.repeats} (equal turns extra repeats off)")
+    return value
+
+
 def resolve(config: pytest.Config) -> Settings:
     values: dict[str, Any] = {}
     bases: dict[str, Path | None] = {}
@@ -204,6 +226,7 @@ def resolve(config: pytest.Config) -> Settings:
                                      values.pop("steps"), values.pop("repeats"))
     except ValueError as exc:  # parsed values are valid; kept for safety against new profiles
         raise pytest.UsageError(f"pytest-dlperf: bad protocol: {exc}") from None
+    values["max_repeats"] = _max_repeats(config, values["max_repeats"], proto)
     for name in ("baselines", "json"):
         if values[name] is not None:
             path = Path(values[name]).expanduser()

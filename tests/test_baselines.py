@@ -1,13 +1,18 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_dlperf.baselines import SCHEMA_VERSION, Baseline, BaselineError, BaselineStore, parse
+from pytest_dlperf.baselines import (EFFICIENCY, LOCK_NAME, SCHEMA_VERSION, THROUGHPUT, Baseline,
+                                     BaselineError, BaselineStore, Metric, parse)
 
 FP = {"device_type": "cpu", "device_model": "Fake CPU 9000", "nodes": 1, "devices_per_node": 2,
       "framework": "torch", "framework_version": "2.14.1", "precision": "fp32",
@@ -16,10 +21,22 @@ FP = {"device_type": "cpu", "device_model": "Fake CPU 9000", "nodes": 1, "device
 CASE = "test_resnet50_torch.py::test_resnet50_v15[1n2d-fp32]"
 
 
-def _baseline(**kw: object) -> Baseline:
-    data = dict(case=CASE, fingerprint=FP, repeats=[10.0, 11.0, 12.0], median=11.0)
+def _baseline(repeats: list[float] | None = None, **kw: object) -> Baseline:
+    repeats = repeats or [10.0, 11.0, 12.0]
+    metrics = {THROUGHPUT: Metric(repeats, sorted(repeats)[len(repeats) // 2], True, "samples/s")}
+    data: dict = dict(case=CASE, fingerprint=FP, metrics=metrics)
     data.update(kw)
-    return Baseline(**data)  # type: ignore[arg-type]
+    return Baseline(**data)
+
+
+def _write(store: BaselineStore, content: str | bytes) -> Path:
+    path = store.path_for(CASE, FP)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return path
 
 
 def test_save_then_load_round_trips(tmp_path: Path) -> None:
@@ -28,7 +45,7 @@ def test_save_then_load_round_trips(tmp_path: Path) -> None:
     assert path.parent.parent.name == "test_resnet50_torch"
     assert path.parent.name == "test_resnet50_v15-1n2d-fp32"
     loaded = store.load(CASE, FP)
-    assert loaded == _baseline(tolerance=0.1)
+    assert loaded == _baseline(tolerance=0.1) and loaded.read_schema == SCHEMA_VERSION
     text = path.read_text()
     assert text.endswith("}\n") and json.loads(text)["schema_version"] == SCHEMA_VERSION
     assert list(json.loads(text)) == sorted(json.loads(text))  # sorted keys: diffable
@@ -42,52 +59,167 @@ def test_another_fingerprint_has_no_baseline(tmp_path: Path) -> None:
     assert store.load(CASE, {**FP, "framework_version": "2.15.0"}) is None
 
 
-@given(repeats=st.lists(st.floats(0.01, 1e6, allow_nan=False), min_size=1, max_size=20),
+positive = st.floats(0.01, 1e6, allow_nan=False)
+
+
+@given(repeats=st.lists(positive, min_size=1, max_size=20),
+       efficiency=st.none() | st.lists(st.floats(0.01, 1.5), min_size=1, max_size=20),
        tolerance=st.none() | st.floats(0, 0.99))
-def test_schema_round_trips(repeats: list[float], tolerance: float | None) -> None:
-    original = _baseline(repeats=repeats, median=sorted(repeats)[len(repeats) // 2],
-                         tolerance=tolerance)
+def test_schema_round_trips(repeats: list[float], efficiency: list[float] | None,
+                            tolerance: float | None) -> None:
+    original = _baseline(repeats, tolerance=tolerance)
+    if efficiency is not None:
+        original.metrics[EFFICIENCY] = Metric(efficiency, sorted(efficiency)[0], True, "fraction")
     assert parse(json.loads(json.dumps(original.to_json())), Path("x.json")) == original
+
+
+# What pytest-dlperf 0.1 wrote (schema 1): flat median/repeats, one efficiency figure.
+V1 = {"schema_version": 1, "case": CASE, "fingerprint": FP, "metric": "samples_per_s",
+      "higher_is_better": True, "median": 11.0, "repeats": [10.0, 11.0, 12.0],
+      "tolerance": 0.2, "efficiency": 0.4, "recorded": {"commit": "abc"}}
+
+
+def test_schema_1_is_migrated_on_read(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path)
+    path = _write(store, json.dumps(V1))
+    loaded = store.load(CASE, FP)
+    assert loaded is not None and loaded.read_schema == 1
+    assert loaded.throughput == Metric([10.0, 11.0, 12.0], 11.0, True, "samples/s")
+    assert loaded.efficiency == Metric([0.4], 0.4, True, "fraction")
+    assert (loaded.tolerance, loaded.recorded) == (0.2, {"commit": "abc"})
+    assert json.loads(path.read_text()) == V1  # reading never rewrites the file
+    # An update writes the current schema (and keeps the per-baseline tolerance).
+    store.update(_baseline([20.0, 21.0]))
+    assert json.loads(path.read_text())["schema_version"] == SCHEMA_VERSION
+    assert store.load(CASE, FP).tolerance == 0.2  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("content, problem", [
     ("{not json", "not valid JSON"),
-    ('{"schema_version": 1, "case"', "not valid JSON"),  # truncated
+    ('{"schema_version": 1, "case"', "truncated"),
+    (json.dumps(V1)[:-40], "truncated"),
+    ("", "not valid JSON"),
+    (b"\xff\xfe\x00garbage", "not UTF-8 text"),
     ("[]", "expected a JSON object"),
-    ('{"schema_version": 99}', "newer than this pytest-dlperf"),
+    ('{"case": "x"}', "missing or invalid 'schema_version'"),
+    ('{"schema_version": "2"}', "missing or invalid 'schema_version'"),
+    ('{"schema_version": 99}', "schema_version 99 is newer than this pytest-dlperf"),
 ])
-def test_unusable_files_name_the_file_and_the_problem(tmp_path: Path, content: str,
+def test_unusable_files_name_the_file_and_the_problem(tmp_path: Path, content: str | bytes,
                                                       problem: str) -> None:
     store = BaselineStore(tmp_path)
-    path = store.path_for(CASE, FP)
-    path.parent.mkdir(parents=True)
-    path.write_text(content)
+    path = _write(store, content)
     with pytest.raises(BaselineError, match=problem) as info:
         store.load(CASE, FP)
     assert str(path) in str(info.value)
-    assert path.read_text() == content  # never touched by a read
+    assert "--dlperf-update-baselines" in str(info.value) or "expected" in str(info.value)
+    after = path.read_bytes() if isinstance(content, bytes) else path.read_text()
+    assert after == content  # never touched by a read
 
 
-@pytest.mark.parametrize("field, value, problem", [
-    ("repeats", "fast", "'repeats' must be"),
-    ("repeats", [], "'repeats' must be"),
-    ("median", -1, "'median' must be"),
-    ("median", True, "'median' must be"),
-    ("tolerance", 1.5, "'tolerance' must be"),
-    ("fingerprint", [], "'fingerprint' must be"),
+@pytest.mark.parametrize("edit, problem", [
+    (lambda d: d["metrics"][THROUGHPUT].update(repeats="fast"), "'metrics.samples_per_s.repeats'"),
+    (lambda d: d["metrics"][THROUGHPUT].update(repeats=[]), "'metrics.samples_per_s.repeats'"),
+    (lambda d: d["metrics"][THROUGHPUT].update(repeats=[1.0, -2.0]), "positive numbers"),
+    (lambda d: d["metrics"][THROUGHPUT].update(median=-1), "'metrics.samples_per_s.median'"),
+    (lambda d: d["metrics"][THROUGHPUT].update(median=True), "'metrics.samples_per_s.median'"),
+    (lambda d: d["metrics"][THROUGHPUT].update(higher_is_better="yes"), "true or false"),
+    (lambda d: d["metrics"].pop(THROUGHPUT), "'metrics' must be an object with"),
+    (lambda d: d.update(metrics=[]), "'metrics' must be an object with"),
+    (lambda d: d.update(tolerance=1.5), "'tolerance' must be"),
+    (lambda d: d.update(fingerprint=[]), "'fingerprint' must be"),
+    (lambda d: d.update(recorded="yesterday"), "'recorded' must be"),
+    (lambda d: d.update(schema_version=1, median="x"), "'median' must be a number"),
 ])
-def test_wrong_types_are_refused(tmp_path: Path, field: str, value: object, problem: str) -> None:
+def test_wrong_types_are_refused(tmp_path: Path, edit, problem: str) -> None:  # type: ignore[no-untyped-def]
     data = _baseline().to_json()
-    data[field] = value
+    edit(data)
     with pytest.raises(BaselineError, match=problem):
         parse(data, tmp_path / "b.json")
 
 
-def test_update_over_a_corrupt_file_keeps_it_as_bak(tmp_path: Path) -> None:
+@pytest.mark.parametrize("content", ["{oops", '{"schema_version": 99, "future": true}'])
+def test_update_over_an_unreadable_file_keeps_it_as_bak(tmp_path: Path, content: str) -> None:
     store = BaselineStore(tmp_path)
-    path = store.path_for(CASE, FP)
-    path.parent.mkdir(parents=True)
-    path.write_text("{oops")
-    store.save(_baseline())
-    assert path.with_name(path.name + ".bak").read_text() == "{oops"
+    path = _write(store, content)
+    change = store.update(_baseline())
+    assert change.action == "replaced-unreadable" and change.backup is not None
+    assert change.backup.read_text() == content
     assert store.load(CASE, FP) == _baseline()
+
+
+def test_update_reports_the_old_and_new_figures(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path)
+    first = store.update(_baseline([10.0, 11.0, 12.0]))
+    assert (first.action, first.old) == ("recorded", None)
+    second = store.update(_baseline([20.0, 22.0, 24.0]))
+    assert second.action == "updated"
+    assert (second.old.throughput.median, second.new.throughput.median) == (11.0, 22.0)  # type: ignore[union-attr]
+    kept = store.update(_baseline([30.0]), only_missing=True)
+    assert kept.action == "kept" and store.load(CASE, FP).throughput.median == 22.0  # type: ignore[union-attr]
+    assert not list(tmp_path.rglob("*.bak"))  # a readable file needs no backup: git has it
+
+
+def test_a_lock_held_elsewhere_is_waited_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from filelock import FileLock
+
+    from pytest_dlperf import baselines
+
+    monkeypatch.setattr(baselines, "LOCK_TIMEOUT_S", 0.2)
+    store = BaselineStore(tmp_path)
+    tmp_path.mkdir(exist_ok=True)
+    held = FileLock(str(tmp_path / LOCK_NAME))
+    held.acquire()
+    try:
+        with pytest.raises(BaselineError, match="another run has held the lock"):
+            store.update(_baseline())
+        assert not store.path_for(CASE, FP).exists()
+    finally:
+        held.release()
+    assert store.update(_baseline()).action == "recorded"
+
+
+UPDATER = textwrap.dedent("""
+    import json, sys, time
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[3])
+    from test_baselines import CASE, FP, _baseline
+    from pytest_dlperf.baselines import BaselineStore
+
+    root, who = Path(sys.argv[1]), int(sys.argv[2])
+    store = BaselineStore(root)
+    while not (root / "go").exists():
+        time.sleep(0.001)
+    for i in range(50):
+        for case in range(3):
+            value = float(who * 1000 + i + 1)
+            change = store.update(_baseline([value, value + 0.5], case=f"{CASE}-{case}"))
+            old = change.old.throughput.median if change.old else None
+            print(json.dumps([case, old, change.new.throughput.median]), flush=True)
+""")
+
+
+def test_two_processes_updating_at_once_lose_nothing(tmp_path: Path) -> None:
+    """Each update reads the file before replacing it, so the (old -> new) pairs of every file
+    must form one chain through all 100 updates: a read that raced another writer would show
+    up as an old value consumed twice (a lost update), a torn write as invalid JSON."""
+    root = tmp_path / "bl"
+    root.mkdir()
+    here = str(Path(__file__).parent)
+    procs = [subprocess.Popen([sys.executable, "-c", UPDATER, str(root), str(who), here],
+                              stdout=subprocess.PIPE, text=True) for who in (1, 2)]
+    (root / "go").touch()
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    changes = [json.loads(line) for out in outputs for line in out.splitlines()]
+    assert len(changes) == 2 * 50 * 3
+    store = BaselineStore(root)
+    for case in range(3):
+        final = store.load(f"{CASE}-{case}", FP)  # valid JSON, valid schema
+        assert final is not None
+        olds = Counter(old for c, old, _ in changes if c == case)
+        news = [new for c, _, new in changes if c == case]
+        assert len(set(news)) == 100
+        # Every value written was read back as "old" exactly once, except the last one.
+        assert olds == Counter([None] + [n for n in news if n != final.throughput.median])
+    assert not [p for p in root.rglob("*") if p.name.endswith(".tmp")]

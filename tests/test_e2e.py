@@ -15,7 +15,8 @@ pytest.importorskip("torchvision")
 pytestmark = pytest.mark.usefixtures("subprocess_env")
 
 TINY = ["-p", "no:cacheprovider", "--dlperf-warmup-steps", "1", "--dlperf-steps", "2",
-        "--dlperf-repeats", "2", "--dlperf-baselines", "bl"]
+        "--dlperf-repeats", "2", "--dlperf-baselines", "bl",
+        "--dlperf-unstable-cv", "0.99"]  # two tiny windows on a shared box: no "unstable" noise
 
 PAIR = """
 import pytest
@@ -41,6 +42,15 @@ def only_baseline(pytester: pytest.Pytester, case: str) -> Path:
     return files[0]
 
 
+def scaled(stored: dict, factor: float, efficiency: float = 1.0, **extra: object) -> str:
+    """The baseline file with its throughput (and efficiency) samples scaled: a machine that
+    was that much faster (or better at scaling) when it was recorded."""
+    metrics = {name: {**m, "median": m["median"] * f, "repeats": [v * f for v in m["repeats"]]}
+               for name, m in stored["metrics"].items()
+               for f in [factor if name == "samples_per_s" else efficiency]}
+    return json.dumps({**stored, "metrics": metrics, **extra})
+
+
 def test_two_process_training_records_compares_and_reports(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_cases=PAIR)
     # 1. Record: a real 2-rank gloo DDP run; the baseline folder does not exist yet.
@@ -57,11 +67,13 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
     ])
     path = only_baseline(pytester, "test_pair-1n2d")
     stored = json.loads(path.read_text())
-    assert stored["schema_version"] == 1 and len(stored["repeats"]) == 2
+    throughput = stored["metrics"]["samples_per_s"]
+    assert stored["schema_version"] == 2 and len(throughput["repeats"]) == 2
     assert stored["fingerprint"]["devices_per_node"] == 2 and stored["fingerprint"]["nodes"] == 1
     assert stored["fingerprint"]["protocol"] == "w1-s2-r2"
-    assert stored["median"] == pytest.approx(sorted(stored["repeats"])[0] / 2
-                                             + sorted(stored["repeats"])[1] / 2)
+    assert throughput["median"] == pytest.approx(sum(throughput["repeats"]) / 2)
+    result.stdout.fnmatch_lines(["*pytest-dlperf: baselines changed in*",
+                                 "test_cases.py::test_pair[[]1n2d[]]: recorded: * samples/s*"])
 
     # The results file is pytest-benchmark's format, and its own CLI reads it.
     data = json.loads((pytester.path / "r1.json").read_text())
@@ -72,10 +84,12 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
     reference = data["benchmarks"][1]["extra_info"]["samples_per_s"]
     assert bench["extra_info"]["speedup"] == pytest.approx(
         bench["extra_info"]["samples_per_s"] / reference)
-    assert stored["efficiency"] == pytest.approx(bench["extra_info"]["speedup"] / 2)
+    efficiency = stored["metrics"]["scaling_efficiency"]
+    assert efficiency["median"] == pytest.approx(bench["extra_info"]["speedup"] / 2)
+    assert len(efficiency["repeats"]) == 2  # one per window: samples/s over 2 x the 1n1d median
     assert bench["stats"]["rounds"] == 2 and bench["stats"]["iterations"] == 2
     assert bench["extra_info"]["topology"]["world_size"] == 2
-    assert bench["extra_info"]["samples_per_s"] == pytest.approx(stored["median"])
+    assert bench["extra_info"]["samples_per_s"] == pytest.approx(throughput["median"])
     cli = Path(sys.executable).with_name("pytest-benchmark")
     compare = subprocess.run([str(cli), "compare", str(pytester.path / "r1.json")],
                              capture_output=True, text=True, cwd=pytester.path)
@@ -85,12 +99,9 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
     # 2. A baseline 100x faster than this machine: the case regresses and fails, saying why.
     # The marked case's marker (99.99%) outranks its baseline's own tolerance (1%): it passes,
     # however slow this shared machine is right now.
-    median = stored["median"]
-    path.write_text(json.dumps({**stored, "median": median * 100}))
+    path.write_text(scaled(stored, 100))
     marked = only_baseline(pytester, "test_marked-1n1d")
-    marked_data = json.loads(marked.read_text())
-    marked.write_text(json.dumps({**marked_data, "median": marked_data["median"] * 100,
-                                  "tolerance": 0.01}))
+    marked.write_text(scaled(json.loads(marked.read_text()), 100, tolerance=0.01))
     result = run(pytester, "-k", "pair and 1n2d or marked and 1n1d")
     result.assert_outcomes(failed=1, passed=1)
     result.stdout.fnmatch_lines(["PASSED test_cases.py::test_marked[[]1n1d[]]",
@@ -98,14 +109,14 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
     result.stdout.fnmatch_lines([
         "*pytest-dlperf: REGRESSION in test_cases.py::test_pair[[]1n2d[]]: samples/s median * is "
         "below the threshold * (baseline median * from bl/test_cases/test_pair-1n2d/*.json, "
-        "tolerance 5.0%, delta -9*%); repeats: [[]*, *[]]",
+        "tolerance 5.0%, delta -9*%) and the drop is significant (2 vs 2 repeats, "
+        "Mann-Whitney p=*, 98% CI of the median ratio [[]0.0*, 0.0*[]]); repeats: [[]*, *[]]",
     ])
     result.stdout.fnmatch_lines(["test_cases.py::test_pair[[]1n2d[]]*regression"])
 
     # 3. A baseline far slower: passes, and says the baseline could be refreshed. (The 1n1d
     # reference comes from its baseline now: 1n1d is not selected.)
-    efficiency = stored["efficiency"]
-    path.write_text(json.dumps({**stored, "median": median / 100, "efficiency": efficiency / 100}))
+    path.write_text(scaled(stored, 1 / 100, efficiency=1 / 100))
     result = run(pytester, "-k", "pair and 1n2d")
     result.assert_outcomes(passed=1, warnings=1)
     result.stdout.fnmatch_lines(["*faster than its baseline*consider --dlperf-update-baselines*",
@@ -113,14 +124,13 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
 
     # 4. Throughput fine but scaling efficiency far below its baseline: the case fails. The
     # baseline's own tolerance (50%) replaces the run's 5% for both figures.
-    path.write_text(json.dumps({**stored, "median": median / 100, "efficiency": efficiency * 50,
-                                "tolerance": 0.5}))
+    path.write_text(scaled(stored, 1 / 100, efficiency=50, tolerance=0.5))
     result = run(pytester, "-k", "pair and 1n2d")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*SCALING REGRESSION in test_cases.py::test_pair[[]1n2d[]]: scaling efficiency *% "
         "(speedup * on 2 devices) is below the threshold *% (baseline *% from *, "
-        "tolerance 50.0%)*",
+        "tolerance 50.0%; 2 vs 2 repeats, Mann-Whitney p=*, 98% CI of the median ratio [[]*[]])",
         "test_cases.py::test_pair[[]1n2d[]]*improvement, efficiency regression"])
 
 
@@ -137,6 +147,44 @@ def test_missing_baseline_passes_and_says_so_but_fails_when_strict(
     result = run(pytester, "--devices-per-node", "1", "--dlperf-strict")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*no baseline for*(failing: --dlperf-strict)*"])
+
+
+def test_an_inconclusive_case_adds_repeats_then_warns_or_fails_when_strict(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one="def test_one(throughput_meter):\n"
+                                 "    throughput_meter.measure('torch')\n")
+    result = run(pytester, "--devices-per-node", "1", "--dlperf-update-baselines")
+    result.assert_outcomes(passed=1)
+    (path,) = (pytester.path / "bl").rglob("*.json")
+    stored = json.loads(path.read_text())
+    measured = stored["metrics"]["samples_per_s"]["median"]
+    # A baseline whose median is twice this machine's figure, but spread over four orders of
+    # magnitude: the drop is beyond the tolerance and cannot be told from the noise.
+    spread = [measured * f for f in (0.01, 0.02, 0.05, 2, 50, 100, 200)]
+    path.write_text(json.dumps({**stored, "metrics": {"samples_per_s": {
+        **stored["metrics"]["samples_per_s"], "median": 2 * measured, "repeats": spread}}}))
+
+    # Strict: 2 windows, inconclusive, 2 more (a second launch), still inconclusive -> fails.
+    result = run(pytester, "--devices-per-node", "1", "--dlperf-max-repeats", "4",
+                 "--dlperf-strict", "--dlperf-unstable-cv", "0.000001", "--dlperf-json", "r.json")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*INCONCLUSIVE test_one.py::test_one: samples/s median * is -*% against the baseline's "
+        "* (beyond the tolerance 5.0%) but the difference is not significant (4 vs 7 repeats, "
+        "Mann-Whitney p=*) after 4 repeats (--dlperf-max-repeats 4)*(failing: --dlperf-strict)",
+    ])
+    result.stdout.fnmatch_lines(["test_one.py::test_one*1 x 1*fp32*2*4*inconclusive"])
+    result.stdout.fnmatch_lines(["*test_one.py::test_one is unstable: its 4 repeats vary by "
+                                 "*% (coefficient of variation; --dlperf-unstable-cv 0%)*"])
+    info = json.loads((pytester.path / "r.json").read_text())["benchmarks"][0]["extra_info"]
+    assert info["verdict"]["outcome"] == "inconclusive" and info["repeats_measured"] == 4
+    assert len(info["samples_per_s_repeats"]) == 4 and info["samples_per_s_cv"] > 0
+    assert json.loads(path.read_text())["metrics"]["samples_per_s"]["repeats"] == spread
+
+    # Not strict, no extra repeats allowed: one launch, a warning, and the test passes.
+    result = run(pytester, "--devices-per-node", "1", "--dlperf-max-repeats", "2")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*INCONCLUSIVE*after 2 repeats (--dlperf-max-repeats 2)*"])
 
 
 def test_a_failing_worker_fails_the_case_with_its_traceback(pytester: pytest.Pytester) -> None:

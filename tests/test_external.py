@@ -61,13 +61,13 @@ def expected_fingerprint() -> dict[str, object]:
 @pytest.mark.usefixtures("subprocess_env")
 def test_rank_zero_judges_and_reports_and_the_other_rank_mirrors_it(
         pytester: pytest.Pytester) -> None:
-    from pytest_dlperf.baselines import Baseline, BaselineStore
+    from pytest_dlperf.baselines import Baseline, BaselineStore, Metric
 
     pytester.makepyfile(test_s=TEST)
     # Rank 0 alone owns the baselines; one 1000x faster than any real figure here.
     BaselineStore(pytester.path / "bl").save(Baseline(
-        case="test_s.py::test_s[2n1d]", fingerprint=expected_fingerprint(), repeats=[9999.0],
-        median=9999.0))
+        case="test_s.py::test_s[2n1d]", fingerprint=expected_fingerprint(),
+        metrics={"samples_per_s": Metric([9999.0, 9998.0], 9998.5)}))
     codes, (rank0, rank1) = launch_pytest_on_two_ranks(pytester.path, "run")
     assert all(code != 0 for code in codes), (rank0, rank1)
     for text in (rank0, rank1):  # both ranks ran the 2-node case; 1n1d cannot run here

@@ -11,7 +11,8 @@ def test_show(request):
     s = request.config.stash[STATE].settings
     p = s.protocol
     print(f"SETTINGS {p.name} {p.warmup_steps} {p.steps} {p.repeats} {s.tolerance} {s.nodes} "
-          f"{s.devices_per_node} {s.update_baselines} {s.strict} {s.baselines.name}")
+          f"{s.devices_per_node} {s.update_baselines} {s.strict} {s.baselines.name} "
+          f"{s.max_repeats} {s.unstable_cv}")
 """
 
 
@@ -27,14 +28,16 @@ def test_defaults_are_the_full_dlperf_protocol(pytester: pytest.Pytester,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DLPERF_PROTOCOL", raising=False)
     assert settings_line(pytester) == ["full", "20", "100", "7", "0.05", "1", "None", "None",
-                                       "False", "baselines"]
+                                       "False", "baselines", "21", "0.1"]
 
 
 def test_quick_profile_and_overrides(pytester: pytest.Pytester) -> None:
     got = settings_line(pytester, "--dlperf-protocol", "quick", "--dlperf-steps", "3",
                         "--nodes", "2", "--devices-per-node", "1", "--dlperf-tolerance", "10%",
-                        "--dlperf-update-baselines", "--dlperf-strict", "--dlperf-baselines", "b2")
-    assert got == ["quick+custom", "5", "3", "5", "0.1", "2", "1", "all", "True", "b2"]
+                        "--dlperf-update-baselines", "--dlperf-strict", "--dlperf-baselines", "b2",
+                        "--dlperf-max-repeats", "5", "--dlperf-unstable-cv", "20%")
+    assert got == ["quick+custom", "5", "3", "5", "0.1", "2", "1", "all", "True", "b2", "5", "0.2"]
+    assert settings_line(pytester, "--dlperf-protocol", "quick")[10] == "15"  # 3 x repeats
     assert settings_line(pytester, "--dlperf-update-baselines=missing")[7] == "missing"
 
 
@@ -61,6 +64,9 @@ def test_precedence_cli_over_env_over_ini(pytester: pytest.Pytester,
     (["--dlperf-protocol", "slow"], "--dlperf-protocol=slow"),
     (["--dlperf-timeout", "0"], "--dlperf-timeout=0"),
     (["--dlperf-device", "tpu"], "--dlperf-device=tpu"),
+    (["--dlperf-max-repeats", "0"], "--dlperf-max-repeats=0"),
+    (["--dlperf-repeats", "5", "--dlperf-max-repeats", "4"], "--dlperf-max-repeats=4"),
+    (["--dlperf-unstable-cv", "150%"], "--dlperf-unstable-cv=150%"),
 ])
 def test_bad_values_are_usage_errors_naming_the_flag(pytester: pytest.Pytester, args: list[str],
                                                      names: str) -> None:

@@ -22,7 +22,8 @@ def make_report(baseline: float | None) -> CaseReport:
         nodeid="perf/test_r.py::test_x[1n2d-amp]", params={"cluster": "1n2d", "amp": "amp"},
         framework="torch", framework_version="2.14.1", topology=Topology(1, 2, "cpu", "Fake CPU"),
         precision=Precision("amp", "cpu"), workload=default_workload("resnet50", "cpu", True),
-        protocol=QUICK, result=result, verdict=compare(result.median, baseline, 0.05))
+        protocol=QUICK, result=result, cv=0.0909,
+        verdict=compare(result.samples_per_s, None if baseline is None else [baseline], 0.05))
 
 
 def test_rows_carry_dlperf_columns() -> None:
@@ -30,12 +31,12 @@ def test_rows_carry_dlperf_columns() -> None:
     scaled.speedup, scaled.efficiency = 1.7, 0.85
     table = rows([make_report(12.5).benchmark_entry(), scaled.benchmark_entry()])
     assert table[0] == ["test_r.py::test_x[1n2d-amp]", "1 x 2", "amp(bfloat16)", "2", "11.0",
-                        "10.0-12.0", "-", "12.5", "-12.0%", "regression"]
-    assert table[1][6] == "1.70 (85%)"
+                        "10.0-12.0", "9.1%", "3", "-", "12.5", "-12.0%", "inconclusive"]
+    assert table[1][8] == "1.70 (85%)"
     text = text_table(table)
     assert text[0].split() == ["case", "nodes", "x", "dev", "precision", "batch/dev", "samples/s",
-                               "(median)", "min-max", "speedup", "(eff.)", "baseline", "delta",
-                               "verdict"]
+                               "(median)", "min-max", "cv", "n", "speedup", "(eff.)", "baseline",
+                               "delta", "verdict"]
     assert text[1].startswith("----")
     assert markdown_table(table)[2].startswith("| test_r.py::test_x[1n2d-amp] | 1 x 2 |")
 
@@ -47,19 +48,22 @@ def test_results_json_is_pytest_benchmark_shaped(tmp_path: Path) -> None:
     assert bench["stats"]["data"] == [0.4, 0.33335, 0.36365]  # seconds per step, per window
     assert bench["extra_info"]["samples_per_s"] == 11.0
     assert bench["extra_info"]["verdict"]["text"] == "no-baseline"
+    assert bench["extra_info"]["samples_per_s_cv"] == 0.0909
+    assert bench["extra_info"]["repeats_measured"] == 3
+    assert bench["extra_info"]["baseline_update"] is None
     assert bench["param"] == "1n2d-amp"
     assert "cpu" in data["machine_info"] and "id" in data["commit_info"]
 
 
 def test_markdown_cli(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
-    path.write_text(json.dumps(results_json([make_report(10.0)])))
+    path.write_text(json.dumps(results_json([make_report(8.0)])))
     out = subprocess.run([sys.executable, "-m", "pytest_dlperf.report", str(path)],
                          capture_output=True, text=True)
     assert out.returncode == 0
-    assert "| test_r.py::test_x[1n2d-amp] | 1 x 2 | amp(bfloat16) | 2 | 11.0 | 10.0-12.0 | - |" \
-        in out.stdout
-    assert "| +10.0% | improvement |" in out.stdout
+    assert "| test_r.py::test_x[1n2d-amp] | 1 x 2 | amp(bfloat16) | 2 | 11.0 | 10.0-12.0 | 9.1% " \
+        "| 3 | - |" in out.stdout
+    assert "| +37.5% | improvement |" in out.stdout
     bad = subprocess.run([sys.executable, "-m", "pytest_dlperf.report", str(tmp_path / "no.json")],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "not a pytest-dlperf results file" in bad.stderr

@@ -43,6 +43,8 @@ class Launcher:
     name = "?"
     all_nodes_here = False  # every node's workers share this host's cores and devices
     allocation: Any = None  # a Slurm allocation, where there is one
+    # Whether a case can be launched again for extra repeats when its verdict is inconclusive.
+    can_add_repeats = True
 
     def run(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
             timeout_s: float) -> list[dict[str, Any]]:

@@ -27,6 +27,9 @@ def launched_externally(environ: dict[str, str]) -> bool:
 class ExternalLauncher(Launcher):
     name = "external"
     all_nodes_here = False
+    # Extra repeats would need every rank to take the same decision from a baseline file that
+    # only rank 0 is sure to see: external cases keep the protocol's repeats.
+    can_add_repeats = False
 
     def __init__(self, environ: dict[str, str]) -> None:
         self.dist = DistEnv.from_environ(environ)
