@@ -44,7 +44,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_dlperf.stats import INCONCLUSIVE, REGRESSION, coefficient_of_variation, compare  # noqa: E402
+from pytest_dlperf.stats import (INCONCLUSIVE, REGRESSION, coefficient_of_variation,  # noqa: E402
+                                 compare, look_alpha)
 
 GOAL_DETECTION, GOAL_FALSE_ALARMS, GOAL_LEVEL = 0.95, 0.01, 3.0
 
@@ -104,8 +105,9 @@ def trial(rng: random.Random, base_pool: list[float], pool: list[float], same: b
     else:
         rest = rng.sample(pool, len(pool))
     drawn = repeats
+    alpha = look_alpha(1 + -(-(max_repeats - repeats) // repeats))  # as the plugin splits it
     while True:
-        verdict = compare(rest[:drawn], baseline, tolerance)
+        verdict = compare(rest[:drawn], baseline, tolerance, alpha=alpha)
         if verdict.outcome != INCONCLUSIVE or drawn >= max_repeats or drawn >= len(rest):
             return verdict.outcome
         drawn += repeats

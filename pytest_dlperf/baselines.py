@@ -201,26 +201,49 @@ class Change:
     new: Baseline
     old: Baseline | None = None
     problem: str | None = None  # why the old file was unreadable
+    migrated_from: Path | None = None  # a schema-1 file of the case, replaced by ``path``
 
     @property
     def backup(self) -> Path | None:
         return self.path.with_name(self.path.name + ".bak") if self.problem else None
 
 
+def legacy_fingerprint(fingerprint: dict[str, Any], repeats: int) -> dict[str, Any]:
+    """Schema 1 put the repeat count in the fingerprint's protocol ("w5-s10-r5"). It is a sample
+    size, not a measurement condition: schema 2 leaves it out ("w5-s10"), so that a baseline
+    recorded with more repeats, or a run grown by extra repeats, still compares."""
+    return {**fingerprint, "protocol": f"{fingerprint['protocol']}-r{repeats}"}
+
+
 class BaselineStore:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, repeats: int | None = None) -> None:
         self.root = root
+        # The session's repeats: where to look for a schema-1 file of the same case.
+        self.repeats = repeats
 
     def path_for(self, case: str, fingerprint: dict[str, Any]) -> Path:
         return self.root / case_dirname(case) / f"{fingerprint_id(fingerprint)}.json"
 
-    def load(self, case: str, fingerprint: dict[str, Any]) -> Baseline | None:
-        path = self.path_for(case, fingerprint)
-        if not path.exists():
+    def _legacy_path(self, case: str, fingerprint: dict[str, Any]) -> Path | None:
+        if self.repeats is None or "protocol" not in fingerprint:
             return None
+        path = self.path_for(case, legacy_fingerprint(fingerprint, self.repeats))
+        return path if path.exists() else None
+
+    def load(self, case: str, fingerprint: dict[str, Any]) -> Baseline | None:
+        """The baseline of ``case`` on ``fingerprint``, a schema-1 file of it migrated; None if
+        there is none."""
+        path = self.path_for(case, fingerprint)
+        expected = fingerprint
+        if not path.exists():
+            legacy = self._legacy_path(case, fingerprint)
+            if legacy is None:
+                return None
+            path, expected = legacy, legacy_fingerprint(fingerprint, self.repeats or 0)
         baseline = read(path)
-        _require(baseline.fingerprint == fingerprint, path,
+        _require(baseline.fingerprint == expected, path,
                  "its fingerprint does not match its file name (edited by hand?)")
+        baseline.fingerprint = fingerprint
         return baseline
 
     def update(self, baseline: Baseline, *, only_missing: bool = False) -> Change:
@@ -245,19 +268,23 @@ class BaselineStore:
     def _update_locked(self, path: Path, baseline: Baseline, only_missing: bool) -> Change:
         old: Baseline | None = None
         problem: str | None = None
-        if path.exists():
+        legacy = None if path.exists() else self._legacy_path(baseline.case, baseline.fingerprint)
+        current = path if legacy is None else legacy
+        if current.exists():
             if only_missing:
                 return Change(path, "kept", baseline)
             try:
-                old = read(path)
+                old = read(current)
             except BaselineError as exc:
                 problem = str(exc)
-                shutil.copy2(path, path.with_name(path.name + ".bak"))  # keep what we replace
+                shutil.copy2(current, path.with_name(path.name + ".bak"))  # keep what we replace
         if old is not None and baseline.tolerance is None:
             baseline.tolerance = old.tolerance
         write_json_atomic(path, baseline.to_json())
+        if legacy is not None:
+            legacy.unlink()  # superseded by the file just written: its figures are in `old`
         action = "replaced-unreadable" if problem else ("updated" if old else "recorded")
-        return Change(path, action, baseline, old, problem)
+        return Change(path, action, baseline, old, problem, migrated_from=legacy)
 
     def save(self, baseline: Baseline) -> Path:
         return self.update(baseline).path

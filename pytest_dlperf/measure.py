@@ -19,7 +19,7 @@ from .report import CaseReport
 from .session import SessionState
 from .settings import parse_fraction
 from .stats import (IMPROVEMENT, INCONCLUSIVE, NO_BASELINE, REGRESSION, Verdict,
-                    coefficient_of_variation, compare)
+                    coefficient_of_variation, compare, look_alpha)
 from .topology import Topology, fingerprint, make_topology
 from .workload import Precision, Workload, default_workload
 
@@ -83,12 +83,21 @@ class ThroughputMeter:
                   tolerance: float) -> tuple[Verdict, Verdict | None]:
         """Throughput, and a multi-device case's scaling efficiency, each sample against the
         baseline's samples (efficiency per window: its samples/s over the 1n1d median)."""
+        alpha = look_alpha(self._looks)
         verdict = compare(result.samples_per_s, baseline.throughput.repeats if baseline else None,
-                          tolerance)
+                          tolerance, alpha=alpha)
         if reference is None or baseline is None or baseline.efficiency is None:
             return verdict, None
         return verdict, compare(_efficiencies(result, reference, self.cluster.world_size),
-                                baseline.efficiency.repeats, tolerance)
+                                baseline.efficiency.repeats, tolerance, alpha=alpha)
+
+    @property
+    def _looks(self) -> int:
+        """How many times a verdict may be taken: once, then once per batch of extra repeats."""
+        if not self.cluster.launcher.can_add_repeats:
+            return 1
+        extra = max(0, self.state.settings.max_repeats - self.protocol.repeats)
+        return 1 + -(-extra // self.protocol.repeats)
 
     def _needs_more(self, verdict: Verdict, efficiency: Verdict | None, result: Result) -> bool:
         """An inconclusive verdict gets more windows, up to --dlperf-max-repeats; not while
@@ -229,6 +238,7 @@ class ThroughputMeter:
 
     def _judge(self, report: CaseReport) -> None:
         verdict, where = report.verdict, report.baseline_path
+        self._warn_unstable(report)  # recording a noisy baseline deserves the warning most
         if report.baseline_change is not None:
             return
         if verdict.outcome == REGRESSION:
@@ -241,7 +251,6 @@ class ThroughputMeter:
                 f"{report.topology.world_size} devices) is below the threshold "
                 f"{efficiency.threshold:.1%} (baseline {efficiency.baseline:.1%} from {where}, "
                 f"tolerance {efficiency.tolerance:.1%}; {efficiency.evidence})", pytrace=False)
-        self._warn_unstable(report)
         for what, v in (("samples/s", verdict), ("scaling efficiency", efficiency)):
             if v is not None and v.outcome == INCONCLUSIVE:
                 self._inconclusive(report, what, v)

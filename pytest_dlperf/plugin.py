@@ -37,7 +37,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "dlperf(tolerance=None): per-test options of pytest-dlperf; tolerance "
         "overrides the baseline's and the run's (a fraction, 0.03 = 3%)")
     settings = settings_mod.resolve(config)
-    config.stash[STATE] = SessionState(settings, BaselineStore(settings.baselines), config.rootpath)
+    config.stash[STATE] = SessionState(settings, BaselineStore(settings.baselines, settings.protocol.repeats), config.rootpath)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

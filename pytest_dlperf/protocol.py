@@ -33,8 +33,9 @@ class Protocol:
 
     @property
     def slug(self) -> str:
-        """Names the protocol in baseline keys: two protocols never share a baseline."""
-        return f"w{self.warmup_steps}-s{self.steps}-r{self.repeats}"
+        """Names what a window measures in baseline keys: two protocols whose windows differ
+        never share a baseline. The repeat count is a sample size, not part of it."""
+        return f"w{self.warmup_steps}-s{self.steps}"
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)

@@ -123,7 +123,8 @@ class CaseReport:
         old = change.old.throughput.median if change.old else None
         return {"action": change.action, "path": self.baseline_path,
                 "old_median": old, "new_median": change.new.throughput.median,
-                "backup": str(change.backup) if change.backup else None}
+                "backup": str(change.backup) if change.backup else None,
+                "migrated_from": str(change.migrated_from) if change.migrated_from else None}
 
 
 def change_lines(reports: list[CaseReport]) -> list[str]:
@@ -142,6 +143,8 @@ def change_lines(reports: list[CaseReport]) -> list[str]:
                 text += f" (the unreadable old file is kept as {update['backup']})"
         else:
             text = f"updated: {old:,.2f} -> {new:,.2f} samples/s ({new / old - 1:+.1%})"
+            if update["migrated_from"]:
+                text += f" (schema 1 file {update['migrated_from']} replaced)"
         lines.append(f"{report.case}: {text}  [{update['path']}]")
     return lines
 

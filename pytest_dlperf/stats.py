@@ -3,7 +3,8 @@
 A **regression** needs both a median worse than the baseline's by more than the tolerance *and*
 evidence that the difference is real: a one-sided Mann-Whitney U test (p < ``alpha``) or a
 bootstrap confidence interval of the median ratio lying wholly beyond the tolerance (the interval
-is what still works when one side has a single sample, e.g. a migrated scalar). A median beyond
+is what still works when one side has a single sample, e.g. a migrated scalar). When a verdict
+may be looked at again after extra repeats, ``alpha`` is split over the looks (``look_alpha``). A median beyond
 the tolerance without that evidence is **inconclusive**: the caller adds repeats and asks again.
 An **improvement** is the mirror image; an unproven gain is a pass. Throughput is higher-is-better;
 memory and step time are lower-is-better (``higher_is_better=False``).
@@ -25,8 +26,7 @@ IMPROVEMENT = "improvement"
 INCONCLUSIVE = "inconclusive"
 NO_BASELINE = "no-baseline"
 
-ALPHA = 0.01  # one-sided significance of the rank test, per look
-CONFIDENCE = 0.98  # two-sided bootstrap interval: 1% in each tail, matching ALPHA
+ALPHA = 0.01  # one-sided false-alarm budget of a whole verdict (split over its looks)
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20_200_601  # fixed: the same samples always give the same verdict
 
@@ -38,6 +38,7 @@ class Verdict:
     baseline: float | None = None  # median of the baseline's samples
     tolerance: float | None = None
     higher_is_better: bool = True
+    alpha: float = ALPHA  # this look's one-sided significance level
     p_worse: float | None = None  # Mann-Whitney U, one-sided: the measured side is worse
     p_better: float | None = None
     ratio_ci: tuple[float, float] | None = None  # bootstrap CI of measured/baseline medians
@@ -70,13 +71,12 @@ class Verdict:
             parts.append(f"Mann-Whitney p={p:.3g}")
         if self.ratio_ci is not None:
             lo, hi = self.ratio_ci
-            parts.append(f"{CONFIDENCE:.0%} CI of the median ratio [{lo:.3f}, {hi:.3f}]")
+            parts.append(f"{1 - 2 * self.alpha:.1%} CI of the median ratio [{lo:.3f}, {hi:.3f}]")
         return ", ".join(parts)
 
     def to_json(self) -> dict[str, object]:
         data = asdict(self)
-        data.update(threshold=self.threshold, delta=self.delta, alpha=ALPHA,
-                    confidence=CONFIDENCE,
+        data.update(threshold=self.threshold, delta=self.delta, confidence=1 - 2 * self.alpha,
                     ratio_ci=list(self.ratio_ci) if self.ratio_ci else None)
         return data
 
@@ -88,11 +88,21 @@ def _check(samples: Sequence[float], what: str) -> list[float]:
     return values
 
 
+def look_alpha(looks: int) -> float:
+    """The significance level of each look when a verdict may be taken ``looks`` times (after
+    extra repeats): Bonferroni, so the whole procedure's false alarms stay within ALPHA."""
+    return ALPHA / max(1, looks)
+
+
 def compare(samples: Sequence[float], baseline: Sequence[float] | None, tolerance: float, *,
             higher_is_better: bool = True, alpha: float = ALPHA) -> Verdict:
-    """Judge ``samples`` (one figure per repeat) against the baseline's repeat samples."""
+    """Judge ``samples`` (one figure per repeat) against the baseline's repeat samples.
+    ``alpha`` is the one-sided level of the rank test; the bootstrap interval is two-sided at
+    ``1 - 2 * alpha``, so each of its tails matches it."""
     if not 0 <= tolerance < 1:
         raise ValueError(f"tolerance must be in [0, 1), got {tolerance}")
+    if not 0 < alpha < 0.5:
+        raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
     measured = _check(samples, "samples")
     median = float(statistics.median(measured))
     if baseline is None:
@@ -100,7 +110,7 @@ def compare(samples: Sequence[float], baseline: Sequence[float] | None, toleranc
     base = _check(baseline, "baseline samples")
     base_median = float(statistics.median(base))
     p_worse, p_better = _rank_test(measured, base, higher_is_better)
-    interval = _ratio_interval(measured, base)
+    interval = _ratio_interval(measured, base, 1 - 2 * alpha)
     lo, hi = interval if interval is not None else (0.0, float("inf"))
     # "good" is the ratio oriented so that > 1 is better, whatever the metric's direction.
     ratio = median / base_median
@@ -112,8 +122,8 @@ def compare(samples: Sequence[float], baseline: Sequence[float] | None, toleranc
         outcome = IMPROVEMENT
     else:
         outcome = PASS
-    return Verdict(outcome, median, base_median, tolerance, higher_is_better, p_worse, p_better,
-                   interval, len(measured), len(base))
+    return Verdict(outcome, median, base_median, tolerance, higher_is_better, alpha, p_worse,
+                   p_better, interval, len(measured), len(base))
 
 
 def _rank_test(measured: list[float], base: list[float], higher_is_better: bool) -> tuple[float, float]:
@@ -126,14 +136,15 @@ def _rank_test(measured: list[float], base: list[float], higher_is_better: bool)
             float(mannwhitneyu(measured, base, alternative=better).pvalue))
 
 
-def _ratio_interval(measured: list[float], base: list[float]) -> tuple[float, float] | None:
+def _ratio_interval(measured: list[float], base: list[float],
+                    confidence: float) -> tuple[float, float] | None:
     """Percentile bootstrap interval of median(measured) / median(base); None for one sample
     against one sample, which says nothing about noise."""
     import numpy as np
     from scipy.stats import bootstrap
 
     rng = np.random.default_rng(BOOTSTRAP_SEED)
-    options = dict(vectorized=True, confidence_level=CONFIDENCE, method="percentile",
+    options = dict(vectorized=True, confidence_level=confidence, method="percentile",
                    n_resamples=BOOTSTRAP_RESAMPLES, rng=rng)
     if len(measured) == 1 and len(base) == 1:
         return None

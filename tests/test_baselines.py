@@ -16,7 +16,7 @@ from pytest_dlperf.baselines import (EFFICIENCY, LOCK_NAME, SCHEMA_VERSION, THRO
 
 FP = {"device_type": "cpu", "device_model": "Fake CPU 9000", "nodes": 1, "devices_per_node": 2,
       "framework": "torch", "framework_version": "2.14.1", "precision": "fp32",
-      "model": "resnet50", "batch_size": 2, "image_size": 64, "protocol": "w5-s10-r5",
+      "model": "resnet50", "batch_size": 2, "image_size": 64, "protocol": "w5-s10",
       "python": "3.11", "threads_per_worker": 1}
 CASE = "test_resnet50_torch.py::test_resnet50_v15[1n2d-fp32]"
 
@@ -74,24 +74,41 @@ def test_schema_round_trips(repeats: list[float], efficiency: list[float] | None
 
 
 # What pytest-dlperf 0.1 wrote (schema 1): flat median/repeats, one efficiency figure.
-V1 = {"schema_version": 1, "case": CASE, "fingerprint": FP, "metric": "samples_per_s",
+V1 = {"schema_version": 1, "case": CASE, "fingerprint": {**FP, "protocol": "w5-s10-r5"}, "metric": "samples_per_s",
       "higher_is_better": True, "median": 11.0, "repeats": [10.0, 11.0, 12.0],
       "tolerance": 0.2, "efficiency": 0.4, "recorded": {"commit": "abc"}}
 
 
 def test_schema_1_is_migrated_on_read(tmp_path: Path) -> None:
-    store = BaselineStore(tmp_path)
-    path = _write(store, json.dumps(V1))
+    # Schema 1 named the file after a fingerprint whose protocol included the repeats.
+    store = BaselineStore(tmp_path, repeats=5)
+    legacy = store.path_for(CASE, V1["fingerprint"])
+    assert legacy != store.path_for(CASE, FP) and "w5-s10-r5" in legacy.name
+    legacy.parent.mkdir(parents=True)
+    legacy.write_text(json.dumps(V1))
     loaded = store.load(CASE, FP)
-    assert loaded is not None and loaded.read_schema == 1
+    assert loaded is not None and loaded.read_schema == 1 and loaded.fingerprint == FP
     assert loaded.throughput == Metric([10.0, 11.0, 12.0], 11.0, True, "samples/s")
     assert loaded.efficiency == Metric([0.4], 0.4, True, "fraction")
     assert (loaded.tolerance, loaded.recorded) == (0.2, {"commit": "abc"})
-    assert json.loads(path.read_text()) == V1  # reading never rewrites the file
-    # An update writes the current schema (and keeps the per-baseline tolerance).
-    store.update(_baseline([20.0, 21.0]))
+    assert json.loads(legacy.read_text()) == V1  # reading never rewrites the file
+    assert BaselineStore(tmp_path, repeats=7).load(CASE, FP) is None  # r7 never had one
+    assert store.update(_baseline([1.0]), only_missing=True).action == "kept"
+    # An update writes the current schema under the current name, keeps the per-baseline
+    # tolerance, and removes the superseded schema-1 file.
+    change = store.update(_baseline([20.0, 21.0]))
+    assert (change.action, change.migrated_from) == ("updated", legacy)
+    assert change.old is not None and change.old.throughput.median == 11.0
+    path = store.path_for(CASE, FP)
     assert json.loads(path.read_text())["schema_version"] == SCHEMA_VERSION
+    assert not legacy.exists()
     assert store.load(CASE, FP).tolerance == 0.2  # type: ignore[union-attr]
+
+
+def test_a_schema_1_file_under_its_own_name_is_migrated_too(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path)
+    _write(store, json.dumps({**V1, "fingerprint": FP}))
+    assert store.load(CASE, FP).efficiency.repeats == [0.4]  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("content, problem", [

@@ -70,7 +70,7 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
     throughput = stored["metrics"]["samples_per_s"]
     assert stored["schema_version"] == 2 and len(throughput["repeats"]) == 2
     assert stored["fingerprint"]["devices_per_node"] == 2 and stored["fingerprint"]["nodes"] == 1
-    assert stored["fingerprint"]["protocol"] == "w1-s2-r2"
+    assert stored["fingerprint"]["protocol"] == "w1-s2"  # repeats are a sample size, not a key
     assert throughput["median"] == pytest.approx(sum(throughput["repeats"]) / 2)
     result.stdout.fnmatch_lines(["*pytest-dlperf: baselines changed in*",
                                  "test_cases.py::test_pair[[]1n2d[]]: recorded: * samples/s*"])
@@ -110,7 +110,7 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
         "*pytest-dlperf: REGRESSION in test_cases.py::test_pair[[]1n2d[]]: samples/s median * is "
         "below the threshold * (baseline median * from bl/test_cases/test_pair-1n2d/*.json, "
         "tolerance 5.0%, delta -9*%) and the drop is significant (2 vs 2 repeats, "
-        "Mann-Whitney p=*, 98% CI of the median ratio [[]0.0*, 0.0*[]]); repeats: [[]*, *[]]",
+        "Mann-Whitney p=*, *% CI of the median ratio [[]0.0*, 0.0*[]]); repeats: [[]*, *[]]",
     ])
     result.stdout.fnmatch_lines(["test_cases.py::test_pair[[]1n2d[]]*regression"])
 
@@ -130,7 +130,7 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
     result.stdout.fnmatch_lines([
         "*SCALING REGRESSION in test_cases.py::test_pair[[]1n2d[]]: scaling efficiency *% "
         "(speedup * on 2 devices) is below the threshold *% (baseline *% from *, "
-        "tolerance 50.0%; 2 vs 2 repeats, Mann-Whitney p=*, 98% CI of the median ratio [[]*[]])",
+        "tolerance 50.0%; 2 vs 2 repeats, Mann-Whitney p=*, *% CI of the median ratio [[]*[]])",
         "test_cases.py::test_pair[[]1n2d[]]*improvement, efficiency regression"])
 
 
@@ -185,6 +185,31 @@ def test_an_inconclusive_case_adds_repeats_then_warns_or_fails_when_strict(
     result = run(pytester, "--devices-per-node", "1", "--dlperf-max-repeats", "2")
     result.assert_outcomes(passed=1, warnings=1)
     result.stdout.fnmatch_lines(["*INCONCLUSIVE*after 2 repeats (--dlperf-max-repeats 2)*"])
+
+
+@pytest.mark.parametrize("content, problem", [
+    ('{"schema_version": 2, "case": "test_one.py::test_one", "metr', "truncated"),
+    ('{"schema_version": 3, "metrics": {}}', "schema_version 3 is newer than this pytest-dlperf"),
+])
+def test_an_unusable_baseline_fails_its_case_and_is_only_replaced_on_request(
+        pytester: pytest.Pytester, content: str, problem: str) -> None:
+    pytester.makepyfile(test_one="def test_one(throughput_meter):\n"
+                                 "    throughput_meter.measure('torch')\n")
+    run(pytester, "--devices-per-node", "1", "--dlperf-update-baselines").assert_outcomes(passed=1)
+    (path,) = (pytester.path / "bl").rglob("*.json")
+    path.write_text(content)
+    for extra in ([], ["--dlperf-update-baselines=missing"]):
+        result = run(pytester, "--devices-per-node", "1", *extra)
+        result.assert_outcomes(failed=1)
+        result.stdout.fnmatch_lines([f"*pytest-dlperf: baseline file {path}: {problem}*"])
+        assert path.read_text() == content  # never overwritten without the explicit request
+    result = run(pytester, "--devices-per-node", "1", "--dlperf-update-baselines")
+    result.assert_outcomes(passed=1)
+    backup = path.with_name(path.name + ".bak")
+    assert backup.read_text() == content
+    assert json.loads(path.read_text())["schema_version"] == 2
+    result.stdout.fnmatch_lines([f"test_one.py::test_one: replaced-unreadable: * samples/s "
+                                 f"(the unreadable old file is kept as {backup})*"])
 
 
 def test_a_failing_worker_fails_the_case_with_its_traceback(pytester: pytest.Pytester) -> None:

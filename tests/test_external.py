@@ -54,7 +54,7 @@ def expected_fingerprint() -> dict[str, object]:
     topology = make_topology(detect_hardware(), 2, 1, "cpu", all_nodes_here=False)
     return fingerprint(topology, framework="torch", framework_version=torch.__version__,
                        precision="fp32", model="resnet50", batch_size=2, image_size=64,
-                       protocol_slug="w1-s2-r1",
+                       protocol_slug="w1-s2",
                        python=".".join(platform.python_version_tuple()[:2]))
 
 
