@@ -130,3 +130,46 @@ def test_ctrl_c_stops_every_worker_and_writes_no_baseline(
     assert workers_under(pytester.path) == []
     baselines = pytester.path / "bl"
     assert not baselines.exists() or list(baselines.rglob("*")) == []
+
+
+LONELY_TF = """
+# Rank 0 is told of a peer that never starts: MultiWorkerMirroredStrategy waits for it forever,
+# and TensorFlow's wait ignores SIGTERM. Rank 1 just never gets going.
+import socket, time
+
+from pytest_dlperf.frameworks import tensorflow as tf_adapter
+
+DISTRIBUTION = tf_adapter.DISTRIBUTION
+
+
+def build_trainer(spec, dist):
+    if dist.rank == 1:
+        time.sleep(3600)
+    with socket.socket() as sock:  # a port nobody will listen on
+        sock.bind(("127.0.0.1", 0))
+        absent = f"127.0.0.1:{sock.getsockname()[1]}"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        mine = f"127.0.0.1:{sock.getsockname()[1]}"
+    return tf_adapter.build_trainer({**spec, "workers": [mine, absent]}, dist)
+"""
+
+
+def test_a_tensorflow_worker_waiting_for_a_peer_that_never_starts_is_killed(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("tensorflow")
+    monkeypatch.setenv("TMPDIR", str(pytester.mkdir("tmp")))
+    (pytester.path / "fault_adapters").mkdir()
+    (pytester.path / "fault_adapters" / "__init__.py").write_text("")
+    (pytester.path / "fault_adapters" / "lonely_tf.py").write_text(LONELY_TF)
+    pytester.makepyfile(test_lonely="""
+        def test_lonely(throughput_meter):
+            throughput_meter.measure("fault_adapters.lonely_tf")
+    """)
+    started = time.monotonic()
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--devices-per-node", "2",
+                                           "--dlperf-timeout", "20", timeout=180)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*timeout on 1n2d: timed out after 20 s; stuck ranks: [[]0, 1[]]*"])
+    assert time.monotonic() - started < 120
+    assert workers_under(pytester.path) == [] and no_case_processes_left()

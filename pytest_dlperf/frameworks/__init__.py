@@ -3,7 +3,8 @@
 A framework module (``frameworks/<name>.py``) defines, without importing the framework at module
 level:
 
-- ``DISTRIBUTION``: the package whose installed version enters the baseline fingerprint;
+- ``DISTRIBUTION``: the package whose installed version enters the baseline fingerprint (or a
+  tuple of packages that provide the framework, first installed wins);
 - ``build_trainer(spec, dist) -> Trainer``: called inside each worker rank with the plain JSON
   spec and the rank's place in the job; it sets the framework's process group up itself.
 
@@ -62,6 +63,28 @@ class DistEnv:
         )
 
 
+def exchange(dist: DistEnv, key: str, value: str, timeout_s: float = 600.0) -> list[str]:
+    """Every rank's ``value`` for ``key``, in rank order, swapped through the key-value store of
+    the torchrun agent that started this rank (its rendezvous store; every launch mode starts
+    agents). For frameworks that need all peers' addresses before they start (TensorFlow's
+    TF_CONFIG). torch is importable wherever torchrun is."""
+    import os
+    from datetime import timedelta
+
+    import torch.distributed as torch_dist
+
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        raise RuntimeError("this rank was not started by a torchrun agent with a store "
+                           "(TORCHELASTIC_USE_AGENT_STORE); give every rank's address in the spec")
+    store = torch_dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                dist.world_size, is_master=False,
+                                timeout=timedelta(seconds=timeout_s))
+    store.set(f"dlperf/{key}/{dist.rank}", value)
+    keys = [f"dlperf/{key}/{rank}" for rank in range(dist.world_size)]
+    store.wait(keys, timedelta(seconds=timeout_s))
+    return [store.get(k).decode() for k in keys]
+
+
 def module_name(name: str) -> str:
     """``torch`` -> this package's adapter; a dotted name is the user's own adapter module."""
     return name if "." in name else f"{__name__}.{name}"
@@ -89,8 +112,12 @@ def known_frameworks() -> list[str]:
 
 
 def installed_version(name: str) -> str | None:
-    """The framework's installed version, read from package metadata (no framework import)."""
-    try:
-        return importlib.metadata.version(load(name).DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    """The framework's installed version, read from package metadata (no framework import).
+    ``DISTRIBUTION`` may name several packages that provide it (first installed wins)."""
+    distributions = load(name).DISTRIBUTION
+    for distribution in (distributions,) if isinstance(distributions, str) else distributions:
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None

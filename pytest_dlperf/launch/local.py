@@ -66,6 +66,8 @@ def worker_environment(topology: Topology, tmp_dir: Path) -> dict[str, str]:
         TMPDIR=str(tmp_dir),
         PYTHONPATH=os.pathsep.join(p for p in (_SOURCE_ROOT, env.get("PYTHONPATH")) if p),
         PYTHONUNBUFFERED="1",
+        # Where a framework that runs its own servers (TensorFlow) tells its peers to connect.
+        DLPERF_WORKER_HOST="127.0.0.1",
     )
     return env
 
