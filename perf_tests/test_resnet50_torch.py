@@ -5,7 +5,7 @@ import pytest
 FRAMEWORK = "torch"
 
 
-def test_resnet50_v15(cluster, amp, throughput_meter):
+def test_resnet50_v15(cluster, amp, compiler, throughput_meter):
     report = throughput_meter.measure(FRAMEWORK, model="resnet50")
     # torchvision's resnet50 is v1.5 (stride 2 on the 3x3 conv): the model DLPerf measured.
     assert report.environment["parameters"] == 25_557_032

@@ -38,12 +38,29 @@ class ThroughputMeter:
     def case(self) -> str:
         return f"{self.node.path.name}::{self.node.name}"
 
+    @property
+    def compiler(self) -> str:
+        return _params(self.node).get("compiler", "eager")
+
+    def _check_compiler(self, framework: str) -> None:
+        if self.compiler == "eager":
+            return
+        if self.protocol.warmup_steps < 1:
+            pytest.fail(f"pytest-dlperf: {self.case}: a compiled case needs at least one warm-up "
+                        "step (compilation happens in the first step, which is never timed); "
+                        "raise --dlperf-warmup-steps", pytrace=False)
+        check = getattr(frameworks.load(framework), "compile_unavailable", None)
+        reason = check(self.cluster.device_type) if check is not None else None
+        if reason:
+            pytest.skip(f"{framework} cannot compile on {self.cluster.device_type} here: {reason}")
+
     def measure(self, framework: str, model: str = "resnet50", *, batch_size: int | None = None,
                 image_size: int | None = None, lr_per_256: float | None = None) -> CaseReport:
         """Train ``model`` with ``framework`` on every rank, apply the protocol, compare the
         median (and a multi-device case's scaling efficiency) with the baseline, failing this
         test on a regression, and return the record."""
         version = self._framework_version(framework)
+        self._check_compiler(framework)
         workload = default_workload(model, self.cluster.device_type, self.amp.enabled,
                                     batch_size, image_size, lr_per_256)
         launched_at = time.time()
@@ -68,7 +85,7 @@ class ThroughputMeter:
             baseline_path=self._display(self.state.store.path_for(self.case, fp)),
             launched_at=launched_at, launcher=self.cluster.launcher.name,
             isolation=self.cluster.launcher.isolation,
-            cv=coefficient_of_variation(result.samples_per_s))
+            cv=coefficient_of_variation(result.samples_per_s), compiler=self.compiler)
         if reference is not None:
             report.reference = reference
             report.speedup = result.median / reference
@@ -100,10 +117,13 @@ class ThroughputMeter:
         return 1 + -(-extra // self.protocol.repeats)
 
     def _needs_more(self, verdict: Verdict, efficiency: Verdict | None, result: Result) -> bool:
-        """An inconclusive verdict gets more windows, up to --dlperf-max-repeats; not while
-        recording baselines, and not in external mode (every rank would have to agree)."""
-        inconclusive = INCONCLUSIVE in (verdict.outcome, efficiency and efficiency.outcome)
-        return (inconclusive and self.state.settings.update_baselines is None
+        """An inconclusive verdict gets more windows, up to --dlperf-max-repeats; not once either
+        figure is a proven regression, not while recording baselines, and not in external mode
+        (every rank would have to agree)."""
+        outcomes = (verdict.outcome, efficiency.outcome if efficiency else None)
+        # A proven regression of either figure decides the case: more windows cannot undo it.
+        return (INCONCLUSIVE in outcomes and REGRESSION not in outcomes
+                and self.state.settings.update_baselines is None
                 and self.cluster.launcher.can_add_repeats
                 and len(result.window_s) < self.state.settings.max_repeats)
 
@@ -126,7 +146,7 @@ class ThroughputMeter:
     def _run(self, cluster: Cluster, framework: str, workload: Workload,
              repeats: int | None = None) -> tuple[Result, dict[str, Any]]:
         protocol = self.protocol if repeats is None else replace(self.protocol, repeats=repeats)
-        spec = {"framework": framework, "precision": self.amp.name,
+        spec = {"framework": framework, "precision": self.amp.name, "compiler": self.compiler,
                 "protocol": protocol.to_json(), **workload.to_spec(cluster.world_size)}
         started = time.perf_counter()
         try:
@@ -144,7 +164,8 @@ class ThroughputMeter:
                            precision=self.amp.name, model=workload.model,
                            batch_size=workload.batch_size, image_size=workload.image_size,
                            protocol_slug=self.protocol.slug,
-                           accelerator_stack=self._accelerator_stack(topology, env))
+                           accelerator_stack=self._accelerator_stack(topology, env),
+                           compiler=self.compiler)
 
     def _reference_median(self, framework: str, version: str, env: dict[str, Any],
                           workload: Workload) -> float | None:

@@ -26,6 +26,9 @@ class Window:
 class Measurement:
     warmup_s: float
     windows: list[Window] = field(default_factory=list)
+    # The first warm-up step alone: where tracing and compilation (torch.compile, XLA, a
+    # tf.function's first trace) happen. Reported on its own, never part of a window.
+    first_step_s: float = 0.0
     # Wall-clock (epoch) time the first timed step began: start-up figures across processes.
     timed_from: float = 0.0
 
@@ -49,10 +52,15 @@ def measure(
     outside the timed region (a loss check reads device memory and would itself synchronize).
     """
     started = clock()
-    for _ in range(protocol.warmup_steps):
+    first_step_s = 0.0
+    for index in range(protocol.warmup_steps):
         step()
+        if index == 0:
+            synchronize()
+            first_step_s = clock() - started
     synchronize()
-    result = Measurement(warmup_s=clock() - started, timed_from=epoch())
+    result = Measurement(warmup_s=clock() - started, timed_from=epoch(),
+                         first_step_s=first_step_s)
     for index in range(protocol.repeats):
         begin = clock()
         for _ in range(protocol.steps):

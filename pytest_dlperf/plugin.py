@@ -16,7 +16,8 @@ from .baselines import BaselineStore
 from .jsonio import write_json_atomic
 from .launch import Cluster
 from .measure import DLPerfWarning, ThroughputMeter
-from .report import change_lines, results_json, rows, text_table
+from .report import (change_lines, frameworks_side_by_side, pivot_rows, results_json, rows,
+                     text_table)
 from .session import SessionState
 from .workload import PRECISIONS, Precision
 
@@ -78,6 +79,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("cluster", topologies, ids=[t.id for t in topologies], indirect=True)
     if "amp" in named:
         metafunc.parametrize("amp", PRECISIONS, indirect=True)
+    if "compiler" in named:
+        metafunc.parametrize("compiler", state.compilers, indirect=True)
 
 
 @pytest.fixture
@@ -107,6 +110,13 @@ def amp(request: pytest.FixtureRequest) -> Precision:
 
 
 @pytest.fixture
+def compiler(request: pytest.FixtureRequest) -> str:
+    """How the training step runs: ``eager``, or ``compiled`` (torch.compile for torch, XLA for
+    TensorFlow). Compile time is reported on its own (``first_step_s``), never in throughput."""
+    return str(getattr(request, "param", "eager"))
+
+
+@pytest.fixture
 def throughput_meter(request: pytest.FixtureRequest, cluster: Cluster,
                      amp: Precision) -> ThroughputMeter:
     """Runs a workload on ``cluster`` under the protocol and judges it against its baseline."""
@@ -127,8 +137,16 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.write_sep(
         "-", f"pytest-dlperf: training throughput ({proto.name} protocol: {proto.warmup_steps} "
         f"warm-up, {proto.steps} timed steps x {proto.repeats} repeats, median)")
-    for line in text_table(rows([r.benchmark_entry() for r in state.reports])):
+    benchmarks = [r.benchmark_entry() for r in state.reports]
+    for line in text_table(rows(benchmarks)):
         terminalreporter.write_line(line)
+    pivot = frameworks_side_by_side(benchmarks)
+    if pivot is not None:
+        terminalreporter.write_sep("-", "pytest-dlperf: frameworks side by side (samples/s, "
+                                        "speedup over 1n1d)")
+        header, table = pivot_rows(pivot)
+        for line in text_table(table, header):
+            terminalreporter.write_line(line)
     changes = change_lines(state.reports)
     if changes:
         terminalreporter.write_sep("-", f"pytest-dlperf: baselines changed in "

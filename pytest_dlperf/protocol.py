@@ -93,6 +93,7 @@ class Result:
     warmup_s: float
     wall_s: float  # the whole case, process start-up included
     timed_from: float = 0.0  # epoch seconds when the last rank began its first timed step
+    first_step_s: float = 0.0  # the slowest rank's first warm-up step (compilation, tracing)
 
     @property
     def median(self) -> float:
@@ -117,7 +118,8 @@ class Result:
         return Result(samples_per_s=self.samples_per_s + more.samples_per_s,
                       window_s=self.window_s + more.window_s, steps=self.steps,
                       global_batch=self.global_batch, warmup_s=self.warmup_s,
-                      wall_s=self.wall_s + more.wall_s, timed_from=self.timed_from)
+                      wall_s=self.wall_s + more.wall_s, timed_from=self.timed_from,
+                      first_step_s=self.first_step_s)
 
 
 def aggregate(rank_results: list[dict[str, Any]], per_device_batch: int, wall_s: float) -> Result:
@@ -136,4 +138,5 @@ def aggregate(rank_results: list[dict[str, Any]], per_device_batch: int, wall_s:
         rates.append(throughput(global_batch, steps, elapsed))
     return Result(samples_per_s=rates, window_s=window_s, steps=steps, global_batch=global_batch,
                   warmup_s=max(r["warmup_s"] for r in rank_results), wall_s=wall_s,
-                  timed_from=max(r.get("timed_from", 0.0) for r in rank_results))
+                  timed_from=max(r.get("timed_from", 0.0) for r in rank_results),
+                  first_step_s=max(r.get("first_step_s", 0.0) for r in rank_results))

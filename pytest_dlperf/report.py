@@ -47,6 +47,7 @@ class CaseReport:
     efficiency_verdict: Verdict | None = None
     reference: float | None = None  # the 1n1d median the speedup is taken against
     cv: float = 0.0  # coefficient of variation of the repeats
+    compiler: str = "eager"
 
     @property
     def baseline_action(self) -> str | None:
@@ -100,6 +101,8 @@ class CaseReport:
                 "samples_per_s_cv": self.cv,
                 "repeats_measured": len(self.result.window_s),
                 "warmup_s": self.result.warmup_s,
+                "first_step_s": self.result.first_step_s,
+                "compiler": self.compiler,
                 "wall_s": self.result.wall_s,
                 "launched_at": self.launched_at,
                 "first_timed_step_at": self.result.timed_from,
@@ -155,10 +158,13 @@ def results_json(reports: list[CaseReport]) -> dict[str, Any]:
     from pytest_benchmark.plugin import pytest_benchmark_generate_machine_info
     from pytest_benchmark.utils import get_commit_info
 
+    benchmarks = [r.benchmark_entry() for r in reports]
     return {
         "machine_info": pytest_benchmark_generate_machine_info(),
         "commit_info": get_commit_info(),
-        "benchmarks": [r.benchmark_entry() for r in reports],
+        "benchmarks": benchmarks,
+        # pytest-benchmark ignores keys it does not know; None with a single framework.
+        "dlperf_frameworks_side_by_side": frameworks_side_by_side(benchmarks),
         "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "version": __version__,
     }
@@ -201,16 +207,53 @@ def rows(benchmarks: list[dict[str, Any]]) -> list[list[str]]:
     return out
 
 
-def text_table(table: list[list[str]]) -> list[str]:
-    grid = [HEADER, *table]
-    widths = [max(len(r[i]) for r in grid) for i in range(len(HEADER))]
+def frameworks_side_by_side(benchmarks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """DLPerf's pivot: one row per case (test name and parameters, which the frameworks' perf
+    files share), one column per framework: samples/s and speedup. None for a single framework."""
+    frameworks = list(dict.fromkeys(b["extra_info"]["framework"] for b in benchmarks))
+    if len(frameworks) < 2:
+        return None
+    cases: dict[str, dict[str, Any]] = {}
+    for bench in benchmarks:
+        info = bench["extra_info"]
+        row = cases.setdefault(bench["name"], {
+            "case": bench["name"], "topology": info["topology"]["id"],
+            "precision": info["precision"], "batch_size": info["batch_size"]})
+        row[info["framework"]] = {"samples_per_s": info["samples_per_s"],
+                                  "speedup": info.get("speedup"),
+                                  "verdict": info["verdict"]["text"]}
+    return {"frameworks": frameworks, "rows": list(cases.values())}
+
+
+def pivot_rows(pivot: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["case", "topology", "precision", "batch/dev",
+              *(f"{fw} samples/s (speedup)" for fw in pivot["frameworks"])]
+    table = []
+    for row in pivot["rows"]:
+        cells = []
+        for fw in pivot["frameworks"]:
+            figures = row.get(fw)
+            if figures is None:
+                cells.append("-")
+                continue
+            speedup = figures["speedup"]
+            cells.append(_fmt(figures["samples_per_s"])
+                         + ("" if speedup is None else f" ({speedup:.2f})"))
+        table.append([row["case"], row["topology"], row["precision"], str(row["batch_size"]),
+                      *cells])
+    return header, table
+
+
+def text_table(table: list[list[str]], header: list[str] = HEADER) -> list[str]:
+    grid = [header, *table]
+    widths = [max(len(r[i]) for r in grid) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in grid]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return lines
 
 
-def markdown_table(table: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+def markdown_table(table: list[list[str]], header: list[str] = HEADER) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in table]
     return lines
 
@@ -226,11 +269,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         data = json.loads(args.results.read_text())
         table = rows(data["benchmarks"])
+        pivot = frameworks_side_by_side(data["benchmarks"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"error: {args.results} is not a pytest-dlperf results file: {exc!r}", file=sys.stderr)
         return 2
     render = markdown_table if args.format == "markdown" else text_table
     print("\n".join(render(table)) if table else "No pytest-dlperf cases ran.")
+    if pivot is not None:
+        header, side_by_side = pivot_rows(pivot)
+        print("\nFrameworks side by side:\n")
+        print("\n".join(render(side_by_side, header)))
     return 0
 
 

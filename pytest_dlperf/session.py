@@ -55,6 +55,13 @@ class SessionState:
         return self.hardware.device_type if wanted == "auto" else wanted
 
     @property
+    def compilers(self) -> tuple[str, ...]:
+        """The compiler axis: as given, else eager on CPU and both on CUDA."""
+        if self.settings.compilers is not None:
+            return self.settings.compilers
+        return ("eager", "compiled") if self.device_type == "cuda" else ("eager",)
+
+    @property
     def devices_per_node(self) -> int:
         hw, wanted = self.hardware, self.settings.devices_per_node
         launched = self.launcher.launched_shape

@@ -16,6 +16,7 @@ from typing import Any, Callable
 import pytest
 
 from . import protocol as protocol_mod
+from .workload import COMPILERS
 
 
 def _int(minimum: int) -> Callable[[str], int]:
@@ -69,6 +70,16 @@ def _choice(*choices: str) -> Callable[[str], str]:
         if value not in choices:
             raise ValueError(f"expected one of {', '.join(choices)}")
         return value
+
+    return parse
+
+
+def _subset(*choices: str) -> Callable[[str], tuple[str, ...]]:
+    def parse(raw: str) -> tuple[str, ...]:
+        values = tuple(dict.fromkeys(v.strip() for v in str(raw).split(",") if v.strip()))
+        if not values or any(v not in choices for v in values):
+            raise ValueError(f"expected a comma-separated list of {', '.join(choices)}")
+        return values
 
     return parse
 
@@ -128,6 +139,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("unstable_cv", "warn that a case is unstable when its repeats' coefficient of "
            "variation (stdev / mean) exceeds this fraction. Default: 0.10.",
            parse_fraction, 0.10, metavar="FRACTION"),
+    Option("compilers", "the compiler axis of tests that take the `compiler` fixture, "
+           "comma-separated: eager, compiled (torch.compile for torch, XLA for TensorFlow). "
+           "Default: eager on CPU (a compiled ResNet-50 step was slower than eager here and a "
+           "cold compile takes ~1 min), eager,compiled on CUDA.",
+           _optional(_subset(*COMPILERS)), metavar="LIST"),
     Option("strict", "fail cases that have no baseline for this fingerprint, and cases whose "
            "verdict is still inconclusive after --dlperf-max-repeats.", _bool, False, flag=True),
     Option("update_baselines", "write the measured figures as the new baselines: 'all' (the bare "
@@ -175,6 +191,7 @@ class Settings:
     tolerance: float
     max_repeats: int
     unstable_cv: float
+    compilers: tuple[str, ...] | None  # None: the device type's default
     strict: bool
     update_baselines: str | None
     baselines: Path

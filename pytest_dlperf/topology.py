@@ -115,8 +115,10 @@ def make_topology(hardware: Hardware, nodes: int, devices_per_node: int, device_
 
 def fingerprint(topology: Topology, *, framework: str, framework_version: str, precision: str,
                 model: str, batch_size: int, image_size: int, protocol_slug: str,
-                python: str | None = None, accelerator_stack: str | None = None) -> dict[str, Any]:
-    """Everything that must match for two throughput figures to be comparable."""
+                python: str | None = None, accelerator_stack: str | None = None,
+                compiler: str = "eager") -> dict[str, Any]:
+    """Everything that must match for two throughput figures to be comparable. (``compiler``
+    appears only when it is not eager, so eager fingerprints stay what they always were.)"""
     fp: dict[str, Any] = {
         "device_type": topology.device_type,
         "device_model": topology.device_name,
@@ -135,6 +137,8 @@ def fingerprint(topology: Topology, *, framework: str, framework_version: str, p
         fp["threads_per_worker"] = topology.threads_per_worker
     if accelerator_stack:
         fp["accelerator_stack"] = accelerator_stack
+    if compiler != "eager":
+        fp["compiler"] = compiler
     return fp
 
 

@@ -80,3 +80,6 @@ class Precision:
 
 
 PRECISIONS = ("fp32", "amp")
+# The compiler axis, in words every framework shares (case ids line up across frameworks):
+# "compiled" is torch.compile for torch, XLA (jit_compile=True) for TensorFlow.
+COMPILERS = ("eager", "compiled")

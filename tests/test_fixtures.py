@@ -133,3 +133,39 @@ def test_real_detection_on_this_host_reports_cpu_without_nvml() -> None:
     hardware = detect_hardware()  # the real sources: pynvml raises without a driver here
     assert hardware.cpu_count >= 1 and hardware.cpu_model
     assert hardware.device_type in ("cpu", "cuda")
+
+
+COMPILED = """
+def test_c(cluster, amp, compiler):
+    print(f"COMPILER {cluster.topology.id}-{amp.name}-{compiler}")
+
+def test_plain(cluster):
+    pass
+"""
+
+
+@pytest.mark.parametrize("gpus, args, expected", [
+    ((), [], ["eager"]),  # CPU: the compiled axis is opt-in
+    ((A100,), [], ["eager", "compiled"]),
+    ((), ["--dlperf-compilers", "eager,compiled"], ["eager", "compiled"]),
+    ((A100,), ["--dlperf-compilers", "compiled"], ["compiled"]),
+])
+def test_the_compiler_axis_appears_where_a_test_names_it(
+        pytester: pytest.Pytester, fake_hardware: Callable[..., object], gpus: tuple[str, ...],
+        args: list[str], expected: list[str]) -> None:
+    fake_hardware(gpus=gpus, cpu_count=2)
+    pytester.makepyfile(test_c=COMPILED)
+    result = pytester.runpytest("--collect-only", "-q", "--devices-per-node", "1", *args)
+    assert result.ret == 0, result.stdout.str()
+    ids = [line.split("::")[1] for line in result.outlines if "::" in line]
+    assert [i for i in ids if i.startswith("test_c[")] == [
+        f"test_c[1n1d-{amp}-{c}]" for amp in ("fp32", "amp") for c in expected]
+    assert "test_plain[1n1d]" in ids  # no compiler axis where the test does not ask for it
+
+
+def test_a_bad_compiler_list_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_c=COMPILED)
+    result = pytester.runpytest("--dlperf-compilers", "eager,jit")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*bad value for --dlperf-compilers=eager,jit: expected a "
+                                 "comma-separated list of eager, compiled*"])

@@ -33,11 +33,13 @@ def test_windows_on_an_injected_clock_are_exact() -> None:
         log.append("sync")
 
     result = measure(Protocol(warmup_steps=3, steps=4, repeats=2), step, sync, clock=clock)
-    assert result.warmup_s == pytest.approx(3 * 0.5 + 0.25)
+    # The first warm-up step is timed on its own (compilation happens there), synchronized.
+    assert result.first_step_s == pytest.approx(0.5 + 0.25)
+    assert result.warmup_s == pytest.approx(3 * 0.5 + 2 * 0.25)
     assert [w.elapsed_s for w in result.windows] == pytest.approx([4 * 0.5 + 0.25] * 2)
     assert [w.steps for w in result.windows] == [4, 4]
     # Every window is closed by a synchronize, and the warm-up's queue is drained before it.
-    assert log == ["step"] * 3 + ["sync"] + (["step"] * 4 + ["sync"]) * 2
+    assert log == ["step", "sync"] + ["step"] * 2 + ["sync"] + (["step"] * 4 + ["sync"]) * 2
 
 
 def test_after_window_runs_outside_the_timed_region() -> None:

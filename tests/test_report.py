@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from pytest_dlperf.protocol import QUICK, Result
-from pytest_dlperf.report import CaseReport, markdown_table, results_json, rows, text_table
+from pytest_dlperf.report import (CaseReport, markdown_table, pivot_rows, results_json, rows,
+                                  text_table)
 from pytest_dlperf.stats import compare
 from pytest_dlperf.topology import Topology
 from pytest_dlperf.workload import Precision, default_workload
@@ -67,3 +68,30 @@ def test_markdown_cli(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "pytest_dlperf.report", str(tmp_path / "no.json")],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "not a pytest-dlperf results file" in bad.stderr
+
+
+def test_two_frameworks_are_put_side_by_side_per_case(tmp_path: Path) -> None:
+    torch_case, tf_case, tf_only = make_report(None), make_report(None), make_report(None)
+    tf_case.framework, tf_only.framework = "tensorflow", "tensorflow"
+    tf_case.speedup, tf_case.efficiency = 0.4, 0.2
+    tf_case.result = Result(samples_per_s=[5.0, 6.0, 7.0], window_s=[1.6, 1.333, 1.143],
+                            steps=2, global_batch=4, warmup_s=1.0, wall_s=9.0)
+    tf_only.name = "test_x[1n1d-amp]"
+    data = results_json([torch_case, tf_case, tf_only])
+    pivot = data["dlperf_frameworks_side_by_side"]
+    assert pivot["frameworks"] == ["torch", "tensorflow"]
+    first, second = pivot["rows"]
+    assert first["case"] == "test_x[1n2d-amp]" and first["topology"] == "1n2d"
+    assert first["torch"]["samples_per_s"] == 11.0 and first["torch"]["speedup"] is None
+    assert first["tensorflow"] == {"samples_per_s": 6.0, "speedup": 0.4, "verdict": "no-baseline"}
+    assert "torch" not in second and second["tensorflow"]["samples_per_s"] == 11.0
+    header, table = pivot_rows(pivot)
+    assert header[-2:] == ["torch samples/s (speedup)", "tensorflow samples/s (speedup)"]
+    assert table == [["test_x[1n2d-amp]", "1n2d", "amp(bfloat16)", "2", "11.0", "6.0 (0.40)"],
+                     ["test_x[1n1d-amp]", "1n2d", "amp(bfloat16)", "2", "-", "11.0"]]
+    assert results_json([torch_case])["dlperf_frameworks_side_by_side"] is None
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    out = subprocess.run([sys.executable, "-m", "pytest_dlperf.report", str(path)],
+                         capture_output=True, text=True)
+    assert "| test_x[1n2d-amp] | 1n2d | amp(bfloat16) | 2 | 11.0 | 6.0 (0.40) |" in out.stdout

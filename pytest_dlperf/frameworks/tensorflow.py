@@ -156,7 +156,7 @@ class TensorFlowTrainer:
         self.parameters = int(sum(int(tf.size(w)) for w in self.model.trainable_weights))
         self.batch = batch
         self.global_batch = batch * dist.world_size
-        self.jit = bool(spec.get("compiler") == "xla")
+        self.jit = spec.get("compiler", "eager") == "compiled"  # XLA
         self._step = tf.function(self._replica_step, jit_compile=self.jit)
         self._loss: Any = None
 

@@ -45,6 +45,10 @@ class TorchTrainer:
                 model, device_ids=[dist.local_rank] if self.cuda else None
             )
         self.model = model
+        self.compiled = spec.get("compiler", "eager") == "compiled"
+        # torch.compile (inductor) of the whole model, DDP included (its graph breaks at the
+        # all-reduce buckets): the first step traces and compiles, the warm-up absorbs it.
+        self.forward = torch.compile(model) if self.compiled else model
         opt = spec["optimizer"]
         self.optimizer = torch.optim.SGD(
             model.parameters(), lr=opt["lr"], momentum=opt["momentum"],
@@ -73,7 +77,7 @@ class TorchTrainer:
         torch.randint(0, self.num_classes, self.labels.shape, out=self.labels)
         self.optimizer.zero_grad(set_to_none=True)
         with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp):
-            loss = self.criterion(self.model(self.images), self.labels)
+            loss = self.criterion(self.forward(self.images), self.labels)
         self.scaler.scale(loss).backward()
         self.scaler.step(self.optimizer)
         self.scaler.update()
@@ -93,6 +97,7 @@ class TorchTrainer:
             "framework_version": torch.__version__,
             "threads": torch.get_num_threads(),
             "parameters": self.parameters,
+            "compiled": self.compiled,
         }
         if self.cuda:
             env.update(
@@ -106,6 +111,16 @@ class TorchTrainer:
     def close(self) -> None:
         if self._torch.distributed.is_initialized():
             self._torch.distributed.destroy_process_group()
+
+
+def compile_unavailable(device_type: str) -> str | None:
+    """Why torch.compile cannot run here, or None. Inductor builds C++ kernels on CPU and
+    Triton kernels on CUDA."""
+    import shutil
+
+    if device_type == "cpu" and not (shutil.which("g++") or shutil.which("c++")):
+        return "inductor needs a C++ compiler (g++) on CPU and none is on PATH"
+    return None
 
 
 def build_trainer(spec: dict[str, Any], dist: DistEnv) -> TorchTrainer:
