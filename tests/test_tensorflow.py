@@ -53,3 +53,36 @@ def test_keras_own_resnet50_is_v1_which_is_why_the_adapter_builds_its_own() -> N
                    if layer.name.startswith("conv3_block1_") and hasattr(layer, "strides")
                    and layer.name.endswith("_conv")}
     assert first_block["conv3_block1_1_conv"] == (2, 2)  # v1: stride on the first 1x1
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_a_compiled_case_trains_under_xla_and_reports_compile_time_apart(
+        pytester: pytest.Pytester) -> None:
+    import json
+
+    pytester.makepyfile(test_tf="""
+        def test_tf(cluster, amp, compiler, throughput_meter):
+            report = throughput_meter.measure("tensorflow")
+            assert report.environment["jit_compile"] == (compiler == "compiled")
+            assert report.environment["parameters"] == 25_557_032
+    """)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--dlperf-warmup-steps", "1", "--dlperf-steps", "2",
+        "--dlperf-repeats", "2", "--devices-per-node", "1", "--dlperf-compilers", "compiled",
+        "-k", "fp32", "--dlperf-json", "r.json", "--dlperf-baselines", "bl",
+        "--dlperf-update-baselines", timeout=300)
+    result.assert_outcomes(passed=1)
+    (bench,) = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
+    info = bench["extra_info"]
+    assert bench["name"] == "test_tf[1n1d-fp32-compiled]" and info["compiler"] == "compiled"
+    assert info["fingerprint"]["compiler"] == "compiled"
+    # XLA compiles in the first (untimed) step: it alone outlasts both timed windows together.
+    assert info["first_step_s"] > sum(bench["stats"]["data"]) * 2
+    (path,) = (pytester.path / "bl").rglob("*.json")
+    assert path.parent.name == "test_tf-1n1d-fp32-compiled"
+    # Without a warm-up step the compile would land in a window: refused, saying why.
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--dlperf-warmup-steps", "0", "--devices-per-node", "1",
+        "--dlperf-compilers", "compiled", "-k", "fp32", timeout=120)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*a compiled case needs at least one warm-up step*"])
