@@ -4,6 +4,7 @@ Usage::
 
     .venv/bin/python benchmarks/overhead.py [--steps 20] [--warmup 5] [--repeats 5] [--rounds 3]
                                             [--image-size 64] [--batch-size 2]
+                                            [--framework torch|tensorflow]
 
 Method. Both sides train torchvision's ResNet-50 on CPU (fp32, one process, synthetic images
 resident in memory, fresh random labels every step, SGD with momentum) with the same thread count,
@@ -17,6 +18,10 @@ the one the plugin gives a single worker: every usable core.
   ``throughput_meter.measure("torch", ...)``. That is the whole path a user gets: plugin ->
   torchrun elastic agent -> ``pytest_dlperf.worker`` -> torch adapter -> meter. Its per-window
   samples/s come from the ``--dlperf-json`` results file.
+
+``--framework tensorflow`` does the same for TensorFlow: the hand side is a plain ``tf.function``
+SGD step written here around the adapter's Keras ResNet-50 v1.5 (the workload definition; Keras
+ships only v1), waiting for each window's last loss; the plugin side is ``measure("tensorflow")``.
 
 Each side reports one samples/s figure per timed window; the benchmark compares the median of all
 windows of each side, and prints ``plugin / hand`` against the goal (>= 0.99).
@@ -55,6 +60,8 @@ HAND, PLUGIN = "hand", "plugin"
 
 def hand_worker(args: argparse.Namespace) -> int:
     """The plain loop, in its own process. Prints one JSON line: per-window samples/s."""
+    if args.framework == "tensorflow":
+        return hand_worker_tensorflow(args)
     import torch
     import torchvision
 
@@ -86,6 +93,54 @@ def hand_worker(args: argparse.Namespace) -> int:
     assert "pytest_dlperf" not in sys.modules, "the hand loop must not use the plugin"
     print(json.dumps({"samples_per_s": rates, "threads": torch.get_num_threads(),
                       "torch": torch.__version__, "last_loss": float(loss)}))
+    return 0
+
+
+def hand_worker_tensorflow(args: argparse.Namespace) -> int:
+    """The same by hand in TensorFlow: a plain tf.function SGD step. The model *definition* is
+    the adapter's Keras ResNet-50 v1.5 (that is the workload, not the harness: Keras ships only
+    v1); nothing of the plugin's launching, metering or reporting is used."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ["CUDA_VISIBLE_DEVICES"] = "-1"
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import tensorflow as tf
+    from pytest_dlperf.frameworks.tensorflow import resnet50_v15
+
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1 if args.threads == 1 else 2)
+    tf.random.set_seed(0)
+    model = resnet50_v15(NUM_CLASSES, args.image_size)
+    import keras
+
+    optimizer = keras.optimizers.SGD(learning_rate=0.1 * args.batch_size / 256, momentum=0.9)
+    images = tf.Variable(tf.random.normal((args.batch_size, args.image_size, args.image_size, 3)),
+                         trainable=False)
+
+    @tf.function
+    def step() -> tf.Tensor:
+        labels = tf.random.uniform((args.batch_size,), 0, NUM_CLASSES, dtype=tf.int32)
+        variables = model.trainable_variables
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels, model(images, training=True)))
+        grads = tape.gradient(loss, variables)
+        grads = [g + 1e-4 * v for g, v in zip(grads, variables)]
+        optimizer.apply_gradients(zip(grads, variables))
+        return loss
+
+    for _ in range(args.warmup):
+        loss = step()
+    loss.numpy()
+    rates = []
+    for _ in range(args.repeats):
+        begin = time.perf_counter()
+        for _ in range(args.steps):
+            loss = step()
+        loss.numpy()  # wait for the window's last step, as the meter does
+        rates.append(args.batch_size * args.steps / (time.perf_counter() - begin))
+    assert "pytest_dlperf.meter" not in sys.modules and "pytest_dlperf.worker" not in sys.modules
+    print(json.dumps({"samples_per_s": rates, "threads": args.threads,
+                      "torch": f"tensorflow {tf.__version__}", "last_loss": float(loss)}))
     return 0
 
 
@@ -126,20 +181,22 @@ def run_checked(cmd: list[str], env: dict[str, str], cwd: Path | None = None) ->
 
 def run_hand(args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--hand-worker",
-           "--threads", str(args.threads), *protocol_args(args)]
+           "--threads", str(args.threads), "--framework", args.framework, *protocol_args(args)]
     out = run_checked(cmd, clean_env(args.threads))
     return json.loads(out.strip().splitlines()[-1])
 
 
 TEST_FILE = """\
 def test_case(throughput_meter):
-    throughput_meter.measure("torch", model="resnet50", batch_size={batch}, image_size={size})
+    throughput_meter.measure("{framework}", model="resnet50", batch_size={batch},
+                             image_size={size})
 """
 
 
 def run_plugin(args: argparse.Namespace, work: Path, index: int) -> dict[str, Any]:
     test = work / "test_overhead.py"
-    test.write_text(TEST_FILE.format(batch=args.batch_size, size=args.image_size))
+    test.write_text(TEST_FILE.format(framework=args.framework, batch=args.batch_size,
+                                     size=args.image_size))
     out_json = work / f"results-{index}.json"
     cmd = [sys.executable, "-m", "pytest", str(test), "-q", "-p", "no:cacheprovider",
            # A test naming only throughput_meter is one fp32 case; "not amp" guards against an
@@ -157,8 +214,10 @@ def run_plugin(args: argparse.Namespace, work: Path, index: int) -> dict[str, An
         raise RuntimeError(f"expected one fp32 process, got {info['precision']} on "
                            f"{info['topology']['id']}")
     env = info["environment"]
-    return {"samples_per_s": info["samples_per_s_repeats"], "threads": env["threads"],
-            "torch": env["framework_version"]}
+    threads = env["threads"] if args.framework == "torch" else args.threads
+    version = env["framework_version"]
+    return {"samples_per_s": info["samples_per_s_repeats"], "threads": threads,
+            "torch": version if args.framework == "torch" else f"tensorflow {version}"}
 
 
 def protocol_args(args: argparse.Namespace) -> list[str]:
@@ -211,9 +270,9 @@ def report(args: argparse.Namespace, sides: dict[str, Side]) -> None:
     hand, plugin = sides[HAND], sides[PLUGIN]
     print()
     print(f"command: {shlex.join([sys.executable, *sys.argv])}")
-    print(f"machine: {cpu_model()}, {usable_cores()} usable cores; torch "
+    print(f"machine: {cpu_model()}, {usable_cores()} usable cores; "
           f"{', '.join(sorted(hand.torch | plugin.torch))}")
-    print(f"workload: resnet50 fp32 on CPU, batch {args.batch_size}, {args.image_size}x"
+    print(f"workload: {args.framework} resnet50 v1.5 fp32 on CPU, batch {args.batch_size}, {args.image_size}x"
           f"{args.image_size}; {args.warmup} warm-up + {args.repeats} windows x {args.steps} "
           f"steps per run; {args.rounds} round(s), sides alternating")
     print()
@@ -262,6 +321,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--image-size", type=int, default=64,
                         help="image side in pixels (default 64)")
     parser.add_argument("--batch-size", type=int, default=2, help="batch per step (default 2)")
+    parser.add_argument("--framework", choices=("torch", "tensorflow"), default="torch",
+                        help="which framework both sides train (default torch)")
     parser.add_argument("--hand-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=usable_cores(), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
