@@ -3,6 +3,7 @@ only ``srun``/``scontrol`` and the SLURM_* environment are fakes (tests/conftest
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -14,9 +15,11 @@ from pytest_dlperf.launch.slurm import expand_nodelist
 SCALING = """
 import pytest
 
+FRAMEWORK = "torch"
+
 @pytest.mark.multinode
 def test_scale(cluster, throughput_meter):
-    report = throughput_meter.measure("torch")
+    report = throughput_meter.measure(FRAMEWORK)
     print("LAUNCHER", report.launcher, cluster.topology.id, report.result.global_batch)
 """
 
@@ -52,11 +55,16 @@ def test_slurm_launcher_outside_an_allocation_is_a_usage_error(
 
 
 @pytest.mark.usefixtures("subprocess_env")
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])  # TF: TF_CONFIG through the store
 def test_two_node_allocation_trains_through_srun(
-        pytester: pytest.Pytester, fake_hardware: Callable[..., object]) -> None:
-    pytest.importorskip("torchvision")
+        pytester: pytest.Pytester, fake_hardware: Callable[..., object], framework: str) -> None:
+    # Looked up, not imported: pytester drops modules imported during a test, and importing
+    # torch a second time into one process fails ("bad call flags", then a segfault).
+    wanted = "tensorflow" if framework == "tensorflow" else "torchvision"
+    if importlib.util.find_spec(wanted) is None:
+        pytest.skip(f"{wanted} is not installed")
     fake_hardware(slurm_nodes=2)
-    pytester.makepyfile(test_scale=SCALING)
+    pytester.makepyfile(test_scale=SCALING.replace('"torch"', f'"{framework}"'))
     result = pytester.runpytest_subprocess(
         "-s", "-p", "no:cacheprovider", "-m", "multinode", "--nodes", "2",
         "--devices-per-node", "1", "-k", "2n1d", "--dlperf-warmup-steps", "1",
