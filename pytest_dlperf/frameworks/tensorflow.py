@@ -89,6 +89,9 @@ def tf_config(workers: list[str], rank: int) -> dict[str, Any]:
     return {"cluster": {"worker": list(workers)}, "task": {"type": "worker", "index": rank}}
 
 
+_MULTI_WORKER_STARTED = False  # set once this process joined a MultiWorkerMirroredStrategy
+
+
 def _own_address() -> str:
     """host:port where this rank's TensorFlow server will listen. The host is what the launcher
     says peers reach us at (loopback for local nodes), else this machine's name."""
@@ -106,7 +109,18 @@ class TensorFlowTrainer:
         threads = int(spec["threads"])
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         self.cuda = spec["device_type"] == "cuda"
+        global _MULTI_WORKER_STARTED
+        if dist.world_size > 1 and _MULTI_WORKER_STARTED:
+            # TensorFlow configures its collectives once per process: a second multi-worker
+            # case in the same process would hang. Only external mode (training inside pytest)
+            # can get here; the other launchers start fresh ranks for every case.
+            raise RuntimeError(
+                "TensorFlow's MultiWorkerMirroredStrategy can be set up only once per process, "
+                "and this rank already ran a multi-worker TensorFlow case; under "
+                "--dlperf-launcher external select one TensorFlow case per pytest run (-k), or "
+                "use the local or slurm launcher, which start new ranks for every case")
         if dist.world_size > 1:
+            _MULTI_WORKER_STARTED = True
             workers = spec.get("workers") or exchange(dist, "tf-workers", _own_address())
             if len(workers) != dist.world_size:
                 raise ValueError(f"tensorflow needs one address per rank (world size "
