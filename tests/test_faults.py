@@ -36,24 +36,34 @@ def no_case_processes_left() -> bool:
 
 
 @pytest.mark.usefixtures("subprocess_env")
+def assert_stuck_case_times_out_cleanly(pytester: pytest.Pytester, adapter: str, timeout_s: int,
+                                        within_s: float) -> None:
+    """A 1n2d case of ``adapter`` whose ranks never finish fails at ``--dlperf-timeout``
+    naming both ranks, and leaves no worker, agent or zombie behind."""
+    pytester.makepyfile(test_stuck=f"""
+        def test_stuck(throughput_meter):
+            throughput_meter.measure("{adapter}")
+    """)
+    started = time.monotonic()
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--devices-per-node", "2",
+                                           "--dlperf-timeout", str(timeout_s),
+                                           timeout=within_s + 60)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*timeout on 1n2d: timed out after {timeout_s} s; stuck ranks: "
+                                 "[[]0, 1[]]*"])
+    assert time.monotonic() - started < within_s
+    assert workers_under(pytester.path) == [] and no_case_processes_left()
+    assert not [p for p in psutil.Process().children(recursive=True)
+                if p.status() == psutil.STATUS_ZOMBIE]
+
+
 def test_a_hanging_worker_fails_after_the_timeout_naming_the_ranks(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
         hanging_adapter: Callable[[Path], str]) -> None:
     monkeypatch.setenv("TMPDIR", str(pytester.mkdir("tmp")))
     hanging_adapter(pytester.path)
-    pytester.makepyfile(test_hang="""
-        def test_hang(throughput_meter):
-            throughput_meter.measure("fault_adapters.hanging")  # a user's own adapter module
-    """)
-    started = time.monotonic()
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--devices-per-node", "2",
-                                           "--dlperf-timeout", "6", timeout=120)
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*timeout on 1n2d: timed out after 6 s; stuck ranks: [[]0, 1[]]*"])
-    assert time.monotonic() - started < 60
-    assert workers_under(pytester.path) == [] and no_case_processes_left()
-    assert not [p for p in psutil.Process().children(recursive=True)
-                if p.status() == psutil.STATUS_ZOMBIE]
+    # a user's own adapter module
+    assert_stuck_case_times_out_cleanly(pytester, "fault_adapters.hanging", 6, within_s=60)
 
 
 def test_a_node_that_never_joins_times_out_and_frees_its_port(
@@ -164,14 +174,4 @@ def test_a_tensorflow_worker_waiting_for_a_peer_that_never_starts_is_killed(
     (pytester.path / "fault_adapters").mkdir()
     (pytester.path / "fault_adapters" / "__init__.py").write_text("")
     (pytester.path / "fault_adapters" / "lonely_tf.py").write_text(LONELY_TF)
-    pytester.makepyfile(test_lonely="""
-        def test_lonely(throughput_meter):
-            throughput_meter.measure("fault_adapters.lonely_tf")
-    """)
-    started = time.monotonic()
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--devices-per-node", "2",
-                                           "--dlperf-timeout", "20", timeout=180)
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*timeout on 1n2d: timed out after 20 s; stuck ranks: [[]0, 1[]]*"])
-    assert time.monotonic() - started < 120
-    assert workers_under(pytester.path) == [] and no_case_processes_left()
+    assert_stuck_case_times_out_cleanly(pytester, "fault_adapters.lonely_tf", 20, within_s=120)
