@@ -54,12 +54,19 @@ class ThroughputMeter:
         if reason:
             pytest.skip(f"{framework} cannot compile on {self.cluster.device_type} here: {reason}")
 
+    def _check_amp(self, framework: str) -> None:
+        check = getattr(frameworks.load(framework), "amp_unavailable", None)
+        reason = check(self.cluster.device_type) if check and self.amp.enabled else None
+        if reason:
+            pytest.skip(f"{framework} has no AMP on {self.cluster.device_type}: {reason}")
+
     def measure(self, framework: str, model: str = "resnet50", *, batch_size: int | None = None,
                 image_size: int | None = None, lr_per_256: float | None = None) -> CaseReport:
         """Train ``model`` with ``framework`` on every rank, apply the protocol, compare the
         median (and a multi-device case's scaling efficiency) with the baseline, failing this
         test on a regression, and return the record."""
         version = self._framework_version(framework)
+        self._check_amp(framework)
         self._check_compiler(framework)
         workload = default_workload(model, self.cluster.device_type, self.amp.enabled,
                                     batch_size, image_size, lr_per_256)
@@ -186,9 +193,7 @@ class ThroughputMeter:
             return baseline.throughput.median
         if not self.cluster.launcher.can_run(topology):
             return None
-        reference = Cluster(topology, self.cluster.launcher, self.cluster.work_root,
-                            self.cluster.timeout_s)
-        return self._run(reference, framework, workload)[0].median
+        return self._run(self.cluster.at(topology), framework, workload)[0].median
 
     def _case_at(self, topology: Topology) -> str | None:
         """This test's case id with its ``cluster`` parameter moved to ``topology``."""
@@ -200,17 +205,20 @@ class ThroughputMeter:
         return f"{self.node.path.name}::{name}[{'-'.join(params.values())}]"
 
     def _framework_version(self, framework: str) -> str:
+        python = self.cluster.pythons.get(framework)
         try:
-            version = frameworks.installed_version(framework)
-        except LookupError as exc:
-            problem = str(exc)
-        else:
-            problem = ""
-        if problem:
-            pytest.fail(f"pytest-dlperf: {self.node.nodeid}: {problem}", pytrace=False)
+            version = frameworks.installed_version(framework, python)
+        except (LookupError, RuntimeError) as exc:
+            where = f" (--dlperf-python {framework}={python})" if python else ""
+            pytest.fail(f"pytest-dlperf: {self.node.nodeid}: {exc}{where}", pytrace=False)
+        if version is None and python:
+            pytest.fail(f"pytest-dlperf: {self.node.nodeid}: {framework} is not installed in "
+                        f"its worker interpreter {python} (--dlperf-python); "
+                        f"{frameworks.install_hint(framework)}", pytrace=False)
         if version is None:
-            pytest.skip(f"{framework} is not installed; install it (pip install "
-                        f"'pytest-dlperf[{framework}]') to run this case")
+            pytest.skip(f"{framework} is not installed in pytest's interpreter and no "
+                        f"--dlperf-python {framework}=PATH is given; "
+                        f"{frameworks.install_hint(framework)}")
         return version
 
     def _accelerator_stack(self, topology: Topology, env: dict[str, Any]) -> str | None:

@@ -99,7 +99,8 @@ def cluster(request: pytest.FixtureRequest) -> Cluster:
         nodes, _ = state.launcher.launched_shape or ("?", None)
         pytest.skip(f"{topology.id}: pytest was launched as a {nodes}-node job with its own "
                     "ranks; external mode runs only that topology")
-    return Cluster(topology, state.launcher, state.work_root, state.settings.timeout)
+    return Cluster(topology, state.launcher, state.work_root, state.settings.timeout,
+                   state.settings.python)
 
 
 @pytest.fixture

@@ -90,6 +90,26 @@ def _path(raw: str) -> str:
     return str(raw)
 
 
+def parse_pythons(raw: str) -> dict[str, str]:
+    """``oneflow=/opt/of/bin/python,foo=...`` -> {framework: interpreter path}."""
+    pythons: dict[str, str] = {}
+    for item in (part.strip() for part in str(raw).split(",")):
+        if not item:
+            continue
+        name, sep, path = item.partition("=")
+        name, path = name.strip(), path.strip()
+        if not sep or not name or not path:
+            raise ValueError(f"expected FRAMEWORK=PATH (comma-separated pairs), got {item!r}")
+        if not all(part.isidentifier() for part in name.split(".")):
+            raise ValueError(f"{name!r} is not a framework name (like oneflow)")
+        if name in pythons:
+            raise ValueError(f"{name} is given twice")
+        pythons[name] = path
+    if not pythons:
+        raise ValueError("expected FRAMEWORK=PATH, like oneflow=.venv-oneflow/bin/dlperf-python")
+    return pythons
+
+
 def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return lambda raw: None if raw in (None, "") else parse(raw)
 
@@ -165,6 +185,12 @@ OPTIONS: tuple[Option, ...] = (
            "for every node on this host, loopback rendezvous), slurm (one agent per allocated "
            "node via srun) or external (pytest was started by torchrun/srun on every rank).",
            _choice("auto", "local", "slurm", "external"), "auto", metavar="MODE"),
+    Option("python", "run a framework's worker processes under another Python interpreter, "
+           "FRAMEWORK=PATH (comma-separated for several): for frameworks that cannot live in "
+           "pytest's interpreter, like OneFlow 0.9 (Python <= 3.10; scripts/setup-oneflow "
+           "prints the path to give). The interpreter needs the framework and the standard "
+           "library only. Default: pytest's own interpreter.",
+           _optional(parse_pythons), metavar="FRAMEWORK=PATH"),
     Option("timeout", "seconds one case may take, start-up included, before its workers are "
            "killed and it fails. Default: 1800.", _positive_float, 1800.0, metavar="SECONDS"),
 )
@@ -200,6 +226,7 @@ class Settings:
     devices_per_node: int | None
     device: str
     launcher: str
+    python: dict[str, str] | None  # framework -> worker interpreter (absolute path)
     timeout: float
 
 
@@ -248,4 +275,23 @@ def resolve(config: pytest.Config) -> Settings:
         if values[name] is not None:
             path = Path(values[name]).expanduser()
             values[name] = path if path.is_absolute() else (bases[name] or Path.cwd()) / path
+    if values["python"] is not None:
+        values["python"] = _interpreters(config, values["python"], bases["python"] or Path.cwd())
     return Settings(protocol=proto, **values)
+
+
+def _interpreters(config: pytest.Config, pythons: dict[str, str], base: Path) -> dict[str, str]:
+    """Absolute paths, each an existing executable; the error names where the value came from."""
+    _, source, _ = _raw(config, next(o for o in OPTIONS if o.name == "python"))
+    resolved: dict[str, str] = {}
+    for name, raw in pythons.items():
+        path = Path(raw).expanduser()
+        path = path if path.is_absolute() else base / path
+        if not path.is_file() or not os.access(path, os.X_OK):
+            problem = "does not exist" if not path.exists() else "is not an executable file"
+            raise pytest.UsageError(
+                f"pytest-dlperf: bad value for {source}: {name}'s interpreter {path} {problem}; "
+                "give the path of a python executable (for OneFlow: the path that "
+                "scripts/setup-oneflow prints)")
+        resolved[name] = str(path)
+    return resolved

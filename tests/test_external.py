@@ -83,3 +83,16 @@ def test_rank_zero_judges_and_reports_and_the_other_rank_mirrors_it(
     assert bench["extra_info"]["topology"]["world_size"] == 2
     assert bench["extra_info"]["verdict"]["outcome"] == "regression"
     assert bench["extra_info"]["global_batch"] == 4  # both ranks' windows, aggregated
+
+
+def test_a_framework_on_another_interpreter_is_refused_saying_which_launchers_can(
+        tmp_path: Path) -> None:
+    from pytest_dlperf.launch import LaunchError
+    from pytest_dlperf.launch.external import ExternalLauncher
+
+    launcher = ExternalLauncher({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+                                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"})
+    spec = {"framework": "oneflow", "python": "/opt/of/bin/python", "threads": 1}
+    with pytest.raises(LaunchError, match=r"oneflow is set to run under /opt/of/bin/python "
+                                          r"\(--dlperf-python\).*local or slurm launcher"):
+        launcher.run(spec, None, tmp_path, 10)  # type: ignore[arg-type]  # refused before use

@@ -67,6 +67,11 @@ def test_precedence_cli_over_env_over_ini(pytester: pytest.Pytester,
     (["--dlperf-max-repeats", "0"], "--dlperf-max-repeats=0"),
     (["--dlperf-repeats", "5", "--dlperf-max-repeats", "4"], "--dlperf-max-repeats=4"),
     (["--dlperf-unstable-cv", "150%"], "--dlperf-unstable-cv=150%"),
+    (["--dlperf-python", "/usr/bin/python3"], "--dlperf-python=/usr/bin/python3"),
+    (["--dlperf-python", "oneflow="], "--dlperf-python=oneflow="),
+    (["--dlperf-python", "one-flow=/usr/bin/python3"], "--dlperf-python=one-flow=/usr/bin/python3"),
+    (["--dlperf-python", "oneflow=a,oneflow=b"], "--dlperf-python=oneflow=a,oneflow=b"),
+    (["--dlperf-python", "oneflow=no/such/python"], "--dlperf-python=oneflow=no/such/python"),
 ])
 def test_bad_values_are_usage_errors_naming_the_flag(pytester: pytest.Pytester, args: list[str],
                                                      names: str) -> None:
@@ -111,3 +116,26 @@ def test_help_shows_the_dlperf_group(pytester: pytest.Pytester) -> None:
                                  "*--dlperf-warmup-steps=N*", "*--dlperf-nodes=N, --nodes=N*",
                                  "*--dlperf-devices-per-node=N, --devices-per-node=N*",
                                  "*dlperf_tolerance (string)*"])
+
+
+def test_worker_interpreters_resolve_against_where_they_were_given(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_show="""
+        from pytest_dlperf.plugin import STATE
+
+        def test_show(request):
+            print("PYTHONS", request.config.stash[STATE].settings.python)
+    """)
+    python = pytester.path / "envs" / "py310"
+    python.parent.mkdir()
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    (pytester.path / "envs" / "data").write_text("not a program")
+    pytester.makeini("[pytest]\ndlperf_python = oneflow=envs/py310\n")
+    result = pytester.runpytest("-s")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"*PYTHONS {{'oneflow': '{python}'}}"])
+    result = pytester.runpytest("-s", "--dlperf-python", "oneflow=envs/data")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--dlperf-python=oneflow=envs/data*oneflow's interpreter "
+                                 "*envs/data is not an executable file*setup-oneflow*"])

@@ -8,6 +8,16 @@ level:
 - ``build_trainer(spec, dist) -> Trainer``: called inside each worker rank with the plain JSON
   spec and the rank's place in the job; it sets the framework's process group up itself.
 
+and optionally:
+
+- ``INSTALL_HINT``: what to do when the framework is not installed (default: the pip extra);
+- ``compile_unavailable(device_type) -> str | None``: why its ``compiled`` mode cannot run here;
+- ``amp_unavailable(device_type) -> str | None``: why it has no mixed precision on that device.
+
+A framework may run its ranks under another interpreter (``--dlperf-python``); the worker side
+(this package's ``worker``, ``meter``, ``protocol``, ``jsonio`` and this module) needs only the
+standard library, on Python 3.10 or later.
+
 Adding a framework is adding one such module; nothing else dispatches on framework names.
 """
 
@@ -111,13 +121,47 @@ def known_frameworks() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
 
 
-def installed_version(name: str) -> str | None:
-    """The framework's installed version, read from package metadata (no framework import).
-    ``DISTRIBUTION`` may name several packages that provide it (first installed wins)."""
+def installed_version(name: str, python: str | None = None) -> str | None:
+    """The framework's installed version, read from package metadata (no framework import), in
+    this interpreter or in ``python``'s. ``DISTRIBUTION`` may name several packages that
+    provide it (first installed wins)."""
     distributions = load(name).DISTRIBUTION
-    for distribution in (distributions,) if isinstance(distributions, str) else distributions:
+    names = (distributions,) if isinstance(distributions, str) else tuple(distributions)
+    if python is not None:
+        return _version_in(python, names)
+    for distribution in names:
         try:
             return importlib.metadata.version(distribution)
         except importlib.metadata.PackageNotFoundError:
             continue
     return None
+
+
+_PROBE = """
+import importlib.metadata as m, sys
+for name in sys.argv[1:]:
+    try:
+        print(m.version(name)); break
+    except m.PackageNotFoundError:
+        pass
+"""
+
+
+def _version_in(python: str, distributions: tuple[str, ...]) -> str | None:
+    import subprocess
+
+    try:
+        done = subprocess.run([python, "-c", _PROBE, *distributions], capture_output=True,
+                              text=True, timeout=120, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise RuntimeError(f"cannot run {python}: {exc}") from None
+    if done.returncode != 0:
+        raise RuntimeError(f"{python} failed (exit {done.returncode}): "
+                           f"{done.stderr.strip()[-500:]}")
+    return done.stdout.strip() or None
+
+
+def install_hint(name: str) -> str:
+    """How to install the framework, as its adapter says (default: this package's extra)."""
+    hint = getattr(load(name), "INSTALL_HINT", None)
+    return str(hint) if hint else f"install it (pip install 'pytest-dlperf[{name}]')"

@@ -48,7 +48,8 @@ class Launcher:
 
     def run(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
             timeout_s: float) -> list[dict[str, Any]]:
-        """Every rank's result, ordered by rank."""
+        """Every rank's result, ordered by rank. ``spec["python"]``, when set, is the interpreter
+        the ranks must run under (torchrun starts them with ``PYTHON_EXEC``)."""
         raise NotImplementedError
 
     @property
@@ -115,11 +116,18 @@ def get_launcher(name: str, environ: dict[str, str]) -> Launcher:
 class Cluster:
     """What the ``cluster`` fixture hands a test: a topology and a way to run a workload on it."""
 
-    def __init__(self, topology: Topology, launcher: Launcher, work_root: Path, timeout_s: float):
+    def __init__(self, topology: Topology, launcher: Launcher, work_root: Path, timeout_s: float,
+                 pythons: dict[str, str] | None = None):
         self.topology = topology
         self.launcher = launcher
         self.work_root = work_root
         self.timeout_s = timeout_s
+        # framework -> the interpreter its ranks run under (--dlperf-python); else pytest's own
+        self.pythons = dict(pythons or {})
+
+    def at(self, topology: Topology) -> Cluster:
+        """The same launcher and settings on another topology."""
+        return Cluster(topology, self.launcher, self.work_root, self.timeout_s, self.pythons)
 
     @property
     def nodes(self) -> int:
@@ -150,7 +158,8 @@ class Cluster:
         run_dir = Path(tempfile.mkdtemp(prefix=f"{self.topology.id}-", dir=self.work_root))
         try:
             return self.launcher.run({**spec, "threads": self.topology.threads_per_worker,
-                                      "device_type": self.topology.device_type},
+                                      "device_type": self.topology.device_type,
+                                      "python": self.pythons.get(spec["framework"])},
                                      self.topology, run_dir, self.timeout_s)
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)

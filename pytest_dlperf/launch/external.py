@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import traceback
 from datetime import timedelta
 from pathlib import Path
@@ -71,6 +72,12 @@ class ExternalLauncher(Launcher):
             timeout_s: float) -> list[dict[str, Any]]:
         from ..worker import run as run_worker
 
+        if spec.get("python"):
+            raise LaunchError(
+                f"{spec['framework']} is set to run under {spec['python']} (--dlperf-python), "
+                "but external mode trains inside each rank's pytest process "
+                f"({sys.executable}); run this case with the local or slurm launcher, whose "
+                "agents start ranks under that interpreter")
         self._calls += 1  # every rank runs the same cases in the same order
         prefix = f"dlperf/case{self._calls}"
         os.environ["OMP_NUM_THREADS"] = str(spec["threads"])

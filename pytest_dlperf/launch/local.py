@@ -56,8 +56,16 @@ def agent_command(topology: Topology, endpoint: str, run_id: str, spec_path: Pat
     ]
 
 
-def worker_environment(topology: Topology, tmp_dir: Path) -> dict[str, str]:
+def worker_environment(topology: Topology, tmp_dir: Path, python: str | None,
+                       framework_port: int) -> dict[str, str]:
+    """What the agents (and so the ranks) inherit. ``python``: the ranks' interpreter, when not
+    the agents' own (torchrun reads ``PYTHON_EXEC``). ``framework_port``: a free port on the
+    first node for a framework that runs its own rendezvous beside torchrun's store (OneFlow's
+    rank 0 listens on its ``MASTER_PORT``, which torchrun's agent store already holds)."""
     env = dict(os.environ)
+    env.pop("PYTHON_EXEC", None)
+    if python:
+        env["PYTHON_EXEC"] = python
     threads = str(topology.threads_per_worker)
     env.update(
         OMP_NUM_THREADS=threads,
@@ -68,6 +76,7 @@ def worker_environment(topology: Topology, tmp_dir: Path) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
         # Where a framework that runs its own servers (TensorFlow) tells its peers to connect.
         DLPERF_WORKER_HOST="127.0.0.1",
+        DLPERF_FRAMEWORK_PORT=str(framework_port),
     )
     return env
 
@@ -192,8 +201,8 @@ class LocalLauncher(Launcher):
 
             logs = [run_dir / f"agent-{i}.log" for i in range(topology.nodes)]
             commands = [netns.wrap(commands, logs, run_dir / "netns-plan.json")]
-        return run_processes(commands, worker_environment(topology, tmp_dir), run_dir, out_dir,
-                             topology.world_size, timeout_s)
+        env = worker_environment(topology, tmp_dir, spec.get("python"), free_loopback_port())
+        return run_processes(commands, env, run_dir, out_dir, topology.world_size, timeout_s)
 
 
 def collect(out_dir: Path, world_size: int, outcome: str, timeout_s: float,

@@ -85,5 +85,5 @@ class SlurmLauncher(Launcher):
             *agent_command(topology, f"{hosts[0]}:{port}", new_run_id(), spec_path, out_dir,
                            timeout_s, local_addr=None),
         ]
-        return run_processes([command], worker_environment(topology, tmp_dir), run_dir, out_dir,
-                             topology.world_size, timeout_s)
+        env = worker_environment(topology, tmp_dir, spec.get("python"), port + 1)
+        return run_processes([command], env, run_dir, out_dir, topology.world_size, timeout_s)

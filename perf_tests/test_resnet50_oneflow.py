@@ -1,0 +1,18 @@
+"""ResNet-50 v1.5 training throughput on OneFlow, DLPerf's protocol, against the baselines."""
+
+import pytest
+
+FRAMEWORK = "oneflow"
+
+
+def test_resnet50_v15(cluster, amp, compiler, throughput_meter):
+    report = throughput_meter.measure(FRAMEWORK, model="resnet50")
+    # ResNet-50 v1.5 (stride 2 on the 3x3 conv): the model DLPerf measured.
+    assert report.environment["parameters"] == 25_557_032
+    assert report.result.global_batch == report.workload.batch_size * cluster.world_size
+
+
+@pytest.mark.multinode
+def test_resnet50_v15_scaling(cluster, amp, throughput_meter):
+    report = throughput_meter.measure(FRAMEWORK, model="resnet50")
+    assert report.result.global_batch == report.workload.batch_size * cluster.world_size

@@ -1,0 +1,197 @@
+"""OneFlow: flowvision's ResNet-50 (v1.5), eager under DistributedDataParallel or a static
+``nn.Graph`` with the optimizer inside (the ``compiled`` mode: what DLPerf measured).
+
+OneFlow 0.9.0, the last PyPI release, runs on Python <= 3.10 only, so its ranks usually run
+under their own interpreter (``--dlperf-python oneflow=PATH``; ``scripts/setup-oneflow`` makes
+one). They are still started by the torchrun agents: OneFlow reads the same MASTER_ADDR /
+MASTER_PORT / WORLD_SIZE / RANK / LOCAL_RANK variables that its own
+``oneflow.distributed.launch`` sets, and reads them once, when it is imported. Its rank 0 listens
+on MASTER_PORT, which torchrun's agent store already holds, so the launcher hands every rank a
+second free port on the first node (``DLPERF_FRAMEWORK_PORT``) to use instead.
+
+OneFlow is asynchronous even on CPU: a step returns once its work is queued on OneFlow's virtual
+machine (8 ms/step to dispatch vs 158 ms/step to run, ResNet-50 32x32 batch 2, measured here), so
+``synchronize`` waits for the virtual machine at every window boundary.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from . import DistEnv
+
+DISTRIBUTION = "oneflow"
+INSTALL_HINT = ("OneFlow 0.9.0 needs Python 3.10: create its worker interpreter with "
+                "scripts/setup-oneflow (in pytest-dlperf's repository) and run with "
+                "--dlperf-python oneflow=$(scripts/setup-oneflow)")
+
+_MODELS = {"resnet50": "resnet50"}
+
+
+def _use_framework_port(environ: Any) -> None:
+    """Point OneFlow's control plane at the launcher's spare port (before importing oneflow)."""
+    port = environ.get("DLPERF_FRAMEWORK_PORT")
+    if port:
+        environ["MASTER_PORT"] = port
+
+
+class OneFlowTrainer:
+    def __init__(self, spec: dict[str, Any], dist: DistEnv) -> None:
+        _use_framework_port(os.environ)
+        import flowvision
+        import oneflow as flow
+
+        self._flow = flow
+        self.dist = dist
+        self.cuda = spec["device_type"] == "cuda"
+        self.threads = int(spec["threads"])
+        if self.threads < (os.cpu_count() or 1):  # OneFlow warns about a count of every core
+            flow.set_num_threads(self.threads)
+        self.device = flow.device("cuda", dist.local_rank) if self.cuda else flow.device("cpu")
+        flow.manual_seed(int(spec["seed"]) + dist.rank)
+
+        if spec["model"] not in _MODELS:
+            raise ValueError(f"oneflow adapter has no model {spec['model']!r} "
+                             f"(has: {sorted(_MODELS)})")
+        model = getattr(flowvision.models, _MODELS[spec["model"]])(
+            num_classes=int(spec["num_classes"]))
+        self.parameters = sum(p.numel() for p in model.parameters())
+        self.graph = spec.get("compiler", "eager") == "compiled"
+        self.amp = spec["precision"] == "amp"
+        # fp16 needs loss scaling; bf16 (the CPU's AMP) has fp32's exponent range.
+        self.amp_dtype = flow.float16 if self.cuda else flow.bfloat16
+        self.num_classes = int(spec["num_classes"])
+        batch, size = int(spec["batch_size"]), int(spec["image_size"])
+        self.batch = batch
+        opt = spec["optimizer"]
+
+        if self.graph and dist.world_size > 1:
+            # nn.Graph is data-parallel through global tensors: parameters broadcast, the batch
+            # split along dim 0 (each rank's own per-device batch); OneFlow inserts the
+            # gradient all-reduce itself.
+            self.placement = flow.placement("cuda" if self.cuda else "cpu",
+                                            ranks=list(range(dist.world_size)))
+            model = model.to_global(placement=self.placement, sbp=flow.sbp.broadcast)
+        else:
+            self.placement = None
+            model = model.to(self.device)
+        self.optimizer = flow.optim.SGD(model.parameters(), lr=opt["lr"],
+                                        momentum=opt["momentum"],
+                                        weight_decay=opt["weight_decay"])
+        self.criterion = flow.nn.CrossEntropyLoss()
+        # Synthetic data resident on the device, as DLPerf's synthetic-data runs.
+        self.images = self._batch(flow.randn(batch, 3, size, size, device=self.device))
+        self.labels = self._batch(flow.randint(0, self.num_classes, (batch,), device=self.device))
+        self.scaler = (flow.amp.GradScaler(init_scale=2.0 ** 16)
+                       if self.amp and self.cuda else None)
+
+        if self.graph:
+            self.train_step = self._graph_step(model)
+        else:
+            if dist.world_size > 1:
+                model = flow.nn.parallel.DistributedDataParallel(model)
+            self.model = model
+            self.train_step = self._eager_step
+        self._loss = None
+
+    def _batch(self, local: Any) -> Any:
+        if self.placement is None:
+            return local
+        return local.to_global(placement=self.placement, sbp=self._flow.sbp.split(0))
+
+    def _graph_step(self, model: Any) -> Any:
+        flow, trainer = self._flow, self
+
+        class TrainGraph(flow.nn.Graph):  # type: ignore[misc, name-defined]
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = model
+                self.criterion = trainer.criterion
+                self.add_optimizer(trainer.optimizer)
+                if trainer.amp:
+                    self.config.enable_amp(True, dtype=trainer.amp_dtype)
+                if trainer.scaler is not None:
+                    self.set_grad_scaler(flow.amp.GradScaler(init_scale=2.0 ** 16))
+
+            def build(self, images: Any, labels: Any) -> Any:
+                loss = self.criterion(self.model(images), labels)
+                loss.backward()
+                return loss
+
+        graph = TrainGraph()
+        return lambda images, labels: graph(images, labels)
+
+    def _eager_step(self, images: Any, labels: Any) -> Any:
+        flow = self._flow
+        self.optimizer.zero_grad()
+        with flow.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp):
+            loss = self.criterion(self.model(images), labels)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            self.optimizer.step()
+        return loss
+
+    def step(self) -> None:
+        flow = self._flow
+        # Fresh labels each step, as the other frameworks (a fixed batch is memorized and the
+        # loss of a reduced-precision run ends in NaN).
+        labels = flow.randint(0, self.num_classes, (self.batch,), device=self.device)
+        self._loss = self.train_step(self.images, self._batch(labels))
+
+    def synchronize(self) -> None:
+        # Waits until OneFlow's virtual machine has run every queued instruction (eager ops and
+        # graph launches alike); oneflow.cuda.synchronize calls it too, before the CUDA sync.
+        self._flow._oneflow_internal.eager.Sync()
+        if self.cuda:
+            self._flow.cuda.synchronize(self.device)
+
+    def loss(self) -> float:
+        if self._loss is None:
+            return 0.0
+        loss = self._loss
+        if self.placement is not None:
+            loss = loss.to_local()
+        return float(loss.float().item())
+
+    def environment(self) -> dict[str, Any]:
+        import platform
+
+        flow = self._flow
+        env: dict[str, Any] = {
+            "framework": "oneflow",
+            "framework_version": flow.__version__,
+            "python": platform.python_version(),
+            "threads": self.threads,
+            "parameters": self.parameters,
+            "compiled": self.graph,
+        }
+        if self.cuda:
+            env.update(device_name=flow.cuda.get_device_name(self.device),
+                       cuda=getattr(flow._oneflow_internal.flags, "cuda_version", lambda: None)())
+        return env
+
+    def close(self) -> None:
+        pass  # OneFlow tears its control plane down at interpreter exit
+
+
+def amp_unavailable(device_type: str) -> str | None:
+    """OneFlow 0.9.0 has no mixed precision on CPU: eager ``autocast("cpu")`` disables itself
+    with a warning, and nn.Graph's AMP pass leaves CPU kernels in fp32 (its bf16 graph gave the
+    fp32 graph's loss to the last bit, here). Measuring that as "amp" would be a lie."""
+    if device_type == "cpu":
+        return ("OneFlow 0.9.0 has no CPU mixed precision (eager autocast('cpu') disables "
+                "itself; nn.Graph's AMP leaves CPU kernels in fp32)")
+    return None
+
+
+def compile_unavailable(device_type: str) -> str | None:
+    return None  # nn.Graph compiles on CPU and CUDA alike
+
+
+def build_trainer(spec: dict[str, Any], dist: DistEnv) -> OneFlowTrainer:
+    return OneFlowTrainer(spec, dist)

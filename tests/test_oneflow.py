@@ -1,0 +1,123 @@
+"""OneFlow under its own interpreter: the model is torch's ResNet-50 v1.5, the meter waits for
+OneFlow's asynchronous execution, and cases run through --dlperf-python (real ranks, Python 3.10).
+
+These need the interpreter ``scripts/setup-oneflow`` makes (``.venv-oneflow``; CI makes it) or one
+named by ``DLPERF_TEST_ONEFLOW_PYTHON``; without it they skip saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def oneflow_python() -> str:
+    path = Path(os.environ.get("DLPERF_TEST_ONEFLOW_PYTHON")
+                or REPO / ".venv-oneflow" / "bin" / "dlperf-python")
+    if not os.access(path, os.X_OK):
+        pytest.skip(f"no OneFlow interpreter at {path}: run scripts/setup-oneflow")
+    return str(path)
+
+
+def run_in_oneflow(python: str, code: str, timeout: float = 300) -> object:
+    """Run ``code`` under the OneFlow interpreter with this checkout's package importable; it
+    prints one JSON line last."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
+           "GLOG_minloglevel": "2"}
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+SPEC = """
+spec = {"framework": "oneflow", "precision": "fp32", "compiler": COMPILER, "device_type": "cpu",
+        "threads": 1, "model": "resnet50", "batch_size": 2, "image_size": 32,
+        "num_classes": 1000, "seed": 0,
+        "optimizer": {"lr": 0.001, "momentum": 0.9, "weight_decay": 1e-4}}
+"""
+
+
+def test_flowvision_resnet50_is_torchvisions_layer_for_layer(oneflow_python: str) -> None:
+    torchvision = pytest.importorskip("torchvision")
+    shapes = run_in_oneflow(oneflow_python, """
+import json, flowvision
+model = flowvision.models.resnet50()
+print(json.dumps({n: list(p.shape) for n, p in model.named_parameters()}))
+""")
+    assert isinstance(shapes, dict)
+    oneflow_shapes = {name: tuple(shape) for name, shape in shapes.items()}
+    torch_shapes = {n: tuple(p.shape) for n, p in torchvision.models.resnet50().named_parameters()}
+    assert sorted(oneflow_shapes) == sorted(torch_shapes)
+    assert {n: s for n, s in oneflow_shapes.items() if torch_shapes[n] != s} == {}
+    assert sum(math.prod(shape) for shape in oneflow_shapes.values()) == 25_557_032
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_a_window_waits_for_oneflow_to_finish_its_steps(oneflow_python: str, mode: str) -> None:
+    """OneFlow returns from a step once it is queued (even on CPU). The meter's window must
+    cover the steps' execution: it agrees with a wall clock read around the same steps after a
+    blocking loss fetch. The same window with a no-op synchronize is far shorter (the control:
+    proves the steps really are asynchronous, so the first check can fail)."""
+    figures = run_in_oneflow(oneflow_python, f"COMPILER = {mode!r}\n" + SPEC + """
+import json, time
+from pytest_dlperf import frameworks
+from pytest_dlperf.frameworks import DistEnv
+from pytest_dlperf.meter import measure
+from pytest_dlperf.protocol import Protocol
+
+trainer = frameworks.load("oneflow").build_trainer(spec, DistEnv(0, 1, 0, 1, 0))
+for _ in range(3):
+    trainer.step()
+trainer.synchronize()
+out = {}
+for name, sync in (("synchronized", trainer.synchronize), ("not synchronized", lambda: None)):
+    began = time.perf_counter()
+    window = measure(Protocol(0, 12, 1), trainer.step, sync).windows[0].elapsed_s
+    trainer.loss()  # blocks until the last step's loss exists
+    out[name] = [window, time.perf_counter() - began]
+print(json.dumps(out))
+""")
+    assert isinstance(figures, dict)
+    window, outside = figures["synchronized"]
+    assert 0.9 * outside <= window <= outside
+    unsynced_window, unsynced_outside = figures["not synchronized"]
+    assert unsynced_window < 0.5 * unsynced_outside
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_cases_run_under_their_own_interpreter_and_skip_without_one(
+        pytester: pytest.Pytester, oneflow_python: str) -> None:
+    pytester.makepyfile(test_of="""
+        def test_of(cluster, amp, compiler, throughput_meter):
+            report = throughput_meter.measure("oneflow")
+            assert report.environment["parameters"] == 25_557_032
+    """)
+    common = ("-p", "no:cacheprovider", "--dlperf-warmup-steps", "2", "--dlperf-steps", "2",
+              "--dlperf-repeats", "2", "--dlperf-baselines", "bl", "-rs")
+    # Not configured: every case skips, with the command that sets the interpreter up.
+    result = pytester.runpytest_subprocess(*common, "-k", "1n1d-fp32", timeout=120)
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*oneflow is not installed in pytest's interpreter*"
+                                 "scripts/setup-oneflow*--dlperf-python oneflow=*"])
+    # Configured: 2 ranks of nn.Graph data parallelism, under Python 3.10, beside torchrun's
+    # own store (OneFlow's control plane on the launcher's spare port); AMP skips on CPU.
+    result = pytester.runpytest_subprocess(
+        *common, "--dlperf-python", f"oneflow={oneflow_python}", "--dlperf-compilers",
+        "compiled", "-k", "1n2d", "--dlperf-json", "r.json", timeout=400)
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*oneflow has no AMP on cpu*"])
+    (bench,) = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
+    info = bench["extra_info"]
+    assert bench["name"] == "test_of[1n2d-fp32-compiled]"
+    assert info["environment"]["python"].startswith("3.10.")
+    assert info["environment"]["compiled"] is True
+    assert info["fingerprint"]["framework"] == "oneflow"
