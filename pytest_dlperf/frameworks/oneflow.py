@@ -29,16 +29,25 @@ INSTALL_HINT = ("OneFlow 0.9.0 needs Python 3.10: create its worker interpreter 
 _MODELS = {"resnet50": "resnet50"}
 
 
-def _use_framework_port(environ: Any) -> None:
-    """Point OneFlow's control plane at the launcher's spare port (before importing oneflow)."""
+def _prepare_environ(environ: Any) -> None:
+    """What OneFlow reads at import, adjusted to the launch (so: before importing oneflow).
+
+    - its control plane on the launcher's spare port (torchrun's agent store holds MASTER_PORT);
+    - local nodes all have this host's address, and OneFlow groups ranks into nodes by the
+      address its master sees, so there it is one node whose processes need distinct local
+      ranks (two processes of one host with LOCAL_RANK 0 abort at start-up: "Machine 1 lost",
+      seen here). Its inter-node transport is then not what runs; on a real cluster it is.
+    """
     port = environ.get("DLPERF_FRAMEWORK_PORT")
     if port:
         environ["MASTER_PORT"] = port
+    if environ.get("DLPERF_NODES_SHARE_HOST") == "1":
+        environ["LOCAL_RANK"] = environ.get("RANK", "0")
 
 
 class OneFlowTrainer:
     def __init__(self, spec: dict[str, Any], dist: DistEnv) -> None:
-        _use_framework_port(os.environ)
+        _prepare_environ(os.environ)
         import flowvision
         import oneflow as flow
 
@@ -48,7 +57,8 @@ class OneFlowTrainer:
         self.threads = int(spec["threads"])
         if self.threads < (os.cpu_count() or 1):  # OneFlow warns about a count of every core
             flow.set_num_threads(self.threads)
-        self.device = flow.device("cuda", dist.local_rank) if self.cuda else flow.device("cpu")
+        local_rank = int(os.environ.get("LOCAL_RANK", dist.local_rank))
+        self.device = flow.device("cuda", local_rank) if self.cuda else flow.device("cpu")
         flow.manual_seed(int(spec["seed"]) + dist.rank)
 
         if spec["model"] not in _MODELS:

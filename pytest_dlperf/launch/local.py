@@ -202,6 +202,9 @@ class LocalLauncher(Launcher):
             logs = [run_dir / f"agent-{i}.log" for i in range(topology.nodes)]
             commands = [netns.wrap(commands, logs, run_dir / "netns-plan.json")]
         env = worker_environment(topology, tmp_dir, spec.get("python"), free_loopback_port())
+        # Every local node has this host's address: a framework that groups ranks into nodes by
+        # address (OneFlow) must number them as one host's processes.
+        env["DLPERF_NODES_SHARE_HOST"] = "1" if topology.nodes > 1 else "0"
         return run_processes(commands, env, run_dir, out_dir, topology.world_size, timeout_s)
 
 
