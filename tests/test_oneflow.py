@@ -97,27 +97,33 @@ print(json.dumps(out))
 def test_cases_run_under_their_own_interpreter_and_skip_without_one(
         pytester: pytest.Pytester, oneflow_python: str) -> None:
     pytester.makepyfile(test_of="""
+        import pytest
+
+        @pytest.mark.multinode
         def test_of(cluster, amp, compiler, throughput_meter):
             report = throughput_meter.measure("oneflow")
             assert report.environment["parameters"] == 25_557_032
     """)
     common = ("-p", "no:cacheprovider", "--dlperf-warmup-steps", "2", "--dlperf-steps", "2",
-              "--dlperf-repeats", "2", "--dlperf-baselines", "bl", "-rs")
+              "--dlperf-repeats", "2", "--dlperf-baselines", "bl", "-rs", "-m", "multinode",
+              "--dlperf-timeout", "150",
+              "--nodes", "2", "--devices-per-node", "1")
     # Not configured: every case skips, with the command that sets the interpreter up.
     result = pytester.runpytest_subprocess(*common, "-k", "1n1d-fp32", timeout=120)
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*oneflow is not installed in pytest's interpreter*"
                                  "scripts/setup-oneflow*--dlperf-python oneflow=*"])
-    # Configured: 2 ranks of nn.Graph data parallelism, under Python 3.10, beside torchrun's
-    # own store (OneFlow's control plane on the launcher's spare port); AMP skips on CPU.
+    # Configured: two local nodes (one host address: OneFlow must see host-wide local ranks)
+    # training an nn.Graph data-parallel under Python 3.10, beside torchrun's own store
+    # (OneFlow's control plane on the launcher's spare port); AMP skips on CPU.
     result = pytester.runpytest_subprocess(
         *common, "--dlperf-python", f"oneflow={oneflow_python}", "--dlperf-compilers",
-        "compiled", "-k", "1n2d", "--dlperf-json", "r.json", timeout=400)
+        "compiled", "-k", "2n1d", "--dlperf-json", "r.json", timeout=400)
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*oneflow has no AMP on cpu*"])
     (bench,) = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
     info = bench["extra_info"]
-    assert bench["name"] == "test_of[1n2d-fp32-compiled]"
+    assert bench["name"] == "test_of[2n1d-fp32-compiled]"
     assert info["environment"]["python"].startswith("3.10.")
     assert info["environment"]["compiled"] is True
-    assert info["fingerprint"]["framework"] == "oneflow"
+    assert info["fingerprint"]["framework"] == "oneflow" and info["speedup"] > 0
