@@ -60,7 +60,9 @@ class OneFlowTrainer:
             flow.set_num_threads(self.threads)
         local_rank = int(os.environ.get("LOCAL_RANK", dist.local_rank))
         self.device = flow.device("cuda", local_rank) if self.cuda else flow.device("cpu")
-        flow.manual_seed(int(spec["seed"]) + dist.rank)
+        # One seed for the model on every rank (nn.Graph's broadcast parameters are taken as
+        # equal, not copied), a seed per rank for the data.
+        flow.manual_seed(int(spec["seed"]))
 
         if spec["model"] not in _MODELS:
             raise ValueError(f"oneflow adapter has no model {spec['model']!r} "
@@ -68,6 +70,7 @@ class OneFlowTrainer:
         model = getattr(flowvision.models, _MODELS[spec["model"]])(
             num_classes=int(spec["num_classes"]))
         self.parameters = sum(p.numel() for p in model.parameters())
+        flow.manual_seed(int(spec["seed"]) + dist.rank)
         self.graph = spec.get("compiler", "eager") == "compiled"
         self.amp = spec["precision"] == "amp"
         # fp16 needs loss scaling; bf16 (the CPU's AMP) has fp32's exponent range.
@@ -93,7 +96,6 @@ class OneFlowTrainer:
         self.criterion = flow.nn.CrossEntropyLoss()
         # Synthetic data resident on the device, as DLPerf's synthetic-data runs.
         self.images = self._batch(flow.randn(batch, 3, size, size, device=self.device))
-        self.labels = self._batch(flow.randint(0, self.num_classes, (batch,), device=self.device))
         self.scaler = (flow.amp.GradScaler(init_scale=2.0 ** 16)
                        if self.amp and self.cuda else None)
 
@@ -185,8 +187,10 @@ class OneFlowTrainer:
             "compiled": self.graph,
         }
         if self.cuda:
+            import oneflow.sysconfig
+
             env.update(device_name=flow.cuda.get_device_name(self.device),
-                       cuda=getattr(flow._oneflow_internal.flags, "cuda_version", lambda: None)())
+                       cuda=oneflow.sysconfig.get_cuda_version())
         return env
 
     def close(self) -> None:
