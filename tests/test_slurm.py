@@ -12,6 +12,8 @@ import pytest
 
 from pytest_dlperf.launch.slurm import expand_nodelist
 
+REPO = Path(__file__).resolve().parents[1]
+
 SCALING = """
 import pytest
 
@@ -55,20 +57,30 @@ def test_slurm_launcher_outside_an_allocation_is_a_usage_error(
 
 
 @pytest.mark.usefixtures("subprocess_env")
-@pytest.mark.parametrize("framework", ["torch", "tensorflow"])  # TF: TF_CONFIG through the store
+# TF: TF_CONFIG through the store. OneFlow: its own interpreter and control-plane port, and the
+# fake allocation lists this host twice, so its ranks must be numbered as one host's.
+@pytest.mark.parametrize("framework", ["torch", "tensorflow", "oneflow"])
 def test_two_node_allocation_trains_through_srun(
         pytester: pytest.Pytester, fake_hardware: Callable[..., object], framework: str) -> None:
     # Looked up, not imported: pytester drops modules imported during a test, and importing
     # torch a second time into one process fails ("bad call flags", then a segfault).
-    wanted = "tensorflow" if framework == "tensorflow" else "torchvision"
-    if importlib.util.find_spec(wanted) is None:
-        pytest.skip(f"{wanted} is not installed")
+    extra: tuple[str, ...] = ()
+    if framework == "oneflow":
+        python = REPO / ".venv-oneflow" / "bin" / "dlperf-python"
+        if not os.access(python, os.X_OK):
+            pytest.skip(f"no OneFlow interpreter at {python}: run scripts/setup-oneflow")
+        extra = ("--dlperf-python", f"oneflow={python}")
+    else:
+        wanted = "tensorflow" if framework == "tensorflow" else "torchvision"
+        if importlib.util.find_spec(wanted) is None:
+            pytest.skip(f"{wanted} is not installed")
     fake_hardware(slurm_nodes=2)
     pytester.makepyfile(test_scale=SCALING.replace('"torch"', f'"{framework}"'))
     result = pytester.runpytest_subprocess(
         "-s", "-p", "no:cacheprovider", "-m", "multinode", "--nodes", "2",
         "--devices-per-node", "1", "-k", "2n1d", "--dlperf-warmup-steps", "1",
-        "--dlperf-steps", "2", "--dlperf-repeats", "1", timeout=300)
+        "--dlperf-steps", "2", "--dlperf-repeats", "1", "--dlperf-timeout", "150", *extra,
+        timeout=300)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*LAUNCHER slurm 2n1d 4*"])
     calls = Path(os.environ["FAKE_SLURM_LOG"]).read_text().splitlines()

@@ -86,4 +86,6 @@ class SlurmLauncher(Launcher):
                            timeout_s, local_addr=None),
         ]
         env = worker_environment(topology, tmp_dir, spec.get("python"), port + 1)
+        # Slurm nodes are separate hosts, unless the allocation lists one host twice.
+        env["DLPERF_NODES_SHARE_HOST"] = "1" if len(set(hosts)) < len(hosts) else "0"
         return run_processes([command], env, run_dir, out_dir, topology.world_size, timeout_s)
