@@ -49,16 +49,19 @@ class ThroughputMeter:
             pytest.fail(f"pytest-dlperf: {self.case}: a compiled case needs at least one warm-up "
                         "step (compilation happens in the first step, which is never timed); "
                         "raise --dlperf-warmup-steps", pytrace=False)
-        check = getattr(frameworks.load(framework), "compile_unavailable", None)
-        reason = check(self.cluster.device_type) if check is not None else None
+        reason = self._unavailable(framework, "compile_unavailable")
         if reason:
             pytest.skip(f"{framework} cannot compile on {self.cluster.device_type} here: {reason}")
 
     def _check_amp(self, framework: str) -> None:
-        check = getattr(frameworks.load(framework), "amp_unavailable", None)
-        reason = check(self.cluster.device_type) if check and self.amp.enabled else None
+        reason = self._unavailable(framework, "amp_unavailable") if self.amp.enabled else None
         if reason:
             pytest.skip(f"{framework} has no AMP on {self.cluster.device_type}: {reason}")
+
+    def _unavailable(self, framework: str, hook: str) -> str | None:
+        """The adapter's reason why a mode cannot run on this device type (optional hooks)."""
+        check = getattr(frameworks.load(framework), hook, None)
+        return check(self.cluster.device_type) if check is not None else None
 
     def measure(self, framework: str, model: str = "resnet50", *, batch_size: int | None = None,
                 image_size: int | None = None, lr_per_256: float | None = None) -> CaseReport:

@@ -53,7 +53,6 @@ class OneFlowTrainer:
         import oneflow as flow
 
         self._flow = flow
-        self.dist = dist
         self.cuda = spec["device_type"] == "cuda"
         self.threads = int(spec["threads"])
         if self.threads < (os.cpu_count() or 1):  # OneFlow warns about a count of every core
@@ -125,15 +124,14 @@ class OneFlowTrainer:
                 if trainer.amp:
                     self.config.enable_amp(True, dtype=trainer.amp_dtype)
                 if trainer.scaler is not None:
-                    self.set_grad_scaler(flow.amp.GradScaler(init_scale=2.0 ** 16))
+                    self.set_grad_scaler(trainer.scaler)
 
             def build(self, images: Any, labels: Any) -> Any:
                 loss = self.criterion(self.model(images), labels)
                 loss.backward()
                 return loss
 
-        graph = TrainGraph()
-        return lambda images, labels: graph(images, labels)
+        return TrainGraph()
 
     def _eager_step(self, images: Any, labels: Any) -> Any:
         flow = self._flow

@@ -57,11 +57,13 @@ def agent_command(topology: Topology, endpoint: str, run_id: str, spec_path: Pat
 
 
 def worker_environment(topology: Topology, tmp_dir: Path, python: str | None,
-                       framework_port: int) -> dict[str, str]:
+                       framework_port: int, nodes_share_host: bool) -> dict[str, str]:
     """What the agents (and so the ranks) inherit. ``python``: the ranks' interpreter, when not
     the agents' own (torchrun reads ``PYTHON_EXEC``). ``framework_port``: a free port on the
     first node for a framework that runs its own rendezvous beside torchrun's store (OneFlow's
-    rank 0 listens on its ``MASTER_PORT``, which torchrun's agent store already holds)."""
+    rank 0 listens on its ``MASTER_PORT``, which torchrun's agent store already holds).
+    ``nodes_share_host``: several nodes have one host address, so a framework that groups ranks
+    into nodes by address (OneFlow) must number them as one host's processes."""
     env = dict(os.environ)
     env.pop("PYTHON_EXEC", None)
     if python:
@@ -77,6 +79,7 @@ def worker_environment(topology: Topology, tmp_dir: Path, python: str | None,
         # Where a framework that runs its own servers (TensorFlow) tells its peers to connect.
         DLPERF_WORKER_HOST="127.0.0.1",
         DLPERF_FRAMEWORK_PORT=str(framework_port),
+        DLPERF_NODES_SHARE_HOST="1" if nodes_share_host else "0",
     )
     return env
 
@@ -201,10 +204,9 @@ class LocalLauncher(Launcher):
 
             logs = [run_dir / f"agent-{i}.log" for i in range(topology.nodes)]
             commands = [netns.wrap(commands, logs, run_dir / "netns-plan.json")]
-        env = worker_environment(topology, tmp_dir, spec.get("python"), free_loopback_port())
-        # Every local node has this host's address: a framework that groups ranks into nodes by
-        # address (OneFlow) must number them as one host's processes.
-        env["DLPERF_NODES_SHARE_HOST"] = "1" if topology.nodes > 1 else "0"
+        # Every local node has this host's address.
+        env = worker_environment(topology, tmp_dir, spec.get("python"), free_loopback_port(),
+                                 nodes_share_host=topology.nodes > 1)
         return run_processes(commands, env, run_dir, out_dir, topology.world_size, timeout_s)
 
 

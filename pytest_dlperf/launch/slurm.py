@@ -85,7 +85,7 @@ class SlurmLauncher(Launcher):
             *agent_command(topology, f"{hosts[0]}:{port}", new_run_id(), spec_path, out_dir,
                            timeout_s, local_addr=None),
         ]
-        env = worker_environment(topology, tmp_dir, spec.get("python"), port + 1)
         # Slurm nodes are separate hosts, unless the allocation lists one host twice.
-        env["DLPERF_NODES_SHARE_HOST"] = "1" if len(set(hosts)) < len(hosts) else "0"
+        env = worker_environment(topology, tmp_dir, spec.get("python"), port + 1,
+                                 nodes_share_host=len(set(hosts)) < len(hosts))
         return run_processes([command], env, run_dir, out_dir, topology.world_size, timeout_s)
