@@ -133,7 +133,7 @@ class ThroughputMeter:
         outcomes = (verdict.outcome, efficiency.outcome if efficiency else None)
         # A proven regression of either figure decides the case: more windows cannot undo it.
         return (INCONCLUSIVE in outcomes and REGRESSION not in outcomes
-                and self.state.settings.update_baselines is None
+                and self.state.settings.update_baselines != "all"
                 and self.cluster.launcher.can_add_repeats
                 and len(result.window_s) < self.state.settings.max_repeats)
 
@@ -164,8 +164,11 @@ class ThroughputMeter:
         except LaunchError as exc:
             pytest.fail(f"pytest-dlperf: {self.case} {exc.kind} on {cluster.topology.id}: "
                         f"{exc}", pytrace=False)
-        return aggregate(ranks, workload.batch_size, time.perf_counter() - started), \
-            ranks[0]["environment"]
+        env = dict(ranks[0]["environment"])
+        hardware = self.state.hardware
+        if cluster.device_type == "cuda":  # what NVML says, beside what the framework saw
+            env.update(driver=hardware.gpu_driver, gpu_memory_bytes=list(hardware.gpu_memory))
+        return aggregate(ranks, workload.batch_size, time.perf_counter() - started), env
 
     def _fingerprint(self, topology: Topology, framework: str, version: str, env: dict[str, Any],
                      workload: Workload) -> dict[str, Any]:

@@ -17,35 +17,47 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Hardware:
-    """What this host has: GPU names (empty without NVIDIA devices), CPU model, usable cores."""
+    """What this host has: GPU names (empty without NVIDIA devices) and their total memory in
+    bytes, the driver, CPU model, usable cores."""
 
     gpus: tuple[str, ...]
     cpu_model: str
     cpu_count: int
     gpu_driver: str | None = None
+    gpu_memory: tuple[int, ...] = ()
 
     @property
     def device_type(self) -> str:
         return "cuda" if self.gpus else "cpu"
 
 
-def _nvml_devices() -> tuple[tuple[str, ...], str | None]:
+@dataclass(frozen=True)
+class NvmlDevices:
+    names: tuple[str, ...] = ()
+    memory: tuple[int, ...] = ()  # total bytes, per device
+    driver: str | None = None
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _nvml_devices() -> NvmlDevices:
     try:
         import pynvml
     except ImportError:
-        return (), None
+        return NvmlDevices()
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:  # no driver or no device: a CPU host
-        return (), None
+        return NvmlDevices()
     try:
-        count = pynvml.nvmlDeviceGetCount()
-        names = []
-        for index in range(count):
-            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(index))
-            names.append(name.decode() if isinstance(name, bytes) else name)
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        return tuple(names), driver.decode() if isinstance(driver, bytes) else driver
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i)
+                   for i in range(pynvml.nvmlDeviceGetCount())]
+        return NvmlDevices(
+            names=tuple(_text(pynvml.nvmlDeviceGetName(h)) for h in handles),
+            memory=tuple(int(pynvml.nvmlDeviceGetMemoryInfo(h).total) for h in handles),
+            driver=_text(pynvml.nvmlSystemGetDriverVersion()))
     finally:
         pynvml.nvmlShutdown()
 
@@ -69,8 +81,9 @@ def _cpu_count() -> int:
 
 
 def detect_hardware() -> Hardware:
-    gpus, driver = _nvml_devices()
-    return Hardware(gpus=gpus, cpu_model=_cpu_model(), cpu_count=_cpu_count(), gpu_driver=driver)
+    nvml = _nvml_devices()
+    return Hardware(gpus=nvml.names, cpu_model=_cpu_model(), cpu_count=_cpu_count(),
+                    gpu_driver=nvml.driver, gpu_memory=nvml.memory)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import frameworks
-from .frameworks import DistEnv
+from .frameworks import DeviceUnavailable, DistEnv
 from .jsonio import write_json_atomic
 from .meter import measure
 from .protocol import Protocol
@@ -68,6 +68,12 @@ def main(argv: list[str]) -> int:
     dist = DistEnv.from_environ(dict(os.environ))
     try:
         result = run(spec, dist)
+    except DeviceUnavailable as exc:
+        write_json_atomic(result_path(out_dir, dist.rank), {
+            "rank": dist.rank, "error": f"{type(exc).__name__}: {exc}",
+            "error_type": "unavailable"})
+        print(f"rank {dist.rank}: {exc}", file=sys.stderr)
+        return 1
     except BaseException as exc:
         write_json_atomic(result_path(out_dir, dist.rank), {
             "rank": dist.rank,

@@ -55,7 +55,8 @@ def fake_hardware(monkeypatch: pytest.MonkeyPatch,
 
     def install(gpus: tuple[str, ...] = (), cpu_model: str = "Fake CPU 9000", cpu_count: int = 2,
                 driver: str | None = None, slurm_nodes: int | None = None) -> topology.Hardware:
-        monkeypatch.setattr(topology, "_nvml_devices", lambda: (tuple(gpus), driver))
+        nvml = topology.NvmlDevices(tuple(gpus), tuple(80 * 2**30 for _ in gpus), driver)
+        monkeypatch.setattr(topology, "_nvml_devices", lambda: nvml)
         monkeypatch.setattr(topology, "_cpu_model", lambda: cpu_model)
         monkeypatch.setattr(topology, "_cpu_count", lambda: cpu_count)
         if slurm_nodes is not None:
@@ -122,3 +123,4 @@ def subprocess_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[
         monkeypatch.delenv(key)
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
     yield
+

@@ -6,8 +6,12 @@ from collections.abc import Callable
 
 import pytest
 
+from pytest_dlperf import frameworks
+
 CASES = """
 import pytest
+
+from pytest_dlperf import frameworks
 
 def test_single(cluster, amp):
     print(f"CASE {cluster.nodes}n{cluster.devices_per_node}d {cluster.world_size} "
@@ -169,3 +173,26 @@ def test_a_bad_compiler_list_is_a_usage_error(pytester: pytest.Pytester) -> None
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*bad value for --dlperf-compilers=eager,jit: expected a "
                                  "comma-separated list of eager, compiled*"])
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_a_framework_build_that_sees_no_gpu_fails_its_case_saying_why(
+        pytester: pytest.Pytester, fake_hardware: Callable[..., object], framework: str) -> None:
+    """NVML says GPU, the framework as installed sees none (tensorflow-cpu on a GPU host, a CPU
+    build of torch): the case fails with the reason and what to install, not an IndexError."""
+    if frameworks.installed_version(framework) is None:
+        pytest.skip(f"{framework} is not installed")
+    fake_hardware(gpus=("NVIDIA H100 80GB HBM3",), cpu_count=2, driver="580.159.04")
+    pytester.makepyfile(test_x=f"""
+        def test_x(throughput_meter):
+            throughput_meter.measure({framework!r})
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--dlperf-baselines", "bl",
+                                "--dlperf-warmup-steps", "1", "--dlperf-steps", "1",
+                                "--dlperf-repeats", "1", "--dlperf-timeout", "120")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*DeviceUnavailable: the case runs on CUDA*sees 0 GPU*",
+                                 "*--dlperf-device cpu*"])
+    result.stdout.no_fnmatch_line("*IndexError*")
+    result.stdout.no_fnmatch_line("*Traceback*")
+    assert not list((pytester.path / "bl").rglob("*.json"))

@@ -10,32 +10,21 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from snippets import oneflow_interpreter, run_snippet
 
 
 @pytest.fixture(scope="module")
 def oneflow_python() -> str:
-    path = Path(os.environ.get("DLPERF_TEST_ONEFLOW_PYTHON")
-                or REPO / ".venv-oneflow" / "bin" / "dlperf-python")
+    path = oneflow_interpreter()
     if not os.access(path, os.X_OK):
         pytest.skip(f"no OneFlow interpreter at {path}: run scripts/setup-oneflow")
     return str(path)
 
 
-def run_in_oneflow(python: str, code: str, timeout: float = 300) -> object:
-    """Run ``code`` under the OneFlow interpreter with this checkout's package importable; it
-    prints one JSON line last."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
-           "GLOG_minloglevel": "2"}
-    done = subprocess.run([python, "-c", code], capture_output=True, text=True, env=env,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+run_in_oneflow = run_snippet
 
 
 SPEC = """

@@ -50,6 +50,12 @@ class Trainer(Protocol):
         """Tear the process group down."""
 
 
+class DeviceUnavailable(RuntimeError):
+    """The framework, as installed, cannot use the device this case asked for (a CPU-only
+    build on a GPU host, say). The rank reports the message alone: it is the reason, and a
+    traceback through the adapter would only hide it."""
+
+
 @dataclass(frozen=True)
 class DistEnv:
     """Where this process sits in the job, as the launcher (torchrun, srun, ...) told it."""

@@ -17,7 +17,7 @@ import json
 import os
 from typing import Any
 
-from . import DistEnv, exchange
+from . import DeviceUnavailable, DistEnv, exchange
 
 # Either wheel provides the framework: "tensorflow" (CUDA) or "tensorflow-cpu".
 DISTRIBUTION = ("tensorflow", "tensorflow-cpu")
@@ -104,6 +104,28 @@ def _own_address() -> str:
     return f"{host}:{port}"
 
 
+def _use_gpu(tf: Any, local_rank: int) -> None:
+    """Make this rank's GPU the only one TensorFlow uses, with memory grown on demand (TF
+    otherwise maps nearly all of every visible GPU's memory at start-up, which hides the
+    case's real footprint and starves anything beside it)."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if local_rank >= len(gpus):
+        build = tf.sysconfig.get_build_info()
+        why = ("this TensorFlow build has no CUDA support (tensorflow-cpu?)"
+               if not build.get("is_cuda_build") else
+               "it found no usable GPU (its CUDA libraries missing or too old for the driver?)")
+        raise DeviceUnavailable(
+            f"the case runs on CUDA (NVML found GPUs) but TensorFlow {tf.__version__} sees "
+            f"{len(gpus)} GPU(s) and this rank has local rank {local_rank}: {why}. Install "
+            "the CUDA wheel (pip install 'tensorflow[and-cuda]'; scripts/setup does on a GPU "
+            "host) or run with --dlperf-device cpu")
+    try:  # only possible before TF's runtime starts (always true in a fresh worker)
+        tf.config.set_visible_devices(gpus[local_rank], "GPU")
+        tf.config.experimental.set_memory_growth(gpus[local_rank], True)
+    except RuntimeError:
+        pass
+
+
 class TensorFlowTrainer:
     def __init__(self, spec: dict[str, Any], dist: DistEnv) -> None:
         threads = int(spec["threads"])
@@ -132,12 +154,11 @@ class TensorFlowTrainer:
         import tensorflow as tf
 
         self._tf = tf
+        if self.cuda:
+            _use_gpu(tf, dist.local_rank)
         try:  # only possible before TF's runtime starts (always true in a fresh worker)
             tf.config.threading.set_intra_op_parallelism_threads(threads)
             tf.config.threading.set_inter_op_parallelism_threads(1 if threads == 1 else 2)
-            if self.cuda:
-                gpus = tf.config.list_physical_devices("GPU")
-                tf.config.set_visible_devices(gpus[dist.local_rank], "GPU")
         except RuntimeError:
             pass
         self.amp = spec["precision"] == "amp"
@@ -162,8 +183,12 @@ class TensorFlowTrainer:
         with self.strategy.scope():
             self.model = resnet50_v15(self.num_classes, size)
             optimizer = keras.optimizers.SGD(learning_rate=opt["lr"], momentum=opt["momentum"])
-            if self.amp and self.cuda:
+            self.loss_scaled = self.amp and self.cuda
+            if self.loss_scaled:
                 optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
+                # Built now, so the step traces against the live loss scale (an unbuilt one
+                # would bake its initial scale into the graph).
+                optimizer.build(self.model.trainable_variables)
             self.optimizer = optimizer
             # Synthetic data resident on the device, as DLPerf's synthetic-data runs.
             self.images = tf.Variable(tf.random.normal((batch, size, size, 3)), trainable=False)
@@ -181,17 +206,24 @@ class TensorFlowTrainer:
         with tf.GradientTape() as tape:
             logits = self.model(self.images, training=True)
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
-            scaled = (self.optimizer.scale_loss(loss) if hasattr(self.optimizer, "scale_loss")
-                      else loss)
+            scaled = self.optimizer.scale_loss(loss) if self.loss_scaled else loss
         grads = tape.gradient(scaled, variables)
-        # torch's SGD weight_decay: coupled L2 on every parameter (Keras' is decoupled).
-        grads = [g + self.weight_decay * tf.cast(v, g.dtype) for g, v in zip(grads, variables)]
+        # torch's SGD weight_decay: coupled L2 on every parameter (Keras' is decoupled). Under
+        # loss scaling the gradients are still scaled here (apply_gradients unscales them), so
+        # the decay term is scaled too, or fp16 runs would decay by 1/scale of what fp32 does.
+        decay = self.weight_decay * (self.optimizer.dynamic_scale if self.loss_scaled else 1.0)
+        grads = [g + tf.cast(decay, g.dtype) * tf.cast(v, g.dtype)
+                 for g, v in zip(grads, variables)]
         self.optimizer.apply_gradients(zip(grads, variables))
         return loss
 
     def step(self) -> None:
-        per_replica = self.strategy.run(self._step)
-        self._loss = self.strategy.reduce(self._tf.distribute.ReduceOp.MEAN, per_replica, axis=None)
+        # The per-replica loss is kept as it is: reducing it here would add a cross-worker
+        # all-reduce and a host round trip to every timed step. It is reduced only when read.
+        self._loss = self.strategy.run(self._step)
+
+    def _reduced_loss(self) -> Any:
+        return self.strategy.reduce(self._tf.distribute.ReduceOp.MEAN, self._loss, axis=None)
 
     def synchronize(self) -> None:
         # Kernels may still be queued when step() returns (always on GPU). sync_devices waits for
@@ -201,10 +233,10 @@ class TensorFlowTrainer:
         if sync is not None and self.strategy.num_replicas_in_sync == 1:
             sync()
         if self._loss is not None:
-            self._loss.numpy()
+            self._reduced_loss().numpy()
 
     def loss(self) -> float:
-        return float(self._loss.numpy()) if self._loss is not None else 0.0
+        return float(self._reduced_loss().numpy()) if self._loss is not None else 0.0
 
     def environment(self) -> dict[str, Any]:
         tf = self._tf

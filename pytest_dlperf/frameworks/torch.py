@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import DistEnv
+from . import DeviceUnavailable, DistEnv
 
 DISTRIBUTION = "torch"
 
@@ -25,6 +25,13 @@ class TorchTrainer:
         self.cuda = spec["device_type"] == "cuda"
         torch.set_num_threads(int(spec["threads"]))
         if self.cuda:
+            if dist.local_rank >= torch.cuda.device_count():
+                raise DeviceUnavailable(
+                    f"the case runs on CUDA (NVML found GPUs) but torch {torch.__version__} "
+                    f"(CUDA build: {torch.version.cuda or 'none'}) sees "
+                    f"{torch.cuda.device_count()} GPU(s) and this rank has local rank "
+                    f"{dist.local_rank}; install a CUDA build of torch or run with "
+                    "--dlperf-device cpu")
             torch.cuda.set_device(dist.local_rank)
             self.device = torch.device("cuda", dist.local_rank)
             torch.backends.cudnn.benchmark = True
@@ -41,8 +48,10 @@ class TorchTrainer:
         model = model.to(self.device, memory_format=memory_format)
         self.parameters = sum(p.numel() for p in model.parameters())
         if dist.world_size > 1:
+            # Gradients as views into the all-reduce buckets: no copy in and out of them.
             model = torch.nn.parallel.DistributedDataParallel(
-                model, device_ids=[dist.local_rank] if self.cuda else None
+                model, device_ids=[dist.local_rank] if self.cuda else None,
+                gradient_as_bucket_view=True,
             )
         self.model = model
         self.compiled = spec.get("compiler", "eager") == "compiled"
@@ -50,9 +59,12 @@ class TorchTrainer:
         # all-reduce buckets): the first step traces and compiles, the warm-up absorbs it.
         self.forward = torch.compile(model) if self.compiled else model
         opt = spec["optimizer"]
+        # Fused on CUDA: one kernel for the whole update, and GradScaler hands it the inf check
+        # on the device (an unfused optimizer makes GradScaler.step read found_inf on the host:
+        # a device sync in every AMP step).
         self.optimizer = torch.optim.SGD(
             model.parameters(), lr=opt["lr"], momentum=opt["momentum"],
-            weight_decay=opt["weight_decay"],
+            weight_decay=opt["weight_decay"], fused=self.cuda or None,
         )
         self.criterion = torch.nn.CrossEntropyLoss()
 
@@ -101,6 +113,9 @@ class TorchTrainer:
         }
         if self.cuda:
             env.update(
+                channels_last=self.images.is_contiguous(memory_format=torch.channels_last),
+                cudnn_benchmark=torch.backends.cudnn.benchmark,
+                fused_optimizer=True,
                 device_name=torch.cuda.get_device_name(self.device),
                 cuda=torch.version.cuda,
                 cudnn=torch.backends.cudnn.version(),
