@@ -20,7 +20,7 @@ import contextlib
 import os
 from typing import Any
 
-from . import DistEnv
+from . import DeviceUnavailable, DistEnv
 
 DISTRIBUTION = "oneflow"
 INSTALL_HINT = ("OneFlow 0.9.0 needs Python 3.10: create its worker interpreter with "
@@ -58,6 +58,12 @@ class OneFlowTrainer:
         if self.threads < (os.cpu_count() or 1):  # OneFlow warns about a count of every core
             flow.set_num_threads(self.threads)
         local_rank = int(os.environ.get("LOCAL_RANK", dist.local_rank))
+        if self.cuda and local_rank >= flow.cuda.device_count():
+            raise DeviceUnavailable(
+                f"the case runs on CUDA (NVML found GPUs) but OneFlow {flow.__version__} sees "
+                f"{flow.cuda.device_count()} GPU(s) and this rank has local rank {local_rank} "
+                "(its CUDA 11 build needs a driver that runs CUDA 11 and the CUDA 11 libraries "
+                "scripts/setup-oneflow installs); or run with --dlperf-device cpu")
         self.device = flow.device("cuda", local_rank) if self.cuda else flow.device("cpu")
         # One seed for the model on every rank (nn.Graph's broadcast parameters are taken as
         # equal, not copied), a seed per rank for the data.

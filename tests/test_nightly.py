@@ -1,0 +1,59 @@
+"""scripts/nightly, as the nightly workflow runs it: two real nights on this machine. Night 1
+records the runner's baselines and passes; night 2, slowed by two CPU hogs, fails as a
+regression. The committed baselines play no part."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CASE = ["-k", "torch and 1n1d and fp32 and eager and not scaling", "--dlperf-protocol", "quick",
+        "-p", "no:cacheprovider"]
+
+
+def night(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DLPERF_")}
+    env.update(DLPERF_NIGHTLY_STORE=str(tmp_path / "runner-store"),
+               DLPERF_NIGHTLY_OUT=str(tmp_path / "out"), DLPERF_NIGHTLY_PYTHON=sys.executable,
+               PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
+    return subprocess.run([str(REPO / "scripts" / "nightly"), *CASE], capture_output=True,
+                          text=True, env=env, timeout=900, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def cpu_hogs() -> Iterator[None]:
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(os.cpu_count() or 2)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+def test_night_one_records_then_a_slower_night_two_fails(tmp_path: Path,
+                                                         request: pytest.FixtureRequest) -> None:
+    first = night(tmp_path)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    stored = list((tmp_path / "runner-store").rglob("*.json"))
+    assert [p.parent.name for p in stored] == ["test_resnet50_v15-1n1d-fp32-eager"]
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "First night for 1 case(s)" in summary and "**Passed**" in summary
+    assert (tmp_path / "out" / "results.json").exists()
+    recorded = stored[0].read_text()
+
+    request.getfixturevalue("cpu_hogs")
+    second = night(tmp_path)
+    assert second.returncode == 1, second.stdout[-3000:] + second.stderr[-3000:]
+    assert "REGRESSION in test_resnet50_torch.py::test_resnet50_v15[1n1d-fp32-eager]" \
+        in second.stdout
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "**Failed**" in summary and "First night" not in summary
+    assert stored[0].read_text() == recorded  # a failing night never moves the baseline
