@@ -1,5 +1,5 @@
 """scripts/nightly, as the nightly workflow runs it: two real nights on this machine. Night 1
-records the runner's baselines and passes; night 2, slowed by two CPU hogs, fails as a
+records the runner's baselines and passes; night 2, slowed by CPU hogs on every core, fails as a
 regression. The committed baselines play no part."""
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ def night(tmp_path: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def cpu_hogs() -> Iterator[None]:
+    # Every core busy: the rank's threads get about half of what they had. (One hog of two
+    # cores slowed it less evenly: more windows inconclusive, extra launches, a 3x longer test.)
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
             for _ in range(os.cpu_count() or 2)]
     try:
