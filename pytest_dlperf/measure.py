@@ -17,7 +17,7 @@ from .launch import Cluster, LaunchError
 from .protocol import Result, aggregate
 from .report import CaseReport
 from .session import SessionState
-from .settings import parse_fraction
+from .settings import parse_marker
 from .stats import (IMPROVEMENT, INCONCLUSIVE, NO_BASELINE, REGRESSION, Verdict,
                     coefficient_of_variation, compare, look_alpha)
 from .topology import Topology, fingerprint, make_topology
@@ -243,13 +243,9 @@ class ThroughputMeter:
 
     def _tolerance(self, baseline: Baseline | None) -> float:
         marker = self.node.get_closest_marker("dlperf")
-        if marker is not None and marker.kwargs.get("tolerance") is not None:
-            try:
-                return parse_fraction(marker.kwargs["tolerance"])
-            except ValueError as exc:
-                raise pytest.UsageError(
-                    f"pytest-dlperf: {self.node.nodeid}: @pytest.mark.dlperf(tolerance="
-                    f"{marker.kwargs['tolerance']!r}): {exc}") from None
+        tolerance = parse_marker(marker, self.node.nodeid).get("tolerance") if marker else None
+        if tolerance is not None:
+            return float(tolerance)
         if baseline is not None and baseline.tolerance is not None:
             return baseline.tolerance
         return self.state.settings.tolerance

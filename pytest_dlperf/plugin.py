@@ -51,8 +51,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Scaling cases run when asked for (``-m multinode``) or when there are nodes to scale to
-    (``--nodes`` > 1); otherwise they would repeat the single-node cases' 1n1d and 1nMd."""
+    """Bad ``dlperf`` markers are usage errors before anything runs. Scaling cases run when
+    asked for (``-m multinode``) or when there are nodes to scale to (``--nodes`` > 1);
+    otherwise they would repeat the single-node cases' 1n1d and 1nMd."""
+    for item in items:
+        for marker in item.iter_markers("dlperf"):
+            settings_mod.parse_marker(marker, item.nodeid)
     if config.stash[STATE].settings.nodes > 1 or "multinode" in (config.option.markexpr or ""):
         return
     scaling = [item for item in items if item.get_closest_marker("multinode") is not None]

@@ -43,6 +43,33 @@ def parse_fraction(raw: str) -> float:
     return value
 
 
+# The ``@pytest.mark.dlperf(...)`` keywords and their parsers.
+MARKER_KEYWORDS: dict[str, Callable[[str], Any]] = {"tolerance": parse_fraction}
+
+
+def parse_marker(marker: pytest.Mark, nodeid: str) -> dict[str, Any]:
+    """A ``dlperf`` marker's keywords, parsed; a usage error naming the test otherwise."""
+    known = ", ".join(MARKER_KEYWORDS)
+
+    def refuse(problem: str) -> pytest.UsageError:
+        return pytest.UsageError(f"pytest-dlperf: {nodeid}: @pytest.mark.dlperf(...) {problem}")
+
+    if marker.args:
+        raise refuse(f"takes keywords only (known: {known}), got {len(marker.args)} "
+                     "positional argument(s)")
+    parsed: dict[str, Any] = {}
+    for key, value in marker.kwargs.items():
+        if key not in MARKER_KEYWORDS:
+            raise refuse(f"has an unknown keyword {key!r} (known: {known})")
+        if value is None:
+            continue
+        try:
+            parsed[key] = MARKER_KEYWORDS[key](value)
+        except ValueError as exc:
+            raise refuse(f"{key}={value!r}: {exc}") from None
+    return parsed
+
+
 def _positive_float(raw: str) -> float:
     try:
         value = float(str(raw).strip())

@@ -139,3 +139,25 @@ def test_worker_interpreters_resolve_against_where_they_were_given(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--dlperf-python=oneflow=envs/data*oneflow's interpreter "
                                  "*envs/data is not an executable file*setup-oneflow*"])
+
+
+@pytest.mark.parametrize("marker, complaint", [
+    ("dlperf(tolerence=0.1)", "unknown keyword 'tolerence' (known: tolerance)"),
+    ("dlperf(0.1)", "takes keywords only (known: tolerance), got 1 positional argument"),
+    ("dlperf(tolerance='lots')", "tolerance='lots': expected a fraction*"),
+])
+def test_a_bad_dlperf_marker_is_refused_naming_the_test_and_the_known_keywords(
+        pytester: pytest.Pytester, marker: str, complaint: str) -> None:
+    pytester.makepyfile(test_x=f"""
+        import pytest
+
+        @pytest.mark.{marker}
+        def test_x():
+            pass
+
+        def test_y():
+            pass
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*test_x.py::test_x: @pytest.mark.dlperf*{complaint}*"])
