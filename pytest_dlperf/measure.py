@@ -68,6 +68,10 @@ class ThroughputMeter:
         """Train ``model`` with ``framework`` on every rank, apply the protocol, compare the
         median (and a multi-device case's scaling efficiency) with the baseline, failing this
         test on a regression, and return the record."""
+        try:
+            frameworks.check_model(framework, model)
+        except LookupError as exc:
+            pytest.fail(f"pytest-dlperf: {self.node.nodeid}: {exc}", pytrace=False)
         version = self._framework_version(framework)
         self._check_amp(framework)
         self._check_compiler(framework)

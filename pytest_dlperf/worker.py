@@ -34,6 +34,7 @@ def result_path(out_dir: Path, rank: int) -> Path:
 def run(spec: dict[str, Any], dist: DistEnv) -> dict[str, Any]:
     """Train under the protocol in this rank and return its plain-JSON timings."""
     protocol = Protocol(**spec["protocol"])
+    frameworks.check_model(spec["framework"], spec["model"])  # specs made outside pytest too
     trainer = frameworks.load(spec["framework"]).build_trainer(spec, dist)
     losses: list[float] = []
 

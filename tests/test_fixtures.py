@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from pytest_dlperf import frameworks
+from snippets import oneflow_interpreter
 
 CASES = """
 import pytest
 
 from pytest_dlperf import frameworks
+from snippets import oneflow_interpreter
 
 def test_single(cluster, amp):
     print(f"CASE {cluster.nodes}n{cluster.devices_per_node}d {cluster.world_size} "
@@ -129,6 +133,27 @@ def test_unknown_framework_fails_that_test_clearly(pytester: pytest.Pytester,
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*no framework adapter named 'caffe' (known: *torch*)*"])
     assert "Traceback" not in result.stdout.str()
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow", "oneflow"])
+def test_a_model_the_framework_lacks_fails_before_launch_naming_its_models(
+        pytester: pytest.Pytester, fake_hardware: Callable[..., object], framework: str) -> None:
+    """TensorFlow used to train ResNet-50 whatever was asked, and record it as "bert"."""
+    fake_hardware(cpu_count=2)
+    python = oneflow_interpreter() if framework == "oneflow" else Path(sys.executable)
+    if not python.exists() or frameworks.installed_version(framework, str(python)) is None:
+        pytest.skip(f"{framework} is not installed for {python}")
+    pytester.makepyfile(test_x=f"def test_x(throughput_meter):\n"
+                               f"    throughput_meter.measure({framework!r}, model='bert')\n")
+    # Short windows, so that a regression (training anyway) fails fast instead of hanging.
+    result = pytester.runpytest("-p", "no:cacheprovider", "--dlperf-baselines", "bl",
+                                "--dlperf-update-baselines", "--dlperf-warmup-steps", "1",
+                                "--dlperf-steps", "1", "--dlperf-repeats", "1",
+                                "--dlperf-python", f"oneflow={oneflow_interpreter()}")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*{framework} has no model 'bert' (has: resnet50)*"])
+    result.stdout.no_fnmatch_line("*ranks failed*")  # refused before any rank started
+    assert not (pytester.path / "bl").exists()
 
 
 def test_real_detection_on_this_host_reports_cpu_without_nvml() -> None:

@@ -5,6 +5,7 @@ level:
 
 - ``DISTRIBUTION``: the package whose installed version enters the baseline fingerprint (or a
   tuple of packages that provide the framework, first installed wins);
+- ``MODELS``: the model names it trains (checked on the pytest side, before any launch);
 - ``build_trainer(spec, dist) -> Trainer``: called inside each worker rank with the plain JSON
   spec and the rank's place in the job; it sets the framework's process group up itself.
 
@@ -165,6 +166,13 @@ def _version_in(python: str, distributions: tuple[str, ...]) -> str | None:
         raise RuntimeError(f"{python} failed (exit {done.returncode}): "
                            f"{done.stderr.strip()[-500:]}")
     return done.stdout.strip() or None
+
+
+def check_model(name: str, model: str) -> None:
+    """A ``LookupError`` naming the adapter's models when it does not train ``model``."""
+    known = getattr(load(name), "MODELS", None)
+    if known is not None and model not in known:
+        raise LookupError(f"{name} has no model {model!r} (has: {', '.join(sorted(known))})")
 
 
 def install_hint(name: str) -> str:

@@ -22,6 +22,8 @@ from . import DeviceUnavailable, DistEnv, exchange
 # Either wheel provides the framework: "tensorflow" (CUDA) or "tensorflow-cpu".
 DISTRIBUTION = ("tensorflow", "tensorflow-cpu")
 
+MODELS = ("resnet50",)  # the models this adapter trains
+
 BN_EPSILON, BN_MOMENTUM = 1e-5, 0.9  # torch's BatchNorm2d defaults (momentum 0.1 = 1 - 0.9)
 
 

@@ -12,7 +12,8 @@ from . import DeviceUnavailable, DistEnv
 
 DISTRIBUTION = "torch"
 
-_MODELS = {"resnet50": "resnet50"}
+# The models this adapter trains: their names here -> the zoo's builder.
+MODELS = {"resnet50": "resnet50"}
 
 
 class TorchTrainer:
@@ -41,9 +42,7 @@ class TorchTrainer:
             torch.distributed.init_process_group(backend="nccl" if self.cuda else "gloo")
         torch.manual_seed(int(spec["seed"]) + dist.rank)
 
-        if spec["model"] not in _MODELS:
-            raise ValueError(f"torch adapter has no model {spec['model']!r} (has: {sorted(_MODELS)})")
-        model = getattr(torchvision.models, _MODELS[spec["model"]])(num_classes=int(spec["num_classes"]))
+        model = getattr(torchvision.models, MODELS[spec["model"]])(num_classes=int(spec["num_classes"]))
         memory_format = torch.channels_last if self.cuda else torch.contiguous_format
         model = model.to(self.device, memory_format=memory_format)
         self.parameters = sum(p.numel() for p in model.parameters())
