@@ -35,7 +35,6 @@ def no_case_processes_left() -> bool:
                    for p in psutil.process_iter(["cmdline"]))
 
 
-@pytest.mark.usefixtures("subprocess_env")
 def assert_stuck_case_times_out_cleanly(pytester: pytest.Pytester, adapter: str, timeout_s: int,
                                         within_s: float) -> None:
     """A 1n2d case of ``adapter`` whose ranks never finish fails at ``--dlperf-timeout``
@@ -57,6 +56,7 @@ def assert_stuck_case_times_out_cleanly(pytester: pytest.Pytester, adapter: str,
                 if p.status() == psutil.STATUS_ZOMBIE]
 
 
+@pytest.mark.usefixtures("subprocess_env")
 def test_a_hanging_worker_fails_after_the_timeout_naming_the_ranks(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
         hanging_adapter: Callable[[Path], str]) -> None:
@@ -166,6 +166,7 @@ def build_trainer(spec, dist):
 """
 
 
+@pytest.mark.usefixtures("subprocess_env")
 def test_a_tensorflow_worker_waiting_for_a_peer_that_never_starts_is_killed(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     if importlib.util.find_spec("tensorflow") is None:  # looked up: the workers import it

@@ -187,6 +187,7 @@ class OneFlowTrainer:
             "threads": self.threads,
             "parameters": self.parameters,
             "compiled": self.graph,
+            "data_parallel_ranks": flow.env.get_world_size(),
         }
         if self.cuda:
             import oneflow.sysconfig

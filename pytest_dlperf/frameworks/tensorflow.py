@@ -251,6 +251,7 @@ class TensorFlowTrainer:
             "threads": tf.config.threading.get_intra_op_parallelism_threads(),
             "parameters": self.parameters,
             "replicas": self.strategy.num_replicas_in_sync,
+            "data_parallel_ranks": self.strategy.num_replicas_in_sync,
             "jit_compile": self.jit,
         }
         if self.cuda:

@@ -109,6 +109,9 @@ class TorchTrainer:
             "threads": torch.get_num_threads(),
             "parameters": self.parameters,
             "compiled": self.compiled,
+            # The ranks the process group really joined: what data parallelism spans.
+            "data_parallel_ranks": (torch.distributed.get_world_size()
+                                    if torch.distributed.is_initialized() else 1),
         }
         if self.cuda:
             env.update(
