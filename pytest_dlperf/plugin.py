@@ -87,10 +87,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("compiler", state.compilers, indirect=True)
 
 
+def _under_xdist(config: pytest.Config) -> bool:
+    """An xdist worker, or a controller that hands tests to workers (``-n N``)."""
+    return hasattr(config, "workerinput") or bool(
+        config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None))
+
+
 @pytest.fixture
 def cluster(request: pytest.FixtureRequest) -> Cluster:
     """The topology of this case (nodes, devices per node, device type, backend) and
     ``run(spec)``, which runs the worker on every rank and returns their JSON results."""
+    if _under_xdist(request.config):
+        # Each xdist worker would start its own training ranks on the same cores and devices.
+        pytest.fail("pytest-dlperf: perf cases cannot run under pytest-xdist: every xdist "
+                    "worker would start its own training ranks on the same cores and GPUs, and "
+                    "each would skew the others' figures; run them in one process "
+                    "(-p no:xdist, or -n 0)", pytrace=False)
     state = request.config.stash[STATE]
     topology = getattr(request, "param", None) or state.ladder(multinode=False)[-1]
     gpus = len(state.hardware.gpus)
@@ -130,7 +142,8 @@ def throughput_meter(request: pytest.FixtureRequest, cluster: Cluster,
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session.config.stash.get(STATE, None)
-    if state is not None and state.settings.json is not None and state.is_reporter:
+    if (state is not None and state.settings.json is not None and state.is_reporter
+            and not _under_xdist(session.config)):
         write_json_atomic(state.settings.json, results_json(state.reports))
 
 

@@ -221,3 +221,28 @@ def test_a_framework_build_that_sees_no_gpu_fails_its_case_saying_why(
     result.stdout.no_fnmatch_line("*IndexError*")
     result.stdout.no_fnmatch_line("*Traceback*")
     assert not list((pytester.path / "bl").rglob("*.json"))
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_perf_cases_refuse_to_run_under_xdist_while_plain_tests_run(
+        pytester: pytest.Pytester) -> None:
+    """Under ``-n 2`` every xdist worker would start its own training ranks on the same cores
+    (and write the same --dlperf-json): each perf case fails at once saying so."""
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_x="""
+        def test_plain():
+            pass
+
+        def test_perf_a(throughput_meter):
+            throughput_meter.measure("torch")
+
+        def test_perf_b(cluster):
+            pass
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2",
+                                           "--dlperf-json", "r.json", timeout=120)
+    result.assert_outcomes(passed=1, errors=3)  # test_perf_b runs at 1n1d and 1n2d
+    result.stdout.fnmatch_lines(["*pytest-dlperf: perf cases cannot run under pytest-xdist*"
+                                 "-p no:xdist*"])
+    result.stdout.no_fnmatch_line("*ranks*")
+    assert not (pytester.path / "r.json").exists()
