@@ -75,7 +75,12 @@ class SessionState:
         if self.device_type == "cuda" and allocation is not None and allocation.gpus_per_node:
             have, what = allocation.gpus_per_node, "GPUs per node in the Slurm allocation"
         if wanted is None:
-            return have if self.device_type == "cuda" else min(2, have)
+            if self.device_type == "cuda":
+                return have
+            # Local nodes share this host's cores: keep every node's ranks within them (one per
+            # node at least). 8 single-thread ranks on 2 cores ran many times slower.
+            sharing = self.settings.nodes if self.launcher.all_nodes_here else 1
+            return max(1, min(2, have // sharing))
         if wanted > have:
             raise pytest.UsageError(
                 f"pytest-dlperf: --devices-per-node={wanted}, but this host has {have} {what}; "

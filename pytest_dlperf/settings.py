@@ -203,7 +203,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("nodes", "nodes in the cluster; -m multinode cases sweep 1, 2, 4, ... up to it. "
            "Default: 1.", _int(1), 1, aliases=("--nodes",), metavar="N"),
     Option("devices_per_node", "devices (GPUs; on CPU, worker processes) per node. Default: every "
-           "GPU, or 2 simulated devices on CPU.", _optional(_int(1)), aliases=("--devices-per-node",),
+           "GPU; on CPU 2 simulated devices, fewer when local nodes would otherwise run more "
+           "ranks than the host has cores (cores / --nodes, at least 1).", _optional(_int(1)), aliases=("--devices-per-node",),
            metavar="N"),
     Option("device", "device type to train on: auto (cuda when NVIDIA GPUs are found), cuda or cpu.",
            _choice("auto", "cuda", "cpu"), "auto", metavar="TYPE"),

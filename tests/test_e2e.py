@@ -215,13 +215,16 @@ def test_an_unusable_baseline_fails_its_case_and_is_only_replaced_on_request(
 
 
 def test_a_failing_worker_fails_the_case_with_its_traceback(pytester: pytest.Pytester) -> None:
+    # One 8x8 image a rank leaves layer4 with 1x1 maps: BatchNorm in training refuses a single
+    # value per channel, inside the rank's first step.
     pytester.makepyfile(test_bad="def test_bad(throughput_meter):\n"
-                                 "    throughput_meter.measure('torch', model='resnet9000')\n")
+                                 "    throughput_meter.measure('torch', batch_size=1, "
+                                 "image_size=8)\n")
     result = run(pytester, "--devices-per-node", "2")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*test_bad.py::test_bad failed on 1n2d: 2 of 2 ranks failed*",
                                  "*--- rank 0 ---*", "Traceback (most recent call last):*",
-                                 "*ValueError: torch adapter has no model 'resnet9000'*"])
+                                 "*ValueError: Expected more than 1 value per channel*"])
 
 
 def _workers_of(path: Path) -> list[psutil.Process]:

@@ -86,6 +86,22 @@ def test_scaling_cases_wait_for_multinode_or_more_nodes(
         "test_scaling[1n1d]", "test_scaling[1n2d]", "test_scaling[2n2d]"]
 
 
+def test_on_cpu_local_nodes_get_no_more_ranks_than_the_host_has_cores(
+        pytester: pytest.Pytester, fake_hardware: Callable[..., object]) -> None:
+    """``pytest perf_tests -m multinode --nodes 4`` on a 2-core host used to run 4 nodes x 2
+    single-thread ranks (8 ranks on 2 cores; its torch cases alone took over 15 minutes).
+    Local nodes share the host, so the default devices per node is cores / nodes (at least 1,
+    at most 2); --devices-per-node still overrides it."""
+    fake_hardware(cpu_count=2)
+    assert collected(pytester, "-m", "multinode", "--nodes", "4") == [
+        "test_scaling[1n1d]", "test_scaling[2n1d]", "test_scaling[4n1d]"]
+    assert collected(pytester, "-m", "multinode", "--nodes", "2") == [
+        "test_scaling[1n1d]", "test_scaling[2n1d]"]
+    assert collected(pytester, "-m", "multinode", "--nodes", "2", "--devices-per-node", "2") == [
+        "test_scaling[1n1d]", "test_scaling[1n2d]", "test_scaling[2n2d]"]
+    assert collected(pytester, "-m", "multinode") == ["test_scaling[1n1d]", "test_scaling[1n2d]"]
+
+
 def test_local_nodes_share_this_hosts_cores_and_gpus(
         pytester: pytest.Pytester, fake_hardware: Callable[..., object]) -> None:
     fake_hardware(cpu_count=8)
