@@ -24,8 +24,6 @@ def oneflow_python() -> str:
     return str(path)
 
 
-run_in_oneflow = run_snippet
-
 
 SPEC = """
 spec = {"framework": "oneflow", "precision": "fp32", "compiler": COMPILER, "device_type": "cpu",
@@ -37,7 +35,7 @@ spec = {"framework": "oneflow", "precision": "fp32", "compiler": COMPILER, "devi
 
 def test_flowvision_resnet50_is_torchvisions_layer_for_layer(oneflow_python: str) -> None:
     torchvision = pytest.importorskip("torchvision")
-    shapes = run_in_oneflow(oneflow_python, """
+    shapes = run_snippet(oneflow_python, """
 import json, flowvision
 model = flowvision.models.resnet50()
 print(json.dumps({n: list(p.shape) for n, p in model.named_parameters()}))
@@ -56,7 +54,7 @@ def test_a_window_waits_for_oneflow_to_finish_its_steps(oneflow_python: str, mod
     cover the steps' execution: it agrees with a wall clock read around the same steps after a
     blocking loss fetch. The same window with a no-op synchronize is far shorter (the control:
     proves the steps really are asynchronous, so the first check can fail)."""
-    figures = run_in_oneflow(oneflow_python, f"COMPILER = {mode!r}\n" + SPEC + """
+    figures = run_snippet(oneflow_python, f"COMPILER = {mode!r}\n" + SPEC + """
 import json, time
 from pytest_dlperf import frameworks
 from pytest_dlperf.frameworks import DistEnv
