@@ -5,6 +5,12 @@ Usage::
     .venv/bin/python benchmarks/overhead.py [--steps 20] [--warmup 5] [--repeats 5] [--rounds 3]
                                             [--image-size 64] [--batch-size 2]
                                             [--framework torch|tensorflow]
+                                            [--model resnet50|mlp] [--width 256]
+
+``--model mlp`` (torch) trains a small user workload instead, an MLP (width -> 4 x width -> 10,
+batch 64) whose step takes a few milliseconds here: there the harness's per-step cost matters far
+more than on ResNet-50. The plugin side is written as a user writes it (a ``Workload`` with a
+recipe in the generated test file, README "Your own model"); its windows default to 500 steps.
 
 Method. Both sides train torchvision's ResNet-50 on CPU (fp32, one process, synthetic images
 resident in memory, fresh random labels every step, SGD with momentum) with the same thread count,
@@ -67,15 +73,25 @@ def hand_worker(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model = torchvision.models.resnet50(num_classes=NUM_CLASSES)
+    if args.model == "mlp":  # the small user workload: a ~ms step, fixed batch
+        width = args.width
+        model = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
+                                    torch.nn.Linear(4 * width, 10))
+        classes, weight_decay = 10, 0.0
+        images = torch.randn(args.batch_size, width)
+    else:
+        model = torchvision.models.resnet50(num_classes=NUM_CLASSES)
+        classes, weight_decay = NUM_CLASSES, 1e-4
+        images = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1 * args.batch_size / 256,
-                                momentum=0.9, weight_decay=1e-4)
+                                momentum=0.9, weight_decay=weight_decay)
     criterion = torch.nn.CrossEntropyLoss()
-    images = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
-    labels = torch.randint(0, NUM_CLASSES, (args.batch_size,))
+    labels = torch.randint(0, classes, (args.batch_size,))
+    fresh_labels = args.model != "mlp"
 
     def step() -> torch.Tensor:
-        torch.randint(0, NUM_CLASSES, labels.shape, out=labels)
+        if fresh_labels:
+            torch.randint(0, NUM_CLASSES, labels.shape, out=labels)
         optimizer.zero_grad(set_to_none=True)
         loss = criterion(model(images), labels)
         loss.backward()
@@ -104,7 +120,7 @@ def hand_worker_tensorflow(args: argparse.Namespace) -> int:
     os.environ["CUDA_VISIBLE_DEVICES"] = "-1"
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import tensorflow as tf
-    from pytest_dlperf.frameworks.tensorflow import resnet50_v15
+    from pytest_dlperf.models.resnet50 import resnet50_v15
 
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1 if args.threads == 1 else 2)
@@ -188,15 +204,42 @@ def run_hand(args: argparse.Namespace) -> dict[str, Any]:
 
 TEST_FILE = """\
 def test_case(throughput_meter):
-    throughput_meter.measure("{framework}", model="resnet50", batch_size={batch},
-                             image_size={size})
+    throughput_meter.measure("{framework}", "resnet50", batch_size={batch},
+                             sizes={{"image_size": {size}}})
+"""
+
+# The small user workload, as a user writes it (README "Your own model"): the same MLP, batch and
+# optimizer as the hand loop's.
+MLP_TEST_FILE = """\
+import torch
+
+from pytest_dlperf import SGD, Parts, Workload
+
+
+def build(ctx):
+    width = int(ctx.sizes["width"])
+    model = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
+                                torch.nn.Linear(4 * width, 10))
+    return Parts(model=model, inputs=torch.randn(ctx.batch_size, width),
+                 targets=torch.randint(0, 10, (ctx.batch_size,)))
+
+
+MLP = Workload("mlp", recipes={{"torch": build}}, batch_size={batch}, sizes={{"width": {width}}},
+               optimizer=SGD(lr_per_256=0.1, momentum=0.9, weight_decay=0.0))
+
+
+def test_case(throughput_meter):
+    throughput_meter.measure("torch", MLP)
 """
 
 
 def run_plugin(args: argparse.Namespace, work: Path, index: int) -> dict[str, Any]:
     test = work / "test_overhead.py"
-    test.write_text(TEST_FILE.format(framework=args.framework, batch=args.batch_size,
-                                     size=args.image_size))
+    if args.model == "mlp":
+        test.write_text(MLP_TEST_FILE.format(batch=args.batch_size, width=args.width))
+    else:
+        test.write_text(TEST_FILE.format(framework=args.framework, batch=args.batch_size,
+                                         size=args.image_size))
     out_json = work / f"results-{index}.json"
     cmd = [sys.executable, "-m", "pytest", str(test), "-q", "-p", "no:cacheprovider",
            # A test naming only throughput_meter is one fp32 case; "not amp" guards against an
@@ -223,7 +266,8 @@ def run_plugin(args: argparse.Namespace, work: Path, index: int) -> dict[str, An
 def protocol_args(args: argparse.Namespace) -> list[str]:
     return ["--warmup", str(args.warmup), "--steps", str(args.steps),
             "--repeats", str(args.repeats), "--image-size", str(args.image_size),
-            "--batch-size", str(args.batch_size)]
+            "--batch-size", str(args.batch_size), "--model", args.model,
+            "--width", str(args.width)]
 
 
 # --------------------------------------------------------------------------- rounds and report
@@ -272,8 +316,10 @@ def report(args: argparse.Namespace, sides: dict[str, Side]) -> None:
     print(f"command: {shlex.join([sys.executable, *sys.argv])}")
     print(f"machine: {cpu_model()}, {usable_cores()} usable cores; "
           f"{', '.join(sorted(hand.torch | plugin.torch))}")
-    print(f"workload: {args.framework} resnet50 v1.5 fp32 on CPU, batch {args.batch_size}, {args.image_size}x"
-          f"{args.image_size}; {args.warmup} warm-up + {args.repeats} windows x {args.steps} "
+    what = (f"MLP {args.width}-{4 * args.width}-10" if args.model == "mlp" else
+            f"resnet50 v1.5, {args.image_size}x{args.image_size}")
+    print(f"workload: {args.framework} {what} fp32 on CPU, batch {args.batch_size}; "
+          f"{args.warmup} warm-up + {args.repeats} windows x {args.steps} "
           f"steps per run; {args.rounds} round(s), sides alternating")
     print()
     header = f"{'side':<7} {'median samples/s':>17} {'min-max':>17} {'windows':>8} {'threads':>8}"
@@ -294,7 +340,7 @@ def report(args: argparse.Namespace, sides: dict[str, Side]) -> None:
     floor_s = meter_floor()
     step_s = args.batch_size / hand.median
     print(f"meter floor: {floor_s * 1e9:.0f} ns per step with a no-op step; against this "
-          f"{step_s * 1e3:.0f} ms step the meter's own share bounds the ratio at "
+          f"{step_s * 1e3:.2f} ms step the meter's own share bounds the ratio at "
           f"{step_s / (step_s + floor_s):.6f}")
     print("(end-to-end ratios move by several percent between runs here: window CV 5-10% and "
           "drift between runs; read the floor as what the harness itself costs per step)")
@@ -314,19 +360,33 @@ def meter_floor(steps: int = 200_000, repeats: int = 5) -> float:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps per run (default 5)")
-    parser.add_argument("--steps", type=int, default=20, help="steps per timed window (default 20)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="steps per timed window (default 20; 500 for --model mlp)")
     parser.add_argument("--repeats", type=int, default=5, help="timed windows per run (default 5)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="hand/plugin pairs of runs, interleaved (default 3)")
     parser.add_argument("--image-size", type=int, default=64,
                         help="image side in pixels (default 64)")
-    parser.add_argument("--batch-size", type=int, default=2, help="batch per step (default 2)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="batch per step (default 2; 64 for --model mlp)")
+    parser.add_argument("--model", choices=("resnet50", "mlp"), default="resnet50",
+                        help="resnet50, or mlp: a small user workload (torch) whose step takes "
+                             "a few ms, where the harness's per-step cost shows most")
+    parser.add_argument("--width", type=int, default=256,
+                        help="the MLP's input width (hidden: 4x; default 256)")
     parser.add_argument("--framework", choices=("torch", "tensorflow"), default="torch",
                         help="which framework both sides train (default torch)")
     parser.add_argument("--hand-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=usable_cores(), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    for name in ("steps", "repeats", "rounds", "image_size", "batch_size"):
+    mlp = args.model == "mlp"
+    if mlp and args.framework != "torch":
+        parser.error("--model mlp is torch only")
+    if args.steps is None:
+        args.steps = 500 if mlp else 20
+    if args.batch_size is None:
+        args.batch_size = 64 if mlp else 2
+    for name in ("width", "steps", "repeats", "rounds", "image_size", "batch_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.warmup < 0:

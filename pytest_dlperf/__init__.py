@@ -1,8 +1,12 @@
 """pytest-dlperf: deep-learning training throughput as pytest assertions.
 
-This package's top level imports nothing heavy: the worker side (``worker``, ``meter``,
-``protocol``, ``frameworks``) runs inside training ranks, possibly under another Python,
-and must not pull in pytest.
+The public API for your own models is the workload (``Workload``, ``Parts``, ``BuildContext``,
+``SGD``), re-exported here. This package's top level imports nothing heavy: the worker side
+(``worker``, ``meter``, ``protocol``, ``spec``, ``workload``, ``frameworks``) runs inside
+training ranks, possibly under another Python, and must not pull in pytest.
 """
 
+from .workload import SGD, BuildContext, Parts, Workload, WorkloadError
+
+__all__ = ["SGD", "BuildContext", "Parts", "Workload", "WorkloadError"]
 __version__ = "0.1.0"

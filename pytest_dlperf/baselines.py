@@ -1,10 +1,11 @@
 """The baseline store: one JSON file per case and fingerprint, data only (no pickle, no eval),
 written atomically under a file lock.
 
-Layout: ``<root>/<module>/<case>/<fingerprint id>.json``. Schema version 2::
+Layout: ``<root>/<test file's path from the rootdir, without .py>/<test>/<fingerprint id>.json``.
+Schema version 2::
 
     {"schema_version": 2,
-     "case": "test_resnet50_torch.py::test_resnet50_v15[1n2d-fp32]",
+     "case": "perf_tests/test_resnet50_torch.py::test_resnet50_v15[1n2d-fp32]",
      "fingerprint": {...},                    # what the figures were measured on; see topology
      "metrics": {
        "samples_per_s":      {"median": 13.4, "repeats": [...], "higher_is_better": true,
@@ -29,7 +30,7 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .jsonio import write_json_atomic
 from .topology import fingerprint_id
@@ -185,11 +186,17 @@ def read(path: Path) -> Baseline:
 
 
 def case_dirname(case: str) -> str:
-    """``test_x.py::test_y[1n2d-fp32]`` -> ``test_x/test_y-1n2d-fp32``: shell- and diff-friendly."""
+    """``perf/test_x.py::test_y[1n2d-fp32]`` -> ``perf/test_x/test_y-1n2d-fp32``: shell- and
+    diff-friendly. The test file's folders are kept (``a/test_x.py`` and ``b/test_x.py`` are
+    different cases); a ``..`` (a test file outside the rootdir) becomes ``_up``."""
     module, _, name = case.partition("::")
-    module = re.sub(r"\.py$", "", module.replace("\\", "/").split("/")[-1])
+    folders = [part for part in module.replace("\\", "/").split("/") if part not in ("", ".")]
+    folders = ["_up" if part == ".." else re.sub(r"[^A-Za-z0-9_.-]+", "-", part)
+               for part in folders]
+    if folders:
+        folders[-1] = re.sub(r"\.py$", "", folders[-1])
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")
-    return f"{module}/{name}" if name else module
+    return "/".join(folders + ([name] if name else []))
 
 
 @dataclass
@@ -224,29 +231,41 @@ class BaselineStore:
     def path_for(self, case: str, fingerprint: dict[str, Any]) -> Path:
         return self.root / case_dirname(case) / f"{fingerprint_id(fingerprint)}.json"
 
-    def _legacy_path(self, case: str, fingerprint: dict[str, Any]) -> Path | None:
-        if self.repeats is None or "protocol" not in fingerprint:
-            return None
-        path = self.path_for(case, legacy_fingerprint(fingerprint, self.repeats))
-        return path if path.exists() else None
+    def _legacy(self, case: str, fingerprint: dict[str, Any],
+                aliases: Sequence[tuple[str, dict[str, Any]]]) -> tuple[Path, dict[str, Any]] | None:
+        """The first existing file that older versions would have written for this baseline:
+        under an alias (an older case key or fingerprint, as the caller knows them), or with
+        schema 1's repeat count in the fingerprint. Returns its path and the fingerprint it
+        must hold."""
+        keys = [(case, fingerprint), *aliases]
+        candidates = list(aliases)
+        if self.repeats is not None and "protocol" in fingerprint:
+            candidates += [(c, legacy_fingerprint(f, self.repeats)) for c, f in keys]
+        for old_case, old_fp in candidates:
+            path = self.path_for(old_case, old_fp)
+            if path.exists():
+                return path, old_fp
+        return None
 
-    def load(self, case: str, fingerprint: dict[str, Any]) -> Baseline | None:
-        """The baseline of ``case`` on ``fingerprint``, a schema-1 file of it migrated; None if
-        there is none."""
+    def load(self, case: str, fingerprint: dict[str, Any],
+             aliases: Sequence[tuple[str, dict[str, Any]]] = ()) -> Baseline | None:
+        """The baseline of ``case`` on ``fingerprint``; a file of it filed under an alias or
+        schema 1 is migrated on read; None if there is none."""
         path = self.path_for(case, fingerprint)
         expected = fingerprint
         if not path.exists():
-            legacy = self._legacy_path(case, fingerprint)
+            legacy = self._legacy(case, fingerprint, aliases)
             if legacy is None:
                 return None
-            path, expected = legacy, legacy_fingerprint(fingerprint, self.repeats or 0)
+            path, expected = legacy
         baseline = read(path)
         _require(baseline.fingerprint == expected, path,
                  "its fingerprint does not match its file name (edited by hand?)")
-        baseline.fingerprint = fingerprint
+        baseline.case, baseline.fingerprint = case, fingerprint
         return baseline
 
-    def update(self, baseline: Baseline, *, only_missing: bool = False) -> Change:
+    def update(self, baseline: Baseline, *, only_missing: bool = False,
+               aliases: Sequence[tuple[str, dict[str, Any]]] = ()) -> Change:
         """Write ``baseline``, under the store's lock so that two runs updating at once
         serialize: each reads the file the other wrote, nothing is torn and no update is lost.
         A per-baseline tolerance is carried over from the file replaced; an unreadable file is
@@ -258,17 +277,20 @@ class BaselineStore:
         lock = FileLock(str(self.root / LOCK_NAME), timeout=LOCK_TIMEOUT_S)
         try:
             with lock:
-                return self._update_locked(path, baseline, only_missing)
+                return self._update_locked(path, baseline, only_missing, aliases)
         except Timeout:
             raise BaselineError(
                 f"baseline file {path}: another run has held the lock {lock.lock_file} for "
                 f"{LOCK_TIMEOUT_S:.0f} s; if no other pytest-dlperf run is updating baselines, "
                 "delete the lock file and rerun") from None
 
-    def _update_locked(self, path: Path, baseline: Baseline, only_missing: bool) -> Change:
+    def _update_locked(self, path: Path, baseline: Baseline, only_missing: bool,
+                       aliases: Sequence[tuple[str, dict[str, Any]]]) -> Change:
         old: Baseline | None = None
         problem: str | None = None
-        legacy = None if path.exists() else self._legacy_path(baseline.case, baseline.fingerprint)
+        found = (None if path.exists()
+                 else self._legacy(baseline.case, baseline.fingerprint, aliases))
+        legacy = found[0] if found else None
         current = path if legacy is None else legacy
         if current.exists():
             if only_missing:
@@ -283,8 +305,19 @@ class BaselineStore:
         write_json_atomic(path, baseline.to_json())
         if legacy is not None:
             legacy.unlink()  # superseded by the file just written: its figures are in `old`
+            _remove_empty_parents(legacy.parent, self.root)
         action = "replaced-unreadable" if problem else ("updated" if old else "recorded")
         return Change(path, action, baseline, old, problem, migrated_from=legacy)
 
     def save(self, baseline: Baseline) -> Path:
         return self.update(baseline).path
+
+
+def _remove_empty_parents(folder: Path, root: Path) -> None:
+    """A migrated case leaves its old folders empty: remove them, up to the store's root."""
+    while folder != root and root in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty
+            return
+        folder = folder.parent

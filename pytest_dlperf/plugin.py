@@ -7,6 +7,7 @@ deep-learning framework, so ``pytest --help`` stays cheap.
 from __future__ import annotations
 
 import inspect
+import os
 from typing import Any
 
 import pytest
@@ -38,25 +39,26 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "dlperf(tolerance=None): per-test options of pytest-dlperf; tolerance "
         "overrides the baseline's and the run's (a fraction, 0.03 = 3%)")
     settings = settings_mod.resolve(config)
-    config.stash[STATE] = SessionState(settings, BaselineStore(settings.baselines, settings.protocol.repeats), config.rootpath)
+    store = BaselineStore(settings.baselines, settings.protocol.repeats)
+    config.stash[STATE] = SessionState(settings, store, config.rootpath)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Check explicit device requests against the host before collecting anything; with the
-    defaults nothing can be wrong, and detection waits until a case needs it."""
-    state = session.config.stash[STATE]
-    state.check_nodes()
-    if state.settings.devices_per_node is not None or state.settings.device != "auto":
-        state.devices_per_node  # noqa: B018 - raises pytest.UsageError naming the flag
+    """Launcher, hardware, device type and devices per node are settled here, before anything
+    is collected: a request the host cannot meet is a usage error naming the flag."""
+    session.config.stash[STATE].start(dict(os.environ))
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Bad ``dlperf`` markers are usage errors before anything runs. Scaling cases run when
-    asked for (``-m multinode``) or when there are nodes to scale to (``--nodes`` > 1);
+    """Bad ``dlperf`` markers are usage errors before anything runs. Every case is indexed by
+    topology before ``-k``/``-m`` deselect any (a scaling case's 1n1d reference). Scaling cases
+    run when asked for (``-m multinode``) or when there are nodes to scale to (``--nodes`` > 1);
     otherwise they would repeat the single-node cases' 1n1d and 1nMd."""
     for item in items:
         for marker in item.iter_markers("dlperf"):
             settings_mod.parse_marker(marker, item.nodeid)
+    config.stash[STATE].index_siblings(items)
     if config.stash[STATE].settings.nodes > 1 or "multinode" in (config.option.markexpr or ""):
         return
     scaling = [item for item in items if item.get_closest_marker("multinode") is not None]

@@ -17,20 +17,20 @@ from .baselines import Change
 from .protocol import Protocol, Result
 from .stats import Verdict
 from .topology import Topology
-from .workload import Precision, Workload
+from .workload import CaseWorkload, Precision
 
 
 @dataclass
 class CaseReport:
-    case: str  # "test_resnet50_torch.py::test_resnet50_v15[1n2d-fp32]"
+    case: str  # the nodeid: "perf_tests/test_resnet50_torch.py::test_resnet50_v15[1n2d-fp32]"
     name: str
     nodeid: str
-    params: dict[str, str]
+    params: dict[str, Any]  # argname -> value as JSON (a topology by its id)
     framework: str
     framework_version: str
     topology: Topology
     precision: Precision
-    workload: Workload
+    workload: CaseWorkload
     protocol: Protocol
     result: Result
     verdict: Verdict
@@ -48,6 +48,7 @@ class CaseReport:
     reference: float | None = None  # the 1n1d median the speedup is taken against
     cv: float = 0.0  # coefficient of variation of the repeats
     compiler: str = "eager"
+    param: str = ""  # pytest's parameter id (callspec.id)
 
     @property
     def baseline_action(self) -> str | None:
@@ -77,7 +78,7 @@ class CaseReport:
             "name": self.name,
             "fullname": self.nodeid,
             "params": self.params,
-            "param": "-".join(self.params.values()),
+            "param": self.param,
             "options": {"protocol": self.protocol.name, "warmup_steps": self.protocol.warmup_steps,
                         "steps": self.protocol.steps, "repeats": self.protocol.repeats,
                         "timer": "time.perf_counter"},
@@ -93,7 +94,8 @@ class CaseReport:
                 "precision": self.precision.label,
                 "batch_size": self.workload.batch_size,
                 "global_batch": self.result.global_batch,
-                "image_size": self.workload.image_size,
+                "unit": self.workload.unit,
+                "sizes": dict(self.workload.sizes),
                 "samples_per_s": self.result.median,
                 "samples_per_s_repeats": self.result.samples_per_s,
                 "samples_per_s_min": self.result.min,
@@ -170,7 +172,7 @@ def results_json(reports: list[CaseReport]) -> dict[str, Any]:
     }
 
 
-HEADER = ["case", "nodes x dev", "precision", "batch/dev", "samples/s (median)", "min-max",
+HEADER = ["case", "nodes x dev", "precision", "batch/dev", "throughput (median)", "min-max",
           "cv", "n", "speedup (eff.)", "baseline", "delta", "verdict"]
 
 
@@ -195,7 +197,7 @@ def rows(benchmarks: list[dict[str, Any]]) -> list[list[str]]:
             f"{topo['nodes']} x {topo['devices_per_node']}",
             info["precision"],
             str(info["batch_size"]),
-            _fmt(info["samples_per_s"]),
+            f"{_fmt(info['samples_per_s'])} {info.get('unit', 'samples')}/s",
             f"{_fmt(info['samples_per_s_min'])}-{_fmt(info['samples_per_s_max'])}",
             "-" if info.get("samples_per_s_cv") is None else f"{info['samples_per_s_cv']:.1%}",
             str(info.get("repeats_measured", len(info["samples_per_s_repeats"]))),

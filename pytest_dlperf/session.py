@@ -1,13 +1,20 @@
 """One pytest session's view of the cluster: settings, hardware, launcher, the topology ladder
-and the scratch folder; everything the fixtures need that outlives a single case."""
+and the scratch folder; everything the fixtures need that outlives a single case.
+
+``SessionState`` is built from the settings in ``pytest_configure`` (no I/O: ``pytest --help``
+stays cheap); ``start()``, called from ``pytest_sessionstart``, does the rest in explicit
+steps (pick the launcher, detect the hardware, settle the device type and devices per node,
+check the nodes, make the scratch folder), raising ``pytest.UsageError`` for bad requests
+before anything is collected.
+"""
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +24,23 @@ from .report import CaseReport
 from .settings import Settings
 from .topology import Hardware, Topology, detect_hardware, make_topology
 
+# (the test's parent node id, its function name, its other parameters' values by identity) ->
+# {topology id: node id}: the same test on another rung of the ladder. Identity, because a
+# parameter value is one object shared by every case of the product (pytest's ``indices``
+# number parameter sets across the whole product, not per argument).
+SiblingKey = tuple[str, str, tuple[tuple[str, int], ...]]
+
+
+@dataclass(frozen=True)
+class SessionSetup:
+    """What ``start`` settled: fixed for the session."""
+
+    launcher: Launcher
+    hardware: Hardware
+    device_type: str
+    devices_per_node: int
+    work_root: Path
+
 
 @dataclass
 class SessionState:
@@ -24,35 +48,104 @@ class SessionState:
     store: BaselineStore
     rootpath: Path
     reports: list[CaseReport] = field(default_factory=list)
-    _hardware: Hardware | None = None
-    _work_root: Path | None = None
-    _launcher: Launcher | None = None
+    siblings: dict[SiblingKey, dict[str, str]] = field(default_factory=dict)
+    _started: SessionSetup | None = None
 
-    @property
-    def launcher(self) -> Launcher:
-        if self._launcher is None:
-            name = self.settings.launcher
-            try:
-                self._launcher = get_launcher(detect(dict(os.environ)) if name == "auto" else name,
-                                              dict(os.environ))
-            except LookupError as exc:
-                raise pytest.UsageError(f"pytest-dlperf: {exc}") from None
-        return self._launcher
+    # -- pytest_sessionstart --------------------------------------------------------------
 
-    @property
-    def hardware(self) -> Hardware:
-        if self._hardware is None:  # lazily: only sessions that run cases pay for detection
-            self._hardware = detect_hardware()
-        return self._hardware
+    def start(self, environ: dict[str, str]) -> None:
+        launcher = self._pick_launcher(environ)
+        hardware = detect_hardware()
+        device_type = self._device_type(hardware)
+        devices = self._devices_per_node(launcher, hardware, device_type)
+        self._check_nodes(launcher)
+        work_root = self._make_work_root(launcher)
+        self._started = SessionSetup(launcher, hardware, device_type, devices, work_root)
 
-    @property
-    def device_type(self) -> str:
+    def _pick_launcher(self, environ: dict[str, str]) -> Launcher:
+        name = self.settings.launcher
+        try:
+            return get_launcher(detect(environ) if name == "auto" else name, environ)
+        except LookupError as exc:
+            raise pytest.UsageError(f"pytest-dlperf: {exc}") from None
+
+    def _device_type(self, hardware: Hardware) -> str:
         wanted = self.settings.device
-        if wanted == "cuda" and not self.hardware.gpus:
+        if wanted == "cuda" and not hardware.gpus:
             raise pytest.UsageError(
                 "pytest-dlperf: --dlperf-device=cuda, but no NVIDIA GPU was found through NVML "
                 "(pynvml); use --dlperf-device=cpu or run on a GPU host")
-        return self.hardware.device_type if wanted == "auto" else wanted
+        return hardware.device_type if wanted == "auto" else wanted
+
+    def _devices_per_node(self, launcher: Launcher, hw: Hardware, device_type: str) -> int:
+        wanted = self.settings.devices_per_node
+        launched = launcher.launched_shape
+        if launched is not None:  # external: the job was started with its own shape
+            return launched[1]
+        if device_type == "cuda":
+            have, what = len(hw.gpus), "NVIDIA GPUs"
+        else:  # one core at least per simulated device, or DDP oversubscribes the CPU
+            have, what = hw.cpu_count, "usable CPU cores (one per simulated device)"
+        allocation = launcher.allocation
+        if device_type == "cuda" and allocation is not None and allocation.gpus_per_node:
+            have, what = allocation.gpus_per_node, "GPUs per node in the Slurm allocation"
+        if wanted is None:
+            if device_type == "cuda":
+                return have
+            # Local nodes share this host's cores: keep every node's ranks within them (one per
+            # node at least). 8 single-thread ranks on 2 cores ran many times slower.
+            sharing = self.settings.nodes if launcher.all_nodes_here else 1
+            return max(1, min(2, have // sharing))
+        if wanted > have:
+            raise pytest.UsageError(
+                f"pytest-dlperf: --devices-per-node={wanted}, but this host has {have} {what}; "
+                f"pass --devices-per-node {have} or less")
+        return wanted
+
+    def _check_nodes(self, launcher: Launcher) -> None:
+        allocation = launcher.allocation
+        if allocation is not None and self.settings.nodes > allocation.nodes:
+            raise pytest.UsageError(
+                f"pytest-dlperf: --nodes={self.settings.nodes}, but Slurm allocation "
+                f"{allocation.job_id} has {allocation.nodes} node(s) ({allocation.nodelist}); "
+                f"pass --nodes {allocation.nodes} or less, or allocate more nodes")
+
+    def _make_work_root(self, launcher: Launcher) -> Path:
+        """Per-session scratch for the cases' specs and results. Remote nodes must see it,
+        so outside local mode it lives under the rootdir, not in this host's /tmp."""
+        parent = None
+        if not launcher.all_nodes_here:
+            parent = self.rootpath / ".pytest-dlperf"
+            parent.mkdir(exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix="pytest-dlperf-", dir=parent))
+
+    # -- what start settled ---------------------------------------------------------------
+
+    @property
+    def started(self) -> SessionSetup:
+        if self._started is None:
+            raise RuntimeError("pytest-dlperf's session has not started (pytest_sessionstart)")
+        return self._started
+
+    @property
+    def launcher(self) -> Launcher:
+        return self.started.launcher
+
+    @property
+    def hardware(self) -> Hardware:
+        return self.started.hardware
+
+    @property
+    def device_type(self) -> str:
+        return self.started.device_type
+
+    @property
+    def devices_per_node(self) -> int:
+        return self.started.devices_per_node
+
+    @property
+    def work_root(self) -> Path:
+        return self.started.work_root
 
     @property
     def compilers(self) -> tuple[str, ...]:
@@ -60,32 +153,6 @@ class SessionState:
         if self.settings.compilers is not None:
             return self.settings.compilers
         return ("eager", "compiled") if self.device_type == "cuda" else ("eager",)
-
-    @property
-    def devices_per_node(self) -> int:
-        hw, wanted = self.hardware, self.settings.devices_per_node
-        launched = self.launcher.launched_shape
-        if launched is not None:  # external: the job was started with its own shape
-            return launched[1]
-        if self.device_type == "cuda":
-            have, what = len(hw.gpus), "NVIDIA GPUs"
-        else:  # one core at least per simulated device, or DDP oversubscribes the CPU
-            have, what = hw.cpu_count, "usable CPU cores (one per simulated device)"
-        allocation = self.launcher.allocation
-        if self.device_type == "cuda" and allocation is not None and allocation.gpus_per_node:
-            have, what = allocation.gpus_per_node, "GPUs per node in the Slurm allocation"
-        if wanted is None:
-            if self.device_type == "cuda":
-                return have
-            # Local nodes share this host's cores: keep every node's ranks within them (one per
-            # node at least). 8 single-thread ranks on 2 cores ran many times slower.
-            sharing = self.settings.nodes if self.launcher.all_nodes_here else 1
-            return max(1, min(2, have // sharing))
-        if wanted > have:
-            raise pytest.UsageError(
-                f"pytest-dlperf: --devices-per-node={wanted}, but this host has {have} {what}; "
-                f"pass --devices-per-node {have} or less")
-        return wanted
 
     def ladder(self, multinode: bool) -> list[Topology]:
         """DLPerf's ladder: 1 device, then a full node; multinode cases add 2, 4, ... nodes."""
@@ -103,31 +170,39 @@ class SessionState:
                               all_nodes_here=self.launcher.all_nodes_here)
                 for n, d in sorted(shapes)]
 
-    def check_nodes(self) -> None:
-        allocation = self.launcher.allocation
-        if allocation is not None and self.settings.nodes > allocation.nodes:
-            raise pytest.UsageError(
-                f"pytest-dlperf: --nodes={self.settings.nodes}, but Slurm allocation "
-                f"{allocation.job_id} has {allocation.nodes} node(s) ({allocation.nodelist}); "
-                f"pass --nodes {allocation.nodes} or less, or allocate more nodes")
-
     @property
     def is_reporter(self) -> bool:
         """Only rank 0 of an externally launched job writes results and tables."""
-        return self._launcher is None or self._launcher.is_reporter
+        return self._started is None or self._started.launcher.is_reporter
 
-    @property
-    def work_root(self) -> Path:
-        """Per-session scratch for the cases' specs and results. Remote nodes must see it,
-        so outside local mode it lives under the rootdir, not in this host's /tmp."""
-        if self._work_root is None:
-            parent = None
-            if not self.launcher.all_nodes_here:
-                parent = self.rootpath / ".pytest-dlperf"
-                parent.mkdir(exist_ok=True)
-            self._work_root = Path(tempfile.mkdtemp(prefix="pytest-dlperf-", dir=parent))
-        return self._work_root
+    # -- the same test on another topology -----------------------------------------------
+
+    def index_siblings(self, items: list[pytest.Item]) -> None:
+        """Remember every collected case by topology, before ``-k``/``-m`` deselect any: a
+        scaling case finds its 1n1d sibling's node id (pytest's own id, ``ids=`` and object
+        parameters included) even when that case is not run."""
+        for item in items:
+            key, topology_id = _sibling_key(item)
+            if key is not None and topology_id is not None:
+                self.siblings.setdefault(key, {})[topology_id] = item.nodeid
+
+    def case_at(self, node: pytest.Item, topology: Topology) -> str | None:
+        """The node id of this test with its ``cluster`` parameter at ``topology``."""
+        key, _ = _sibling_key(node)
+        return self.siblings.get(key, {}).get(topology.id) if key is not None else None
 
     def close(self) -> None:
-        if self._work_root is not None:
-            shutil.rmtree(self._work_root, ignore_errors=True)
+        if self._started is not None:
+            shutil.rmtree(self._started.work_root, ignore_errors=True)
+
+
+def _sibling_key(item: Any) -> tuple[SiblingKey | None, str | None]:
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or "cluster" not in callspec.params:
+        return None, None
+    topology = callspec.params["cluster"]
+    others = tuple(sorted((name, id(value)) for name, value in callspec.params.items()
+                          if name != "cluster"))
+    parent = item.parent.nodeid if item.parent is not None else ""
+    return (parent, getattr(item, "originalname", item.name), others), getattr(topology, "id", None)
+

@@ -174,6 +174,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("steps", "timed steps per window (overrides the profile).", _optional(_int(1)), metavar="N"),
     Option("repeats", "timed windows per case; the median is reported (overrides the profile).",
            _optional(_int(1)), metavar="N"),
+    Option("batch_size", "per-device batch size of every case, overriding the workloads' own "
+           "(per device type) and a test's measure(batch_size=...); it is part of the baseline "
+           "fingerprint, so cases run at another batch compare with baselines of that batch. "
+           "Default: each workload's.", _optional(_int(1)), metavar="N"),
     Option("tolerance", "allowed throughput drop below the baseline median before a case fails, "
            "as a fraction (0.05) or percentage (5%). A baseline's own 'tolerance' and a "
            "@pytest.mark.dlperf(tolerance=...) marker take precedence. Default: 0.05.",
@@ -242,6 +246,7 @@ def add_options(parser: pytest.Parser) -> None:
 @dataclass(frozen=True)
 class Settings:
     protocol: protocol_mod.Protocol
+    batch_size: int | None  # None: each workload's own
     tolerance: float
     max_repeats: int
     unstable_cv: float

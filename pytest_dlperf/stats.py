@@ -155,15 +155,15 @@ def _ratio_interval(measured: list[float], base: list[float],
         fixed, varying, invert = (base[0], measured, False) if len(base) == 1 else \
             (measured[0], base, True)
         result = bootstrap((np.asarray(varying),), lambda a, axis=-1: np.median(a, axis=axis),
-                           **options)  # type: ignore[arg-type]
+                           **options)
         lo, hi = result.confidence_interval.low / fixed, result.confidence_interval.high / fixed
         return (float(1 / hi), float(1 / lo)) if invert else (float(lo), float(hi))
 
     def ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
-        return np.median(a, axis=axis) / np.median(b, axis=axis)
+        return np.asarray(np.median(a, axis=axis) / np.median(b, axis=axis))
 
     result = bootstrap((np.asarray(measured), np.asarray(base)), ratio, paired=False,
-                       **options)  # type: ignore[arg-type]
+                       **options)
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 

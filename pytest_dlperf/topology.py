@@ -12,7 +12,7 @@ import os
 import platform
 import re
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Mapping
 
 
 @dataclass(frozen=True)
@@ -126,12 +126,20 @@ def make_topology(hardware: Hardware, nodes: int, devices_per_node: int, device_
                     device_name=name, threads_per_worker=max(1, hardware.cpu_count // sharing))
 
 
+def python_minor(version: str | None) -> str:
+    """``3.10.14`` -> ``3.10``; None: this interpreter's."""
+    parts = (version or platform.python_version()).split(".")
+    return ".".join(parts[:2])
+
+
 def fingerprint(topology: Topology, *, framework: str, framework_version: str, precision: str,
-                model: str, batch_size: int, image_size: int, protocol_slug: str,
+                model: str, batch_size: int, sizes: Mapping[str, Any], protocol_slug: str,
                 python: str | None = None, accelerator_stack: str | None = None,
                 compiler: str = "eager") -> dict[str, Any]:
-    """Everything that must match for two throughput figures to be comparable. (``compiler``
-    appears only when it is not eager, so eager fingerprints stay what they always were.)"""
+    """Everything that must match for two throughput figures to be comparable: the workload's
+    own sizes (ResNet-50's ``image_size``, a transformer's sequence length) sit beside the
+    batch. ``python`` is the ranks' interpreter (major.minor). (``compiler`` appears only when
+    it is not eager, so eager fingerprints stay what they always were.)"""
     fp: dict[str, Any] = {
         "device_type": topology.device_type,
         "device_model": topology.device_name,
@@ -142,9 +150,9 @@ def fingerprint(topology: Topology, *, framework: str, framework_version: str, p
         "precision": precision,
         "model": model,
         "batch_size": batch_size,
-        "image_size": image_size,
+        **sizes,
         "protocol": protocol_slug,
-        "python": python or ".".join(platform.python_version_tuple()[:2]),
+        "python": python or python_minor(None),
     }
     if topology.device_type == "cpu":
         fp["threads_per_worker"] = topology.threads_per_worker

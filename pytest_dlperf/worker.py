@@ -11,16 +11,18 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
 import sys
 import traceback
 from pathlib import Path
 from typing import Any
 
 from . import frameworks
-from .frameworks import DeviceUnavailable, DistEnv
+from .frameworks import DeviceUnavailable, DistEnv, Trainer
 from .jsonio import write_json_atomic
 from .meter import measure
-from .protocol import Protocol
+from .spec import RankSpec
+from .workload import load_recipe
 
 
 class Diverged(RuntimeError):
@@ -31,12 +33,19 @@ def result_path(out_dir: Path, rank: int) -> Path:
     return out_dir / f"rank-{rank}.json"
 
 
-def run(spec: dict[str, Any], dist: DistEnv) -> dict[str, Any]:
+def build(spec: RankSpec, dist: DistEnv) -> Trainer:
+    """The framework's trainer for this rank, the workload's recipe imported."""
+    recipe = load_recipe(spec.recipe) if spec.recipe is not None else None
+    trainer: Trainer = frameworks.load(spec.framework).build_trainer(spec, dist, recipe)
+    return trainer
+
+
+def run(spec: RankSpec | dict[str, Any], dist: DistEnv) -> dict[str, Any]:
     """Train under the protocol in this rank and return its plain-JSON timings."""
-    protocol = Protocol(**spec["protocol"])
-    if "model" in spec:  # specs made outside pytest too; a user adapter may take none
-        frameworks.check_model(spec["framework"], spec["model"])
-    trainer = frameworks.load(spec["framework"]).build_trainer(spec, dist)
+    if not isinstance(spec, RankSpec):
+        spec = RankSpec.from_json(spec)
+    protocol = spec.protocol
+    trainer = build(spec, dist)
     losses: list[float] = []
 
     def check_loss(window: int) -> None:
@@ -47,7 +56,9 @@ def run(spec: dict[str, Any], dist: DistEnv) -> dict[str, Any]:
 
     try:
         measurement = measure(protocol, trainer.step, trainer.synchronize, after_window=check_loss)
-        environment = trainer.environment()
+        # The rank's interpreter, which the fingerprint records (not pytest's: OneFlow's ranks
+        # run under their own).
+        environment = {"python": platform.python_version(), **trainer.environment()}
     finally:
         trainer.close()
     return {

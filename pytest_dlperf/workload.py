@@ -1,61 +1,189 @@
-"""What one case trains: model, per-device batch, image size, optimizer; sized per device type.
+"""What a case trains: the public workload API.
 
-The GPU sizes are DLPerf's (ResNet-50 v1.5: 224x224, batch 128 FP32 / 256 AMP per device). The CPU
-sizes keep the same model and algorithm but few pixels and tiny batches, so a 2-core machine runs
-a case in seconds: the point on CPU is the harness, not the number.
+A ``Workload`` names a model and says, per framework, which function builds it (a *recipe*), and
+how big it is: the per-device batch per device type, the sizes that define it (image size,
+sequence length, ...), the sample unit and the optimizer's hyper-parameters. The recipe runs
+inside every training rank and returns ``Parts``: the model, one synthetic batch (or an iterator
+of real batches) and optionally a loss. Everything else is the plugin's: process group,
+data-parallel wrapper, device placement, AMP, the compiler axis, seeding, the timed windows and
+their synchronization, the loss check, baselines and the verdict.
+
+Ranks import a recipe by module path (``module:function``), so it must be a module-level
+function of an importable module; ``recipe_reference`` refuses anything else before launch. This
+module is imported in the ranks and by users' test files: standard library only.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+import importlib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Iterable, Mapping, Union
+
+# A size or batch either is a value, or maps device types to values: {"cuda": 224, "cpu": 64}.
+# "<device>/amp" keys override for AMP cases: {"cuda": 128, "cuda/amp": 256, "cpu": 2}.
+PerDevice = Union[int, Mapping[str, int]]
+SizeValue = Union[int, float, str, bool]
+Recipe = Union[Callable[["BuildContext"], "Parts"], str]
+
+DEVICE_TYPES = ("cuda", "cpu")
+# Fingerprint fields a size may not shadow: the fingerprint is one flat record.
+RESERVED_SIZES = frozenset({
+    "device_type", "device_model", "nodes", "devices_per_node", "framework",
+    "framework_version", "precision", "model", "batch_size", "protocol", "python",
+    "threads_per_worker", "accelerator_stack", "compiler", "unit"})
+
+
+class WorkloadError(ValueError):
+    """A workload that cannot be run as given; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class SGD:
+    """SGD with momentum and coupled L2 weight decay (torch's ``weight_decay``), as DLPerf's
+    ResNet-50 scripts. The learning rate follows the linear scaling rule: ``lr_per_256`` per 256
+    samples of global batch (a tiny CPU batch at ImageNet's rate blows the loss up)."""
+
+    lr_per_256: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+
+    def lr(self, global_batch: int) -> float:
+        return self.lr_per_256 * global_batch / 256
 
 
 @dataclass(frozen=True)
 class Workload:
-    model: str
-    batch_size: int
-    image_size: int
-    num_classes: int = 1000
-    lr_per_256: float = 0.1
-    momentum: float = 0.9
-    weight_decay: float = 1e-4
+    """A model as a perf case trains it. ``recipes`` maps a framework (``torch``, ``tensorflow``,
+    ``oneflow``) to its recipe: a module-level function ``recipe(ctx: BuildContext) -> Parts``,
+    or its ``"module:function"`` path."""
+
+    name: str
+    recipes: Mapping[str, Recipe]
+    batch_size: PerDevice = field(default_factory=lambda: {"cuda": 64, "cpu": 8})
+    sizes: Mapping[str, SizeValue | Mapping[str, SizeValue]] = field(default_factory=dict)
+    unit: str = "samples"
+    optimizer: SGD = SGD()
     seed: int = 0
 
-    def to_spec(self, world_size: int) -> dict[str, object]:
-        """The worker-facing part of the JSON spec.
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise WorkloadError(f"Workload name must be a non-empty string, got {self.name!r}")
+        if not self.recipes:
+            raise WorkloadError(f"workload {self.name!r} has no recipes: give at least one, "
+                                "e.g. recipes={'torch': build_my_model}")
+        shadowed = sorted(set(self.sizes) & RESERVED_SIZES)
+        if shadowed:
+            raise WorkloadError(
+                f"workload {self.name!r}: size name(s) {', '.join(shadowed)} would shadow "
+                "fingerprint fields of the same name; rename them (e.g. 'seq_length')")
 
-        The learning rate follows the linear scaling rule (0.1 per 256 samples of global batch,
-        as in DLPerf's ResNet-50 scripts): a tiny CPU batch with ImageNet's lr blows the loss up.
-        """
-        data = asdict(self)
-        lr = data.pop("lr_per_256") * self.batch_size * world_size / 256
-        data["optimizer"] = {"lr": lr, "momentum": data.pop("momentum"),
-                             "weight_decay": data.pop("weight_decay")}
-        return data
+    def batch_for(self, device_type: str, precision: str) -> int:
+        return int(_per_device(self.batch_size, device_type, precision,
+                               f"workload {self.name!r} batch_size"))
 
-
-# (device type, amp) -> (batch per device, image size)
-_SIZES = {
-    ("cuda", False): (128, 224),
-    ("cuda", True): (256, 224),
-    # 64x64 leaves 2x2 maps after layer4. At 32x32 (1x1 maps) BatchNorm over a batch of 2
-    # normalizes two values to +-1 whatever they were, and the loss climbs into the thousands.
-    ("cpu", False): (2, 64),
-    ("cpu", True): (2, 64),
-}
+    def sizes_for(self, device_type: str, precision: str) -> dict[str, SizeValue]:
+        return {name: _per_device(value, device_type, precision,
+                                  f"workload {self.name!r} size {name!r}")
+                for name, value in self.sizes.items()}
 
 
-def default_workload(model: str, device_type: str, amp: bool, batch_size: int | None = None,
-                     image_size: int | None = None, lr_per_256: float | None = None) -> Workload:
-    batch, size = _SIZES[(device_type, amp)]
-    workload = Workload(model=model, batch_size=batch_size or batch, image_size=image_size or size)
-    return workload if lr_per_256 is None else replace(workload, lr_per_256=lr_per_256)
+@dataclass(frozen=True)
+class CaseWorkload:
+    """A workload as one case runs it: its name, unit and this case's concrete sizes."""
+
+    model: str
+    unit: str
+    batch_size: int  # per device
+    sizes: Mapping[str, SizeValue]
+
+    @classmethod
+    def of(cls, workload: Workload, device_type: str, precision: str,
+           batch_size: int | None = None,
+           sizes: Mapping[str, SizeValue] | None = None) -> CaseWorkload:
+        """Sized for a device type and precision; ``batch_size`` and ``sizes`` override."""
+        resolved = workload.sizes_for(device_type, precision)
+        unknown = sorted(set(sizes or {}) - set(resolved))
+        if unknown:
+            raise WorkloadError(
+                f"workload {workload.name!r} has no size(s) {', '.join(unknown)} (its sizes: "
+                f"{', '.join(sorted(resolved)) or 'none'})")
+        resolved.update(sizes or {})
+        batch = workload.batch_for(device_type, precision) if batch_size is None else batch_size
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+            raise WorkloadError(f"workload {workload.name!r}: the per-device batch size must be "
+                                f"a positive integer, got {batch!r}")
+        return cls(workload.name, workload.unit, batch, resolved)
+
+
+def _per_device(value: Any, device_type: str, precision: str, what: str) -> Any:
+    if not isinstance(value, Mapping):
+        return value
+    for key in (f"{device_type}/{precision}", device_type):
+        if key in value:
+            return value[key]
+    raise WorkloadError(f"{what} has no value for {device_type} (keys: {', '.join(value)}); "
+                        f"add a {device_type!r} entry")
+
+
+@dataclass
+class Parts:
+    """What a recipe returns, built inside the rank (framework objects; the plugin places them).
+
+    - ``model``: the network (torch/OneFlow ``nn.Module``, a Keras model built in the recipe:
+      the plugin calls TensorFlow recipes under the distribution strategy's scope);
+    - ``inputs`` / ``targets``: one synthetic batch of this rank's per-device size; the plugin
+      keeps it resident on the device (``inputs`` may be a tuple: the model is called with it
+      unpacked). Either may be a zero-argument callable instead, called every step (inside the
+      compiled step in TensorFlow) for fresh values: random labels, so that a fixed batch is
+      not memorized and reduced-precision runs do not end in NaN;
+    - ``data``: instead of ``inputs``/``targets``, an iterable of ``(inputs, targets)`` batches
+      (a ``DataLoader`` reading files, say) when the input pipeline is part of what is measured;
+      each batch is moved to the device inside the timed step. torch and OneFlow.
+    - ``loss``: ``loss(outputs, targets) -> scalar``; default: cross-entropy of class logits
+      against integer labels.
+    """
+
+    model: Any
+    inputs: Any = None
+    targets: Any = None
+    loss: Callable[[Any, Any], Any] | None = None
+    data: Iterable[Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.data is None and self.inputs is None:
+            raise WorkloadError("the recipe's Parts has neither inputs (a synthetic batch) nor "
+                                "data (an iterable of (inputs, targets) batches); give one")
+        if self.data is not None and self.inputs is not None:
+            raise WorkloadError("the recipe's Parts has both inputs and data; give one: inputs "
+                                "for a synthetic batch resident on the device, data to measure "
+                                "an input pipeline")
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a recipe is told, inside its rank."""
+
+    framework: str
+    device_type: str  # "cuda" | "cpu"
+    device: str  # "cuda:<local rank>" or "cpu"
+    batch_size: int  # per device
+    sizes: Mapping[str, SizeValue]
+    precision: str  # "fp32" | "amp"
+    amp_dtype: str  # "float32" | "float16" | "bfloat16"
+    compiled: bool
+    seed: int
+    rank: int
+    world_size: int
+    local_rank: int
 
 
 @dataclass(frozen=True)
 class Precision:
-    """The ``amp`` axis. AMP is fp16 autocast with loss scaling on CUDA and bf16 autocast on
-    CPU (bf16 keeps fp32's exponent range, so it needs no scaler)."""
+    """The ``amp`` axis, decided here and nowhere else: AMP is fp16 autocast with loss scaling on
+    CUDA and bf16 autocast on CPU (bf16 keeps fp32's exponent range, so it needs no scaler)."""
 
     name: str  # "fp32" | "amp": what the case ids and baselines say
     device_type: str
@@ -81,5 +209,100 @@ class Precision:
 
 PRECISIONS = ("fp32", "amp")
 # The compiler axis, in words every framework shares (case ids line up across frameworks):
-# "compiled" is torch.compile for torch, XLA (jit_compile=True) for TensorFlow.
+# "compiled" is torch.compile for torch, XLA (jit_compile=True) for TensorFlow, nn.Graph for
+# OneFlow.
 COMPILERS = ("eager", "compiled")
+
+
+@dataclass(frozen=True)
+class RecipeReference:
+    """Where a rank finds a recipe: ``module:qualname``, and the folder to put on ``sys.path``
+    first (None when the module is importable as installed)."""
+
+    module: str
+    qualname: str
+    path: str | None = None
+
+    @property
+    def ref(self) -> str:
+        return f"{self.module}:{self.qualname}"
+
+
+def recipe_reference(recipe: Recipe, what: str) -> RecipeReference:
+    """How ranks will import ``recipe``; a ``WorkloadError`` saying why when they cannot."""
+    if isinstance(recipe, str):
+        path, sep, name = recipe.partition(":")
+        if not sep or not path or not name:
+            raise WorkloadError(f"{what}: {recipe!r} is not a 'module:function' path")
+        return RecipeReference(path, name)
+    if not callable(recipe):
+        raise WorkloadError(f"{what}: expected a function or a 'module:function' path, got "
+                            f"{type(recipe).__name__}")
+    module_name: str | None = getattr(recipe, "__module__", None)
+    qualname: str | None = getattr(recipe, "__qualname__", None)
+    if not module_name or not qualname:
+        raise WorkloadError(f"{what}: {recipe!r} has no module and name to import it by; "
+                            "define the recipe with def at the top level of a module")
+    if qualname == "<lambda>" or "<lambda>" in qualname:
+        raise WorkloadError(f"{what}: a lambda cannot be a recipe: every rank imports the "
+                            "recipe by module and name, and a lambda has no name to import; "
+                            "define it with def at the top level of the test module")
+    if "<locals>" in qualname:
+        raise WorkloadError(f"{what}: {qualname} is defined inside another function, so ranks "
+                            "cannot import it; move it to the top level of its module")
+    if module_name == "__main__":
+        raise WorkloadError(f"{what}: {qualname} lives in __main__, which other processes "
+                            "cannot import; put it in a module (the test file itself will do)")
+    module = sys.modules.get(module_name)
+    if module is None or _lookup(module, qualname) is not recipe:
+        raise WorkloadError(f"{what}: {module_name}:{qualname} does not name this function "
+                            "(rebound or generated?); define it with def at module level")
+    return RecipeReference(module_name, qualname, _import_root(module))
+
+
+def _lookup(module: ModuleType, qualname: str) -> Any:
+    target: Any = module
+    for part in qualname.split("."):
+        target = getattr(target, part, None)
+    return target
+
+
+def _import_root(module: ModuleType) -> str | None:
+    """The folder that makes ``module`` importable by its name (pytest's rootdir-based import
+    puts the test file's first folder without an ``__init__.py`` on ``sys.path``; the ranks do
+    not inherit it); None when its file is not below such a folder (an installed module)."""
+    file = getattr(module, "__file__", None)
+    if not file:
+        return None
+    path = Path(file).resolve()
+    parts = module.__name__.split(".")
+    package = path.name == "__init__.py"
+    levels = len(parts) if package else len(parts) - 1
+    root = path.parent
+    for _ in range(levels):
+        root = root.parent
+    expected = (root.joinpath(*parts, "__init__.py") if package
+                else root.joinpath(*parts[:-1], parts[-1] + path.suffix))
+    if expected != path:
+        raise WorkloadError(
+            f"module {module.__name__} ({path}) is not importable under that name from any "
+            "folder (pytest's importlib import mode?); ranks import recipes by module path: "
+            "use the default import mode, or put the recipe in an importable module")
+    return str(root)
+
+
+def load_recipe(reference: RecipeReference) -> Callable[[BuildContext], Parts]:
+    """Import a recipe inside a rank."""
+    if reference.path and reference.path not in sys.path:
+        sys.path.insert(0, reference.path)
+    try:
+        module = importlib.import_module(reference.module)
+    except ImportError as exc:
+        where = f" (looked in {reference.path} first)" if reference.path else ""
+        raise WorkloadError(f"cannot import the recipe module {reference.module}{where}: {exc}; "
+                            "every rank must be able to import it (on a cluster: a shared "
+                            "file system, or the module installed on every node)") from exc
+    recipe = _lookup(module, reference.qualname)
+    if not callable(recipe):
+        raise WorkloadError(f"{reference.ref} is not a function in {module.__file__}")
+    return recipe  # type: ignore[no-any-return]

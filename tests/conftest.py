@@ -98,7 +98,7 @@ class Hanging:
         pass
 
 
-def build_trainer(spec, dist):
+def build_trainer(spec, dist, recipe):
     return Hanging()
 """
 

@@ -240,3 +240,39 @@ def test_two_processes_updating_at_once_lose_nothing(tmp_path: Path) -> None:
         # Every value written was read back as "old" exactly once, except the last one.
         assert olds == Counter([None] + [n for n in news if n != final.throughput.median])
     assert not [p for p in root.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_cases_are_filed_by_their_path_from_the_rootdir(tmp_path: Path) -> None:
+    """a/test_x.py and b/test_x.py used to share one folder (the basename): no longer."""
+    store = BaselineStore(tmp_path)
+    one = store.save(_baseline(case="a/test_x.py::test_y[1n1d]"))
+    two = store.save(_baseline(case="b/test_x.py::test_y[1n1d]"))
+    assert one.relative_to(tmp_path).parent.as_posix() == "a/test_x/test_y-1n1d"
+    assert two.relative_to(tmp_path).parent.as_posix() == "b/test_x/test_y-1n1d"
+    assert store.load("a/test_x.py::test_y[1n1d]", FP) is not None
+    outside = store.path_for("../up/test_z.py::test_q", FP)
+    assert outside.relative_to(tmp_path).parts[:3] == ("_up", "up", "test_z")
+
+
+def test_a_file_under_an_older_key_is_read_then_moved_by_the_next_update(tmp_path: Path) -> None:
+    """Older versions filed cases under the test file's basename, with pytest's Python in the
+    fingerprint: read through the caller's aliases, and moved (case and fingerprint rewritten)
+    when the baseline is next updated."""
+    store = BaselineStore(tmp_path)
+    old_case, old_fp = "test_resnet50_torch.py::test_y[1n2d-fp32]", {**FP, "python": "3.11"}
+    new_case, new_fp = "perf/test_resnet50_torch.py::test_y[1n2d-fp32]", {**FP, "python": "3.10"}
+    old_path = store.save(_baseline(case=old_case, fingerprint=old_fp, tolerance=0.2))
+    aliases = [(old_case, old_fp)]
+    assert store.load(new_case, new_fp) is None  # without the alias it is not found
+    loaded = store.load(new_case, new_fp, aliases)
+    assert loaded is not None and loaded.throughput.median == 11.0
+    assert (loaded.case, loaded.fingerprint) == (new_case, new_fp)
+    change = store.update(_baseline([20.0, 21.0, 22.0], case=new_case, fingerprint=new_fp),
+                          aliases=aliases)
+    assert change.action == "updated" and change.migrated_from == old_path
+    assert change.old is not None and change.old.throughput.median == 11.0
+    assert not old_path.exists() and not old_path.parent.exists()  # no empty folder left
+    written = json.loads(change.path.read_text())
+    assert written["case"] == new_case and written["fingerprint"]["python"] == "3.10"
+    assert written["tolerance"] == 0.2  # carried over from the file it replaces
+    assert change.path.relative_to(tmp_path).parts[:2] == ("perf", "test_resnet50_torch")

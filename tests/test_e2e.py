@@ -23,10 +23,10 @@ import pytest
 
 @pytest.mark.dlperf(tolerance=0.9999)
 def test_marked(cluster, throughput_meter):
-    throughput_meter.measure("torch", model="resnet50")
+    throughput_meter.measure("torch", "resnet50")
 
 def test_pair(cluster, throughput_meter):
-    report = throughput_meter.measure("torch", model="resnet50")
+    report = throughput_meter.measure("torch", "resnet50")
     assert report.environment["parameters"] == 25_557_032
     print("MEASURED", report.result.global_batch, len(report.result.samples_per_s))
 """
@@ -60,7 +60,7 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
     result.stdout.fnmatch_lines([
         "*MEASURED 4 2",  # global batch = 2 per device x 2 ranks; 2 windows
         "*pytest-dlperf: training throughput*1 warm-up, 2 timed steps x 2 repeats*",
-        "case*nodes x dev*precision*batch/dev*samples/s (median)*min-max*speedup (eff.)*baseline"
+        "case*nodes x dev*precision*batch/dev*throughput (median)*min-max*speedup (eff.)*baseline"
         "*delta*verdict",
         "test_cases.py::test_pair[[]1n1d[]]*1 x 1*fp32*2*-*recorded",
         "test_cases.py::test_pair[[]1n2d[]]*1 x 2*fp32*2*.* (*%)*recorded",
@@ -107,7 +107,7 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
     result.stdout.fnmatch_lines(["PASSED test_cases.py::test_marked[[]1n1d[]]",
                                  "FAILED *test_pair[[]1n2d[]]*"])
     result.stdout.fnmatch_lines([
-        "*pytest-dlperf: REGRESSION in test_cases.py::test_pair[[]1n2d[]]: samples/s median * is "
+        "*pytest-dlperf: REGRESSION in test_cases.py::test_pair[[]1n2d[]]: images/s median * is "
         "below the threshold * (baseline median * from bl/test_cases/test_pair-1n2d/*.json, "
         "tolerance 5.0%, delta -9*%) and the drop is significant (2 vs 2 repeats, "
         "Mann-Whitney p=*, *% CI of the median ratio [[]0.0*, 0.0*[]]); repeats: [[]*, *[]]",
@@ -171,7 +171,7 @@ def test_an_inconclusive_case_adds_repeats_then_warns_or_fails_when_strict(
                  "--dlperf-strict", "--dlperf-unstable-cv", "0.000001", "--dlperf-json", "r.json")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*INCONCLUSIVE test_one.py::test_one: samples/s median * is -*% against the baseline's "
+        "*INCONCLUSIVE test_one.py::test_one: images/s median * is -*% against the baseline's "
         "* (beyond the tolerance 5.0%) but the difference is not significant (4 vs 7 repeats, "
         "Mann-Whitney p=*) after 4 repeats (--dlperf-max-repeats 4)*(failing: --dlperf-strict)",
     ])
@@ -219,7 +219,7 @@ def test_a_failing_worker_fails_the_case_with_its_traceback(pytester: pytest.Pyt
     # value per channel, inside the rank's first step.
     pytester.makepyfile(test_bad="def test_bad(throughput_meter):\n"
                                  "    throughput_meter.measure('torch', batch_size=1, "
-                                 "image_size=8)\n")
+                                 "sizes={'image_size': 8})\n")
     result = run(pytester, "--devices-per-node", "2")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*test_bad.py::test_bad failed on 1n2d: 2 of 2 ranks failed*",

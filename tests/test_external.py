@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_dlperf.launch.local import free_loopback_port
+from pytest_dlperf.launch.processes import free_loopback_port
 
 pytest.importorskip("torchvision")
 
@@ -53,7 +53,7 @@ def expected_fingerprint() -> dict[str, object]:
 
     topology = make_topology(detect_hardware(), 2, 1, "cpu", all_nodes_here=False)
     return fingerprint(topology, framework="torch", framework_version=torch.__version__,
-                       precision="fp32", model="resnet50", batch_size=2, image_size=64,
+                       precision="fp32", model="resnet50", batch_size=2, sizes={"image_size": 64},
                        protocol_slug="w1-s2",
                        python=".".join(platform.python_version_tuple()[:2]))
 

@@ -15,7 +15,10 @@ from typing import Any
 import psutil
 import pytest
 
-from pytest_dlperf.launch import LaunchError, local
+from pytest_dlperf.launch import LaunchError, local, processes
+from pytest_dlperf.models import RESNET50
+from pytest_dlperf.protocol import Protocol
+from pytest_dlperf.spec import spec_for
 from pytest_dlperf.topology import Topology
 
 pytest.importorskip("torchvision")
@@ -80,10 +83,7 @@ def test_a_node_that_never_joins_times_out_and_frees_its_port(
     real_port = local.free_loopback_port
     monkeypatch.setattr(local, "agent_command", second_node_never_joins)
     monkeypatch.setattr(local, "free_loopback_port", lambda: ports.append(real_port()) or ports[-1])
-    spec = {"framework": "torch", "model": "resnet50", "batch_size": 2, "image_size": 64,
-            "num_classes": 1000, "seed": 0, "precision": "fp32", "device_type": "cpu",
-            "threads": 1, "optimizer": {"lr": 0.001, "momentum": 0.9, "weight_decay": 0.0},
-            "protocol": {"warmup_steps": 1, "steps": 2, "repeats": 1, "name": "t"}}
+    spec = spec_for("torch", RESNET50, protocol=Protocol(1, 2, 1), device_type="cpu").to_json()
     started = time.monotonic()
     with pytest.raises(LaunchError) as info:
         local.LocalLauncher().run(spec, Topology(2, 1, "cpu", "cpu"), tmp_path, timeout_s=8)
@@ -98,8 +98,15 @@ def test_a_node_that_never_joins_times_out_and_frees_its_port(
 @pytest.mark.usefixtures("subprocess_env")
 def test_a_diverging_loss_fails_as_diverged_not_fast(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_nan="""
+        from dataclasses import replace
+
+        from pytest_dlperf import SGD
+        from pytest_dlperf.models import RESNET50
+
+        EXPLODING = replace(RESNET50, optimizer=SGD(lr_per_256=1e12, momentum=0.9))
+
         def test_nan(throughput_meter):
-            throughput_meter.measure("torch", lr_per_256=1e12)
+            throughput_meter.measure("torch", EXPLODING)
     """)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--devices-per-node", "1",
                                            "--dlperf-warmup-steps", "2", "--dlperf-steps", "2",
@@ -135,7 +142,7 @@ def test_ctrl_c_stops_every_worker_and_writes_no_baseline(
         out, _ = proc.communicate(timeout=90)  # reads as it waits: no full-pipe stall
     finally:  # if the test itself fails, leave nothing behind for the tests after it
         if proc.poll() is None:
-            local.kill_tree([proc])
+            processes.kill_tree([proc])
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
     assert b"KeyboardInterrupt" in out
     assert workers_under(pytester.path) == []
@@ -153,7 +160,10 @@ from pytest_dlperf.frameworks import tensorflow as tf_adapter
 DISTRIBUTION = tf_adapter.DISTRIBUTION
 
 
-def build_trainer(spec, dist):
+RECIPE_FOR = "tensorflow"
+
+
+def build_trainer(spec, dist, recipe):
     if dist.rank == 1:
         time.sleep(3600)
     with socket.socket() as sock:  # a port nobody will listen on
@@ -162,7 +172,7 @@ def build_trainer(spec, dist):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         mine = f"127.0.0.1:{sock.getsockname()[1]}"
-    return tf_adapter.build_trainer({**spec, "workers": [mine, absent]}, dist)
+    return tf_adapter.build_trainer(spec.with_(workers=[mine, absent]), dist, recipe)
 """
 
 

@@ -160,7 +160,7 @@ def test_a_model_the_framework_lacks_fails_before_launch_naming_its_models(
     if not python.exists() or frameworks.installed_version(framework, str(python)) is None:
         pytest.skip(f"{framework} is not installed for {python}")
     pytester.makepyfile(test_x=f"def test_x(throughput_meter):\n"
-                               f"    throughput_meter.measure({framework!r}, model='bert')\n")
+                               f"    throughput_meter.measure({framework!r}, 'bert')\n")
     # Short windows, so that a regression (training anyway) fails fast instead of hanging.
     result = pytester.runpytest("-p", "no:cacheprovider", "--dlperf-baselines", "bl",
                                 "--dlperf-update-baselines", "--dlperf-warmup-steps", "1",

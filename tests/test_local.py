@@ -13,6 +13,8 @@ import psutil
 import pytest
 
 from pytest_dlperf.launch import LaunchError, local, netns
+from pytest_dlperf.protocol import Protocol
+from pytest_dlperf.spec import OptimizerSpec, RankSpec
 from pytest_dlperf.topology import Topology
 
 pytest.importorskip("torch")
@@ -22,8 +24,8 @@ def listeners_of_running_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     """Start a 2-node local case that idles, and list the TCP ports its processes listen on,
     as seen from this (the host's) network namespace."""
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    spec = {"framework": adapter, "threads": 1, "device_type": "cpu",
-            "protocol": {"warmup_steps": 1, "steps": 1, "repeats": 1, "name": "t"}}
+    spec = RankSpec(framework=adapter, model="idle", protocol=Protocol(1, 1, 1), batch_size=1,
+                    optimizer=OptimizerSpec(0.0, 0.0, 0.0)).to_json()
     errors: list[BaseException] = []
 
     def run() -> None:

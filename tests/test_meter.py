@@ -112,12 +112,13 @@ def test_real_torch_window_agrees_with_an_outside_wall_clock() -> None:
     stopwatch around the whole measurement (which waits for the device at the end) agree."""
     pytest.importorskip("torchvision")
     from pytest_dlperf.frameworks import DistEnv
-    from pytest_dlperf.frameworks.torch import build_trainer
-    from pytest_dlperf.workload import default_workload
+    from pytest_dlperf.models import RESNET50
+    from pytest_dlperf.protocol import QUICK
+    from pytest_dlperf.spec import spec_for
+    from pytest_dlperf.worker import build
 
-    spec = {**default_workload("resnet50", "cpu", amp=False).to_spec(world_size=1),
-            "framework": "torch", "precision": "fp32", "device_type": "cpu", "threads": 1}
-    trainer = build_trainer(spec, DistEnv(0, 1, 0, 1, 0))
+    trainer = build(spec_for("torch", RESNET50, protocol=QUICK, device_type="cpu"),
+                    DistEnv(0, 1, 0, 1, 0))
     try:
         trainer.step()  # first-touch allocation, outside both timings
         begin = time.perf_counter()

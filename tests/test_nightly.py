@@ -54,7 +54,7 @@ def test_night_one_records_then_a_slower_night_two_fails(tmp_path: Path,
     request.getfixturevalue("cpu_hogs")
     second = night(tmp_path)
     assert second.returncode == 1, second.stdout[-3000:] + second.stderr[-3000:]
-    assert "REGRESSION in test_resnet50_torch.py::test_resnet50_v15[1n1d-fp32-eager]" \
+    assert "REGRESSION in perf_tests/test_resnet50_torch.py::test_resnet50_v15[1n1d-fp32-eager]" \
         in second.stdout
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "**Failed**" in summary and "First night" not in summary

@@ -26,10 +26,11 @@ def oneflow_python() -> str:
 
 
 SPEC = """
-spec = {"framework": "oneflow", "precision": "fp32", "compiler": COMPILER, "device_type": "cpu",
-        "threads": 1, "model": "resnet50", "batch_size": 2, "image_size": 32,
-        "num_classes": 1000, "seed": 0,
-        "optimizer": {"lr": 0.001, "momentum": 0.9, "weight_decay": 1e-4}}
+from pytest_dlperf.models import RESNET50
+from pytest_dlperf.protocol import QUICK
+from pytest_dlperf.spec import spec_for
+spec = spec_for("oneflow", RESNET50, protocol=QUICK, device_type="cpu", compiler=COMPILER,
+                sizes={"image_size": 32})
 """
 
 
@@ -56,12 +57,12 @@ def test_a_window_waits_for_oneflow_to_finish_its_steps(oneflow_python: str, mod
     proves the steps really are asynchronous, so the first check can fail)."""
     figures = run_snippet(oneflow_python, f"COMPILER = {mode!r}\n" + SPEC + """
 import json, time
-from pytest_dlperf import frameworks
 from pytest_dlperf.frameworks import DistEnv
 from pytest_dlperf.meter import measure
 from pytest_dlperf.protocol import Protocol
 
-trainer = frameworks.load("oneflow").build_trainer(spec, DistEnv(0, 1, 0, 1, 0))
+from pytest_dlperf.worker import build
+trainer = build(spec, DistEnv(0, 1, 0, 1, 0))
 for _ in range(3):
     trainer.step()
 trainer.synchronize()
@@ -112,5 +113,49 @@ def test_cases_run_under_their_own_interpreter_and_skip_without_one(
     info = bench["extra_info"]
     assert bench["name"] == "test_of[2n1d-fp32-compiled]"
     assert info["environment"]["python"].startswith("3.10.")
+    assert info["fingerprint"]["python"] == "3.10"  # the ranks' Python, not pytest's
     assert info["environment"]["compiled"] is True
     assert info["fingerprint"]["framework"] == "oneflow" and info["speedup"] > 0
+
+
+OWN_MODEL = """
+from pytest_dlperf import Parts, Workload
+
+
+def build(ctx):
+    import oneflow as flow  # inside the recipe: pytest's own interpreter has no OneFlow
+
+    width = int(ctx.sizes["width"])
+    model = flow.nn.Sequential(flow.nn.Linear(width, 2 * width), flow.nn.ReLU(),
+                               flow.nn.Linear(2 * width, 10))
+    return Parts(model=model, inputs=flow.randn(ctx.batch_size, width),
+                 targets=lambda: flow.randint(0, 10, (ctx.batch_size,)))
+
+
+MLP = Workload("of-mlp", recipes={"oneflow": build}, batch_size={"cpu": 16}, sizes={"width": 32},
+               unit="rows")
+
+
+def test_mlp(cluster, compiler, throughput_meter):
+    report = throughput_meter.measure("oneflow", MLP)
+    assert report.environment["data_parallel_ranks"] == cluster.world_size
+    assert report.environment["parameters"] == 32 * 64 + 64 + 64 * 10 + 10
+"""
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_an_own_model_trains_eager_and_as_a_graph_on_two_ranks(
+        pytester: pytest.Pytester, oneflow_python: str) -> None:
+    pytester.makepyfile(test_own=OWN_MODEL)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--devices-per-node", "2",
+        "--dlperf-python", f"oneflow={oneflow_python}", "--dlperf-compilers", "eager,compiled",
+        "-k", "1n2d", "--dlperf-json", "r.json", "--dlperf-unstable-cv", "0.99", timeout=400)
+    result.assert_outcomes(passed=2)
+    benches = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
+    assert sorted(b["name"] for b in benches) == ["test_mlp[1n2d-compiled]", "test_mlp[1n2d-eager]"]
+    for bench in benches:
+        info = bench["extra_info"]
+        assert info["unit"] == "rows" and info["fingerprint"]["width"] == 32
+        assert info["environment"]["compiled"] == bench["name"].endswith("compiled]")
+    result.stdout.fnmatch_lines(["*rows/s*"])

@@ -12,7 +12,7 @@ def test_show(request):
     p = s.protocol
     print(f"SETTINGS {p.name} {p.warmup_steps} {p.steps} {p.repeats} {s.tolerance} {s.nodes} "
           f"{s.devices_per_node} {s.update_baselines} {s.strict} {s.baselines.name} "
-          f"{s.max_repeats} {s.unstable_cv}")
+          f"{s.max_repeats} {s.unstable_cv} {s.batch_size}")
 """
 
 
@@ -28,23 +28,28 @@ def test_defaults_are_the_full_dlperf_protocol(pytester: pytest.Pytester,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DLPERF_PROTOCOL", raising=False)
     assert settings_line(pytester) == ["full", "20", "100", "7", "0.05", "1", "None", "None",
-                                       "False", "baselines", "21", "0.1"]
+                                       "False", "baselines", "21", "0.1", "None"]
 
 
 def test_quick_profile_and_overrides(pytester: pytest.Pytester) -> None:
     got = settings_line(pytester, "--dlperf-protocol", "quick", "--dlperf-steps", "3",
                         "--nodes", "2", "--devices-per-node", "1", "--dlperf-tolerance", "10%",
                         "--dlperf-update-baselines", "--dlperf-strict", "--dlperf-baselines", "b2",
-                        "--dlperf-max-repeats", "5", "--dlperf-unstable-cv", "20%")
-    assert got == ["quick+custom", "5", "3", "5", "0.1", "2", "1", "all", "True", "b2", "5", "0.2"]
+                        "--dlperf-max-repeats", "5", "--dlperf-unstable-cv", "20%",
+                        "--dlperf-batch-size", "48")
+    assert got == ["quick+custom", "5", "3", "5", "0.1", "2", "1", "all", "True", "b2", "5", "0.2",
+                   "48"]
     assert settings_line(pytester, "--dlperf-protocol", "quick")[10] == "15"  # 3 x repeats
     assert settings_line(pytester, "--dlperf-update-baselines=missing")[7] == "missing"
 
 
 def test_precedence_cli_over_env_over_ini(pytester: pytest.Pytester,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    pytester.makeini("[pytest]\ndlperf_steps = 7\ndlperf_repeats = 2\ndlperf_warmup_steps = 1\n")
+    pytester.makeini("[pytest]\ndlperf_steps = 7\ndlperf_repeats = 2\ndlperf_warmup_steps = 1\n"
+                     "dlperf_batch_size = 24\n")
     assert settings_line(pytester)[1:4] == ["1", "7", "2"]
+    assert settings_line(pytester)[12] == "24"
+    assert settings_line(pytester, "--dlperf-batch-size", "32")[12] == "32"
     monkeypatch.setenv("DLPERF_STEPS", "9")
     assert settings_line(pytester)[1:4] == ["1", "9", "2"]
     assert settings_line(pytester, "--dlperf-steps", "11")[1:4] == ["1", "11", "2"]
@@ -57,6 +62,7 @@ def test_precedence_cli_over_env_over_ini(pytester: pytest.Pytester,
     (["--nodes", "1.5"], "--dlperf-nodes/--nodes=1.5"),
     (["--devices-per-node", "0"], "--dlperf-devices-per-node/--devices-per-node=0"),
     (["--dlperf-steps", "abc"], "--dlperf-steps=abc"),
+    (["--dlperf-batch-size", "0"], "--dlperf-batch-size=0"),
     (["--dlperf-repeats", "0"], "--dlperf-repeats=0"),
     (["--dlperf-warmup-steps", "-1"], "--dlperf-warmup-steps=-1"),
     (["--dlperf-tolerance", "2"], "--dlperf-tolerance=2"),

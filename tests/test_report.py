@@ -12,7 +12,7 @@ from pytest_dlperf.report import (CaseReport, markdown_table, pivot_rows, result
                                   text_table)
 from pytest_dlperf.stats import compare
 from pytest_dlperf.topology import Topology
-from pytest_dlperf.workload import Precision, default_workload
+from pytest_dlperf.workload import CaseWorkload, Precision
 
 
 def make_report(baseline: float | None) -> CaseReport:
@@ -22,8 +22,9 @@ def make_report(baseline: float | None) -> CaseReport:
         case="test_r.py::test_x[1n2d-amp]", name="test_x[1n2d-amp]",
         nodeid="perf/test_r.py::test_x[1n2d-amp]", params={"cluster": "1n2d", "amp": "amp"},
         framework="torch", framework_version="2.14.1", topology=Topology(1, 2, "cpu", "Fake CPU"),
-        precision=Precision("amp", "cpu"), workload=default_workload("resnet50", "cpu", True),
-        protocol=QUICK, result=result, cv=0.0909,
+        precision=Precision("amp", "cpu"),
+        workload=CaseWorkload("resnet50", "images", 2, {"image_size": 64}),
+        protocol=QUICK, result=result, cv=0.0909, param="1n2d-amp",
         verdict=compare(result.samples_per_s, None if baseline is None else [baseline], 0.05))
 
 
@@ -31,11 +32,11 @@ def test_rows_carry_dlperf_columns() -> None:
     scaled = make_report(12.5)
     scaled.speedup, scaled.efficiency = 1.7, 0.85
     table = rows([make_report(12.5).benchmark_entry(), scaled.benchmark_entry()])
-    assert table[0] == ["test_r.py::test_x[1n2d-amp]", "1 x 2", "amp(bfloat16)", "2", "11.0",
-                        "10.0-12.0", "9.1%", "3", "-", "12.5", "-12.0%", "inconclusive"]
+    assert table[0] == ["test_r.py::test_x[1n2d-amp]", "1 x 2", "amp(bfloat16)", "2",
+                        "11.0 images/s", "10.0-12.0", "9.1%", "3", "-", "12.5", "-12.0%", "inconclusive"]
     assert table[1][8] == "1.70 (85%)"
     text = text_table(table)
-    assert text[0].split() == ["case", "nodes", "x", "dev", "precision", "batch/dev", "samples/s",
+    assert text[0].split() == ["case", "nodes", "x", "dev", "precision", "batch/dev", "throughput",
                                "(median)", "min-max", "cv", "n", "speedup", "(eff.)", "baseline",
                                "delta", "verdict"]
     assert text[1].startswith("----")
@@ -53,6 +54,8 @@ def test_results_json_is_pytest_benchmark_shaped(tmp_path: Path) -> None:
     assert bench["extra_info"]["repeats_measured"] == 3
     assert bench["extra_info"]["baseline_update"] is None
     assert bench["param"] == "1n2d-amp"
+    assert bench["extra_info"]["unit"] == "images"
+    assert bench["extra_info"]["sizes"] == {"image_size": 64}
     assert "cpu" in data["machine_info"] and "id" in data["commit_info"]
 
 
@@ -62,7 +65,7 @@ def test_markdown_cli(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "pytest_dlperf.report", str(path)],
                          capture_output=True, text=True)
     assert out.returncode == 0
-    assert "| test_r.py::test_x[1n2d-amp] | 1 x 2 | amp(bfloat16) | 2 | 11.0 | 10.0-12.0 | 9.1% " \
+    assert "| test_r.py::test_x[1n2d-amp] | 1 x 2 | amp(bfloat16) | 2 | 11.0 images/s | 10.0-12.0 | 9.1% " \
         "| 3 | - |" in out.stdout
     assert "| +37.5% | improvement |" in out.stdout
     bad = subprocess.run([sys.executable, "-m", "pytest_dlperf.report", str(tmp_path / "no.json")],

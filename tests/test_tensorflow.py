@@ -14,7 +14,7 @@ pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip insta
 
 @pytest.fixture(scope="module")
 def keras_model():  # type: ignore[no-untyped-def]
-    from pytest_dlperf.frameworks.tensorflow import resnet50_v15
+    from pytest_dlperf.models.resnet50 import resnet50_v15
 
     return resnet50_v15(num_classes=1000, image_size=64)
 
@@ -30,7 +30,7 @@ def test_same_trainable_parameter_count_as_torch(keras_model) -> None:  # type: 
 
 
 def test_every_layer_has_torchs_shape(keras_model) -> None:  # type: ignore[no-untyped-def]
-    from pytest_dlperf.frameworks.tensorflow import torch_named_shapes
+    from pytest_dlperf.models.resnet50 import torch_named_shapes
 
     torch_shapes = {n: tuple(p.shape) for n, p in torchvision.models.resnet50().named_parameters()}
     keras_shapes = torch_named_shapes(keras_model)
@@ -86,3 +86,44 @@ def test_a_compiled_case_trains_under_xla_and_reports_compile_time_apart(
         "--dlperf-compilers", "compiled", "-k", "fp32", timeout=120)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*a compiled case needs at least one warm-up step*"])
+
+
+OWN_MODEL = """
+import keras
+import tensorflow as tf
+
+from pytest_dlperf import Parts, Workload
+
+
+def build(ctx):
+    width = int(ctx.sizes["width"])
+    model = keras.Sequential([keras.Input((width,)), keras.layers.Dense(2 * width, "relu"),
+                              keras.layers.Dense(10)])
+    return Parts(model=model, inputs=tf.random.normal((ctx.batch_size, width)),
+                 targets=lambda: tf.random.uniform((ctx.batch_size,), 0, 10, tf.int32))
+
+
+MLP = Workload("tf-mlp", recipes={"tensorflow": build}, batch_size={"cpu": 16},
+               sizes={"width": 32})
+
+
+def test_mlp(cluster, amp, throughput_meter):
+    report = throughput_meter.measure("tensorflow", MLP)
+    assert report.environment["data_parallel_ranks"] == cluster.world_size
+    assert report.environment["parameters"] == 32 * 64 + 64 + 64 * 10 + 10
+"""
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_an_own_keras_model_trains_in_fp32_and_mixed_precision(pytester: pytest.Pytester) -> None:
+    import json
+
+    pytester.makepyfile(test_own=OWN_MODEL)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--devices-per-node", "1",
+        "--dlperf-json", "r.json", "--dlperf-unstable-cv", "0.99", timeout=300)
+    result.assert_outcomes(passed=2)
+    benches = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
+    precisions = sorted(b["extra_info"]["precision"] for b in benches)
+    assert precisions == ["amp(bfloat16)", "fp32"]
+    assert {b["extra_info"]["fingerprint"]["model"] for b in benches} == {"tf-mlp"}

@@ -1,13 +1,18 @@
 """Framework adapters: one module per framework, each behind the same small interface.
 
-A framework module (``frameworks/<name>.py``) defines, without importing the framework at module
-level:
+An adapter is what is framework-specific and model-independent: process group, data-parallel
+wrapper, device placement, AMP, the compiler, synchronization. The model comes from the
+workload's recipe for that framework (``pytest_dlperf.workload``; ResNet-50's are in
+``pytest_dlperf.models``). A framework module (``frameworks/<name>.py``) defines, without
+importing the framework at module level:
 
 - ``DISTRIBUTION``: the package whose installed version enters the baseline fingerprint (or a
   tuple of packages that provide the framework, first installed wins);
-- ``MODELS``: the model names it trains (checked on the pytest side, before any launch);
-- ``build_trainer(spec, dist) -> Trainer``: called inside each worker rank with the plain JSON
-  spec and the rank's place in the job; it sets the framework's process group up itself.
+- ``RECIPE_FOR``: which key of ``Workload.recipes`` it builds models from (the built-in
+  adapters: their own name). An adapter without it trains on its own and gets no recipe;
+- ``build_trainer(spec, dist, recipe) -> Trainer``: called inside each worker rank with the
+  ``RankSpec``, the rank's place in the job and the imported recipe (or None); it sets the
+  framework's process group up itself.
 
 and optionally:
 
@@ -16,8 +21,8 @@ and optionally:
 - ``amp_unavailable(device_type) -> str | None``: why it has no mixed precision on that device.
 
 A framework may run its ranks under another interpreter (``--dlperf-python``); the worker side
-(this package's ``worker``, ``meter``, ``protocol``, ``jsonio`` and this module) needs only the
-standard library, on Python 3.10 or later.
+(this package's ``worker``, ``meter``, ``protocol``, ``spec``, ``workload``, ``jsonio`` and this
+module) needs only the standard library, on Python 3.10 or later.
 
 Adding a framework is adding one such module; nothing else dispatches on framework names.
 """
@@ -93,9 +98,9 @@ def exchange(dist: DistEnv, key: str, value: str, timeout_s: float = 600.0) -> l
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         raise RuntimeError("this rank was not started by a torchrun agent with a store "
                            "(TORCHELASTIC_USE_AGENT_STORE); give every rank's address in the spec")
-    store = torch_dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                                dist.world_size, is_master=False,
-                                timeout=timedelta(seconds=timeout_s))
+    store = torch_dist.TCPStore(  # type: ignore[attr-defined]
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), dist.world_size,
+        is_master=False, timeout=timedelta(seconds=timeout_s))
     store.set(f"dlperf/{key}/{dist.rank}", value)
     keys = [f"dlperf/{key}/{rank}" for rank in range(dist.world_size)]
     store.wait(keys, timedelta(seconds=timeout_s))
@@ -168,11 +173,35 @@ def _version_in(python: str, distributions: tuple[str, ...]) -> str | None:
     return done.stdout.strip() or None
 
 
-def check_model(name: str, model: str) -> None:
-    """A ``LookupError`` naming the adapter's models when it does not train ``model``."""
-    known = getattr(load(name), "MODELS", None)
-    if known is not None and model not in known:
-        raise LookupError(f"{name} has no model {model!r} (has: {', '.join(sorted(known))})")
+def recipe_for(name: str, workload: Any) -> Any:
+    """The ``RecipeReference`` of ``workload``'s recipe for adapter ``name``, checked on the
+    pytest side before any launch; None for an adapter that trains without recipes. A
+    ``LookupError`` names what exists when there is no recipe for it."""
+    from ..workload import recipe_reference
+
+    key = getattr(load(name), "RECIPE_FOR", None)
+    if key is None:
+        return None
+    recipe = workload.recipes.get(key)
+    if recipe is None:
+        from ..models import with_recipe
+
+        builtin = with_recipe(key)
+        raise LookupError(
+            f"{name} has no model {workload.name!r}: that workload has recipes for "
+            f"{', '.join(sorted(workload.recipes))} only (built-in models with a {key} recipe: "
+            f"{', '.join(builtin) or 'none'}); add recipes={{{key!r}: your_function}}")
+    return recipe_reference(recipe, f"workload {workload.name!r}, {key} recipe")
+
+
+def recipe_key(name: str) -> str | None:
+    """Which recipes adapter ``name`` builds from (None: it trains on its own)."""
+    return getattr(load(name), "RECIPE_FOR", None)
+
+
+def fresh(value: Any) -> Any:
+    """A batch element as this step uses it: a callable gives fresh values every step."""
+    return value() if callable(value) else value
 
 
 def install_hint(name: str) -> str:

@@ -1,4 +1,4 @@
-"""OneFlow: flowvision's ResNet-50 (v1.5), eager under DistributedDataParallel or a static
+"""OneFlow: a workload's ``nn.Module``, eager under DistributedDataParallel or a static
 ``nn.Graph`` with the optimizer inside (the ``compiled`` mode: what DLPerf measured).
 
 OneFlow 0.9.0, the last PyPI release, runs on Python <= 3.10 only, so its ranks usually run
@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any
+from typing import Any, Callable, Iterator
 
+from ..spec import RankSpec
+from ..workload import BuildContext, Parts
 from . import DeviceUnavailable, DistEnv
 
 DISTRIBUTION = "oneflow"
@@ -27,8 +29,7 @@ INSTALL_HINT = ("OneFlow 0.9.0 needs Python 3.10: create its worker interpreter 
                 "scripts/setup-oneflow (in pytest-dlperf's repository) and run with "
                 "--dlperf-python oneflow=$(scripts/setup-oneflow)")
 
-# The models this adapter trains: their names here -> the zoo's builder.
-MODELS = {"resnet50": "resnet50"}
+RECIPE_FOR = "oneflow"
 
 
 def _prepare_environ(environ: Any) -> None:
@@ -48,14 +49,14 @@ def _prepare_environ(environ: Any) -> None:
 
 
 class OneFlowTrainer:
-    def __init__(self, spec: dict[str, Any], dist: DistEnv) -> None:
+    def __init__(self, spec: RankSpec, dist: DistEnv,
+                 recipe: Callable[[BuildContext], Parts]) -> None:
         _prepare_environ(os.environ)
-        import flowvision
         import oneflow as flow
 
         self._flow = flow
-        self.cuda = spec["device_type"] == "cuda"
-        self.threads = int(spec["threads"])
+        self.cuda = spec.device_type == "cuda"
+        self.threads = spec.threads
         if self.threads < (os.cpu_count() or 1):  # OneFlow warns about a count of every core
             flow.set_num_threads(self.threads)
         local_rank = int(os.environ.get("LOCAL_RANK", dist.local_rank))
@@ -67,21 +68,18 @@ class OneFlowTrainer:
                 "scripts/setup-oneflow installs); or run with --dlperf-device cpu")
         self.device = flow.device("cuda", local_rank) if self.cuda else flow.device("cpu")
         # One seed for the model on every rank (nn.Graph's broadcast parameters are taken as
-        # equal, not copied), a seed per rank for the data.
-        flow.manual_seed(int(spec["seed"]))
-
-        model = getattr(flowvision.models, MODELS[spec["model"]])(
-            num_classes=int(spec["num_classes"]))
+        # equal, not copied), a seed per rank for the data drawn afterwards.
+        flow.manual_seed(spec.seed)
+        parts = recipe(spec.context(dist.rank, dist.world_size, dist.local_rank,
+                                    "cuda:%d" % local_rank if self.cuda else "cpu"))
+        model = parts.model
         self.parameters = sum(p.numel() for p in model.parameters())
-        flow.manual_seed(int(spec["seed"]) + dist.rank)
-        self.graph = spec.get("compiler", "eager") == "compiled"
-        self.amp = spec["precision"] == "amp"
+        flow.manual_seed(spec.seed + dist.rank)
+        self.graph = spec.compiled
+        self.amp = spec.precision.enabled
         # fp16 needs loss scaling; bf16 (the CPU's AMP) has fp32's exponent range.
-        self.amp_dtype = flow.float16 if self.cuda else flow.bfloat16
-        self.num_classes = int(spec["num_classes"])
-        batch, size = int(spec["batch_size"]), int(spec["image_size"])
-        self.batch = batch
-        opt = spec["optimizer"]
+        self.amp_dtype = getattr(flow, spec.precision.dtype)
+        opt = spec.optimizer
 
         if self.graph and dist.world_size > 1:
             # nn.Graph is data-parallel through global tensors: parameters broadcast, the batch
@@ -93,14 +91,17 @@ class OneFlowTrainer:
         else:
             self.placement = None
             model = model.to(self.device)
-        self.optimizer = flow.optim.SGD(model.parameters(), lr=opt["lr"],
-                                        momentum=opt["momentum"],
-                                        weight_decay=opt["weight_decay"])
-        self.criterion = flow.nn.CrossEntropyLoss()
-        # Synthetic data resident on the device, as DLPerf's synthetic-data runs.
-        self.images = self._batch(flow.randn(batch, 3, size, size, device=self.device))
+        self.optimizer = flow.optim.SGD(model.parameters(), lr=opt.lr, momentum=opt.momentum,
+                                        weight_decay=opt.weight_decay)
+        self.criterion = parts.loss or flow.nn.CrossEntropyLoss()
+        # Synthetic data resident on the device, as DLPerf's synthetic-data runs; or the
+        # workload's own iterator, moved batch by batch inside the timed step.
+        self.inputs = self._place(parts.inputs)
+        self.targets = self._place(parts.targets)
+        self._data_source = parts.data
+        self.data: Iterator[Any] | None = iter(parts.data) if parts.data is not None else None
         self.scaler = (flow.amp.GradScaler(init_scale=2.0 ** 16)
-                       if self.amp and self.cuda else None)
+                       if spec.precision.loss_scaling else None)
 
         if self.graph:
             self.train_step = self._graph_step(model)
@@ -110,6 +111,28 @@ class OneFlowTrainer:
             self.model = model
             self.train_step = self._eager_step
         self._loss = None
+
+    def _place(self, value: Any) -> Any:
+        """On this rank's device (a callable is placed as it is called), then global for a
+        data-parallel graph."""
+        if callable(value) or value is None:
+            return value
+        if isinstance(value, (tuple, list)):
+            return type(value)(self._place(v) for v in value)
+        return self._batch(value.to(self.device))
+
+    def _next_batch(self) -> tuple[Any, Any]:
+        if self.data is None:
+            inputs, targets = self.inputs, self.targets
+            # Fresh values each step are drawn locally, then placed like the resident ones.
+            return (self._place(inputs()) if callable(inputs) else inputs,
+                    self._place(targets()) if callable(targets) else targets)
+        try:
+            inputs, targets = next(self.data)
+        except StopIteration:  # an epoch ended: start the next
+            self.data = iter(self._data_source)  # type: ignore[arg-type]
+            inputs, targets = next(self.data)
+        return self._place(inputs), self._place(targets)
 
     def _batch(self, local: Any) -> Any:
         if self.placement is None:
@@ -130,21 +153,25 @@ class OneFlowTrainer:
                 if trainer.scaler is not None:
                     self.set_grad_scaler(trainer.scaler)
 
-            def build(self, images: Any, labels: Any) -> Any:
-                loss = self.criterion(self.model(images), labels)
+            def build(self, inputs: Any, targets: Any) -> Any:
+                outputs = (self.model(*inputs) if isinstance(inputs, tuple)
+                           else self.model(inputs))
+                loss = self.criterion(outputs, targets)
                 loss.backward()
                 return loss
 
         return TrainGraph()
 
-    def _eager_step(self, images: Any, labels: Any) -> Any:
+    def _eager_step(self, inputs: Any, targets: Any) -> Any:
         flow = self._flow
         self.optimizer.zero_grad()
         # Not even a disabled autocast on CPU: OneFlow warns about it at every step.
         autocast = (flow.autocast(self.device.type, dtype=self.amp_dtype) if self.amp
                     else contextlib.nullcontext())
         with autocast:
-            loss = self.criterion(self.model(images), labels)
+            outputs = (self.model(*inputs) if isinstance(inputs, tuple)
+                       else self.model(inputs))
+            loss = self.criterion(outputs, targets)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
             self.scaler.step(self.optimizer)
@@ -155,11 +182,7 @@ class OneFlowTrainer:
         return loss
 
     def step(self) -> None:
-        flow = self._flow
-        # Fresh labels each step, as the other frameworks (a fixed batch is memorized and the
-        # loss of a reduced-precision run ends in NaN).
-        labels = flow.randint(0, self.num_classes, (self.batch,), device=self.device)
-        self._loss = self.train_step(self.images, self._batch(labels))
+        self._loss = self.train_step(*self._next_batch())
 
     def synchronize(self) -> None:
         # Waits until OneFlow's virtual machine has run every queued instruction (eager ops and
@@ -177,13 +200,10 @@ class OneFlowTrainer:
         return float(loss.float().item())
 
     def environment(self) -> dict[str, Any]:
-        import platform
-
         flow = self._flow
         env: dict[str, Any] = {
             "framework": "oneflow",
             "framework_version": flow.__version__,
-            "python": platform.python_version(),
             "threads": self.threads,
             "parameters": self.parameters,
             "compiled": self.graph,
@@ -214,5 +234,8 @@ def compile_unavailable(device_type: str) -> str | None:
     return None  # nn.Graph compiles on CPU and CUDA alike
 
 
-def build_trainer(spec: dict[str, Any], dist: DistEnv) -> OneFlowTrainer:
-    return OneFlowTrainer(spec, dist)
+def build_trainer(spec: RankSpec, dist: DistEnv,
+                  recipe: Callable[[BuildContext], Parts] | None) -> OneFlowTrainer:
+    if recipe is None:
+        raise ValueError("the oneflow adapter needs the workload's oneflow recipe")
+    return OneFlowTrainer(spec, dist, recipe)

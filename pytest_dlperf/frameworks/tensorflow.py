@@ -1,12 +1,10 @@
-"""TensorFlow 2 / Keras 3: ResNet-50 v1.5 built from Keras layers, trained by a custom
-``tf.function`` step under ``tf.distribute`` (MultiWorkerMirroredStrategy across ranks).
+"""TensorFlow 2 / Keras 3: a workload's Keras model, trained by a custom ``tf.function`` step
+under ``tf.distribute`` (MultiWorkerMirroredStrategy across ranks).
 
-Keras' own ``keras.applications.ResNet50`` is v1 (stride 2 on the first 1x1 conv of a stage);
-DLPerf measures v1.5 (stride on the 3x3 conv), so the model is written here, layer for layer in
-torchvision's order: 25,557,032 trainable parameters, the same as torch's ``parameters()`` (BN
-moving statistics are buffers in torch and non-trainable weights here). The algorithm matches the
-torch adapter: SGD with momentum and coupled L2 weight decay on every parameter, cross-entropy on
-fresh random labels every step, synthetic images resident on the device.
+The algorithm matches the torch adapter: SGD with momentum and coupled L2 weight decay on every
+parameter, the workload's loss (default: cross-entropy of logits against integer labels), its
+synthetic batch resident on the device. The recipe runs under the strategy's scope, after the
+mixed-precision policy is set, so its layers compute in the AMP dtype.
 
 Runs inside a worker rank. ``tensorflow`` is imported in ``build_trainer`` only.
 """
@@ -15,75 +13,16 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Callable
 
-from . import DeviceUnavailable, DistEnv, exchange
+from ..spec import RankSpec
+from ..workload import BuildContext, Parts
+from . import DeviceUnavailable, DistEnv, exchange, fresh
 
 # Either wheel provides the framework: "tensorflow" (CUDA) or "tensorflow-cpu".
 DISTRIBUTION = ("tensorflow", "tensorflow-cpu")
 
-MODELS = ("resnet50",)  # the models this adapter trains
-
-BN_EPSILON, BN_MOMENTUM = 1e-5, 0.9  # torch's BatchNorm2d defaults (momentum 0.1 = 1 - 0.9)
-
-
-def resnet50_v15(num_classes: int = 1000, image_size: int = 224) -> Any:
-    """ResNet-50 v1.5 (channels last), in torchvision's layer order."""
-    import keras
-    from keras import layers
-
-    def bn(x: Any, name: str) -> Any:
-        return layers.BatchNormalization(epsilon=BN_EPSILON, momentum=BN_MOMENTUM, name=name)(x)
-
-    def conv(x: Any, filters: int, kernel: int, stride: int, name: str) -> Any:
-        if kernel > 1:  # torch pads symmetrically; Keras "same" would pad right/bottom only
-            x = layers.ZeroPadding2D(kernel // 2, name=f"{name}_pad")(x)
-        return layers.Conv2D(filters, kernel, strides=stride, use_bias=False, name=name)(x)
-
-    def bottleneck(x: Any, filters: int, stride: int, downsample: bool, name: str) -> Any:
-        out = layers.ReLU()(bn(conv(x, filters, 1, 1, f"{name}_conv1"), f"{name}_bn1"))
-        # v1.5: the stride sits on the 3x3 conv, not on the first 1x1.
-        out = layers.ReLU()(bn(conv(out, filters, 3, stride, f"{name}_conv2"), f"{name}_bn2"))
-        out = bn(conv(out, filters * 4, 1, 1, f"{name}_conv3"), f"{name}_bn3")
-        if downsample:
-            x = bn(conv(x, filters * 4, 1, stride, f"{name}_downsample_conv"),
-                   f"{name}_downsample_bn")
-        return layers.ReLU()(layers.Add()([out, x]))
-
-    inputs = keras.Input((image_size, image_size, 3))
-    x = layers.ReLU()(bn(conv(inputs, 64, 7, 2, "conv1"), "bn1"))
-    x = layers.ZeroPadding2D(1)(x)
-    x = layers.MaxPooling2D(3, strides=2)(x)
-    for stage, (filters, blocks) in enumerate(zip((64, 128, 256, 512), (3, 4, 6, 3)), start=1):
-        for block in range(blocks):
-            stride = 2 if block == 0 and stage > 1 else 1
-            x = bottleneck(x, filters, stride, block == 0, f"layer{stage}_{block}")
-    x = layers.GlobalAveragePooling2D()(x)
-    # Logits in float32 under mixed precision: the softmax cross-entropy stays accurate.
-    outputs = layers.Dense(num_classes, dtype="float32", name="fc")(x)
-    return keras.Model(inputs, outputs, name="resnet50_v15")
-
-
-def torch_named_shapes(model: Any) -> dict[str, tuple[int, ...]]:
-    """The trainable weights under torchvision's parameter names, in torch's layout (conv OIHW,
-    linear out x in): what the cross-framework alignment test compares with torch's
-    ``named_parameters()``, layer by layer."""
-    import re
-
-    renames = {"kernel": "weight", "gamma": "weight", "beta": "bias", "bias": "bias"}
-    shapes = {}
-    for weight in model.trainable_weights:
-        layer, _, kind = weight.path.rpartition("/")
-        name = re.sub(r"^layer(\d)_(\d+)_", r"layer\1.\2.", layer)
-        name = name.replace("downsample_conv", "downsample.0").replace("downsample_bn",
-                                                                         "downsample.1")
-        shape = tuple(int(d) for d in weight.shape)
-        if len(shape) == 4:  # Keras HWIO -> torch OIHW
-            shape = (shape[3], shape[2], shape[0], shape[1])
-        elif len(shape) == 2:  # Keras (in, out) -> torch (out, in)
-            shape = (shape[1], shape[0])
-        shapes[f"{name}.{renames[kind]}"] = shape
-    return shapes
+RECIPE_FOR = "tensorflow"
 
 
 def tf_config(workers: list[str], rank: int) -> dict[str, Any]:
@@ -129,10 +68,11 @@ def _use_gpu(tf: Any, local_rank: int) -> None:
 
 
 class TensorFlowTrainer:
-    def __init__(self, spec: dict[str, Any], dist: DistEnv) -> None:
-        threads = int(spec["threads"])
+    def __init__(self, spec: RankSpec, dist: DistEnv,
+                 recipe: Callable[[BuildContext], Parts]) -> None:
+        threads = spec.threads
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        self.cuda = spec["device_type"] == "cuda"
+        self.cuda = spec.device_type == "cuda"
         global _MULTI_WORKER_STARTED
         if dist.world_size > 1 and _MULTI_WORKER_STARTED:
             # TensorFlow configures its collectives once per process: a second multi-worker
@@ -145,7 +85,7 @@ class TensorFlowTrainer:
                 "use the local or slurm launcher, which start new ranks for every case")
         if dist.world_size > 1:
             _MULTI_WORKER_STARTED = True
-            workers = spec.get("workers") or exchange(dist, "tf-workers", _own_address())
+            workers = spec.workers or exchange(dist, "tf-workers", _own_address())
             if len(workers) != dist.world_size:
                 raise ValueError(f"tensorflow needs one address per rank (world size "
                                  f"{dist.world_size}), got {workers!r}")
@@ -163,9 +103,9 @@ class TensorFlowTrainer:
             tf.config.threading.set_inter_op_parallelism_threads(1 if threads == 1 else 2)
         except RuntimeError:
             pass
-        self.amp = spec["precision"] == "amp"
+        precision = spec.precision
         # fp16 needs loss scaling (LossScaleOptimizer); bf16 keeps fp32's exponent range.
-        policy = ("mixed_float16" if self.cuda else "mixed_bfloat16") if self.amp else "float32"
+        policy = f"mixed_{precision.dtype}" if precision.enabled else "float32"
         keras.mixed_precision.set_global_policy(policy)
         if dist.world_size > 1:
             implementation = (tf.distribute.experimental.CommunicationImplementation.NCCL
@@ -176,16 +116,20 @@ class TensorFlowTrainer:
                     implementation=implementation))
         else:
             self.strategy = tf.distribute.get_strategy()
-        keras.utils.set_random_seed(int(spec["seed"]) + dist.rank)
+        keras.utils.set_random_seed(spec.seed + dist.rank)
 
-        batch, size = int(spec["batch_size"]), int(spec["image_size"])
-        self.num_classes = int(spec["num_classes"])
-        opt = spec["optimizer"]
-        self.weight_decay = float(opt["weight_decay"])
+        opt = spec.optimizer
+        self.weight_decay = float(opt.weight_decay)
+        device = f"cuda:{dist.local_rank}" if self.cuda else "cpu"
         with self.strategy.scope():
-            self.model = resnet50_v15(self.num_classes, size)
-            optimizer = keras.optimizers.SGD(learning_rate=opt["lr"], momentum=opt["momentum"])
-            self.loss_scaled = self.amp and self.cuda
+            parts = recipe(spec.context(dist.rank, dist.world_size, dist.local_rank, device))
+            if parts.data is not None:
+                raise ValueError("the TensorFlow adapter takes a synthetic batch (Parts.inputs "
+                                 "and targets); an iterator of batches (Parts.data) is "
+                                 "supported for torch and OneFlow only")
+            self.model = parts.model
+            optimizer = keras.optimizers.SGD(learning_rate=opt.lr, momentum=opt.momentum)
+            self.loss_scaled = precision.loss_scaling
             if self.loss_scaled:
                 optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
                 # Built now, so the step traces against the live loss scale (an unbuilt one
@@ -193,21 +137,27 @@ class TensorFlowTrainer:
                 optimizer.build(self.model.trainable_variables)
             self.optimizer = optimizer
             # Synthetic data resident on the device, as DLPerf's synthetic-data runs.
-            self.images = tf.Variable(tf.random.normal((batch, size, size, 3)), trainable=False)
+            self.inputs = tf.nest.map_structure(self._resident, parts.inputs)
+            self.targets = (parts.targets if callable(parts.targets)
+                            else tf.nest.map_structure(self._resident, parts.targets))
+        self.criterion = parts.loss or _cross_entropy
         self.parameters = int(sum(int(tf.size(w)) for w in self.model.trainable_weights))
-        self.batch = batch
-        self.global_batch = batch * dist.world_size
-        self.jit = spec.get("compiler", "eager") == "compiled"  # XLA
+        self.jit = spec.compiled  # XLA
         self._step = tf.function(self._replica_step, jit_compile=self.jit)
         self._loss: Any = None
 
+    def _resident(self, value: Any) -> Any:
+        if callable(value):
+            return value
+        return self._tf.Variable(value, trainable=False)
+
     def _replica_step(self) -> Any:
         tf = self._tf
-        labels = tf.random.uniform((self.batch,), 0, self.num_classes, dtype=tf.int32)
+        inputs, targets = fresh(self.inputs), fresh(self.targets)
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
-            logits = self.model(self.images, training=True)
-            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+            outputs = self.model(inputs, training=True)  # a tuple is a multi-input model's
+            loss = self.criterion(outputs, targets)
             scaled = self.optimizer.scale_loss(loss) if self.loss_scaled else loss
         grads = tape.gradient(scaled, variables)
         # torch's SGD weight_decay: coupled L2 on every parameter (Keras' is decoupled). Under
@@ -263,5 +213,15 @@ class TensorFlowTrainer:
         pass
 
 
-def build_trainer(spec: dict[str, Any], dist: DistEnv) -> TensorFlowTrainer:
-    return TensorFlowTrainer(spec, dist)
+def _cross_entropy(logits: Any, labels: Any) -> Any:
+    import tensorflow as tf
+
+    logits = tf.cast(logits, tf.float32)  # accurate softmax whatever the AMP dtype
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+
+
+def build_trainer(spec: RankSpec, dist: DistEnv,
+                  recipe: Callable[[BuildContext], Parts] | None) -> TensorFlowTrainer:
+    if recipe is None:
+        raise ValueError("the tensorflow adapter needs the workload's tensorflow recipe")
+    return TensorFlowTrainer(spec, dist, recipe)

@@ -1,4 +1,4 @@
-"""PyTorch: torchvision's ResNet-50 (v1.5) under DistributedDataParallel.
+"""PyTorch: a workload's ``nn.Module`` under DistributedDataParallel.
 
 Runs inside a worker rank. ``torch`` is imported in ``build_trainer`` only, so that the plugin can
 read ``DISTRIBUTION`` without paying for a torch import.
@@ -6,25 +6,25 @@ read ``DISTRIBUTION`` without paying for a torch import.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Iterator
 
-from . import DeviceUnavailable, DistEnv
+from ..spec import RankSpec
+from ..workload import BuildContext, Parts
+from . import DeviceUnavailable, DistEnv, fresh
 
 DISTRIBUTION = "torch"
-
-# The models this adapter trains: their names here -> the zoo's builder.
-MODELS = {"resnet50": "resnet50"}
+RECIPE_FOR = "torch"
 
 
 class TorchTrainer:
-    def __init__(self, spec: dict[str, Any], dist: DistEnv) -> None:
+    def __init__(self, spec: RankSpec, dist: DistEnv,
+                 recipe: Callable[[BuildContext], Parts]) -> None:
         import torch
-        import torchvision
 
         self._torch = torch
         self.dist = dist
-        self.cuda = spec["device_type"] == "cuda"
-        torch.set_num_threads(int(spec["threads"]))
+        self.cuda = spec.device_type == "cuda"
+        torch.set_num_threads(spec.threads)
         if self.cuda:
             if dist.local_rank >= torch.cuda.device_count():
                 raise DeviceUnavailable(
@@ -40,11 +40,11 @@ class TorchTrainer:
             self.device = torch.device("cpu")
         if dist.world_size > 1:
             torch.distributed.init_process_group(backend="nccl" if self.cuda else "gloo")
-        torch.manual_seed(int(spec["seed"]) + dist.rank)
+        torch.manual_seed(spec.seed + dist.rank)  # DDP broadcasts rank 0's weights
 
-        model = getattr(torchvision.models, MODELS[spec["model"]])(num_classes=int(spec["num_classes"]))
-        memory_format = torch.channels_last if self.cuda else torch.contiguous_format
-        model = model.to(self.device, memory_format=memory_format)
+        parts = recipe(spec.context(dist.rank, dist.world_size, dist.local_rank,
+                                    str(self.device)))
+        model = parts.model.to(self.device)  # keeps the recipe's memory format
         self.parameters = sum(p.numel() for p in model.parameters())
         if dist.world_size > 1:
             # Gradients as views into the all-reduce buckets: no copy in and out of them.
@@ -53,42 +53,59 @@ class TorchTrainer:
                 gradient_as_bucket_view=True,
             )
         self.model = model
-        self.compiled = spec.get("compiler", "eager") == "compiled"
+        self.compiled = spec.compiled
         # torch.compile (inductor) of the whole model, DDP included (its graph breaks at the
         # all-reduce buckets): the first step traces and compiles, the warm-up absorbs it.
         self.forward = torch.compile(model) if self.compiled else model
-        opt = spec["optimizer"]
+        opt = spec.optimizer
         # Fused on CUDA: one kernel for the whole update, and GradScaler hands it the inf check
         # on the device (an unfused optimizer makes GradScaler.step read found_inf on the host:
         # a device sync in every AMP step).
         self.optimizer = torch.optim.SGD(
-            model.parameters(), lr=opt["lr"], momentum=opt["momentum"],
-            weight_decay=opt["weight_decay"], fused=self.cuda or None,
+            model.parameters(), lr=opt.lr, momentum=opt.momentum,
+            weight_decay=opt.weight_decay, fused=self.cuda or None,
         )
-        self.criterion = torch.nn.CrossEntropyLoss()
+        self.criterion = parts.loss or torch.nn.functional.cross_entropy
+        # Synthetic data resident on the device, as DLPerf's synthetic-data runs; or the
+        # workload's own iterator, moved batch by batch inside the timed step.
+        self.inputs = self._to_device(parts.inputs)
+        self.targets = self._to_device(parts.targets)
+        self.data: Iterator[Any] | None = iter(parts.data) if parts.data is not None else None
+        self._data_source = parts.data
 
-        batch, size = int(spec["batch_size"]), int(spec["image_size"])
-        # Synthetic data resident on the device, as DLPerf's synthetic-data runs: the input
-        # pipeline is not what is being measured.
-        self.images = torch.randn(batch, 3, size, size, device=self.device).contiguous(
-            memory_format=memory_format)
-        self.num_classes = int(spec["num_classes"])
-        self.labels = torch.randint(0, self.num_classes, (batch,), device=self.device)
-
-        self.amp = spec["precision"] == "amp"
-        self.amp_dtype = torch.float16 if self.cuda else torch.bfloat16
-        # fp16 needs loss scaling; bf16 has fp32's exponent range and does not.
-        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp and self.cuda)
+        self.amp = spec.precision.enabled
+        self.amp_dtype = getattr(torch, spec.precision.dtype)
+        self.scaler = torch.amp.GradScaler("cuda", enabled=spec.precision.loss_scaling)
         self._loss = torch.zeros((), device=self.device)
+
+    def _to_device(self, value: Any) -> Any:
+        torch = self._torch
+        if isinstance(value, torch.Tensor):
+            return value.to(self.device, non_blocking=True)
+        if isinstance(value, (tuple, list)):
+            return type(value)(self._to_device(v) for v in value)
+        if isinstance(value, dict):
+            return {k: self._to_device(v) for k, v in value.items()}
+        return value
+
+    def _next_batch(self) -> tuple[Any, Any]:
+        if self.data is None:
+            return fresh(self.inputs), fresh(self.targets)
+        try:
+            batch = next(self.data)
+        except StopIteration:  # an epoch ended: start the next (a DataLoader re-shuffles)
+            self.data = iter(self._data_source)  # type: ignore[arg-type]
+            batch = next(self.data)
+        inputs, targets = batch
+        return self._to_device(inputs), self._to_device(targets)
 
     def step(self) -> None:
         torch = self._torch
-        # Fresh labels each step (one tiny kernel): a fixed batch is memorized within a few
-        # steps, after which logits grow without bound and fp16/bf16 runs end in NaN.
-        torch.randint(0, self.num_classes, self.labels.shape, out=self.labels)
+        inputs, targets = self._next_batch()
         self.optimizer.zero_grad(set_to_none=True)
         with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp):
-            loss = self.criterion(self.forward(self.images), self.labels)
+            outputs = self.forward(*inputs) if isinstance(inputs, tuple) else self.forward(inputs)
+            loss = self.criterion(outputs, targets)
         self.scaler.scale(loss).backward()
         self.scaler.step(self.optimizer)
         self.scaler.update()
@@ -114,8 +131,8 @@ class TorchTrainer:
                                     if torch.distributed.is_initialized() else 1),
         }
         if self.cuda:
+            images = self.inputs if isinstance(self.inputs, torch.Tensor) else None
             env.update(
-                channels_last=self.images.is_contiguous(memory_format=torch.channels_last),
                 cudnn_benchmark=torch.backends.cudnn.benchmark,
                 fused_optimizer=True,
                 device_name=torch.cuda.get_device_name(self.device),
@@ -123,6 +140,8 @@ class TorchTrainer:
                 cudnn=torch.backends.cudnn.version(),
                 nccl=".".join(map(str, torch.cuda.nccl.version())),
             )
+            if images is not None and images.dim() == 4:
+                env["channels_last"] = images.is_contiguous(memory_format=torch.channels_last)
         return env
 
     def close(self) -> None:
@@ -140,5 +159,8 @@ def compile_unavailable(device_type: str) -> str | None:
     return None
 
 
-def build_trainer(spec: dict[str, Any], dist: DistEnv) -> TorchTrainer:
-    return TorchTrainer(spec, dist)
+def build_trainer(spec: RankSpec, dist: DistEnv,
+                  recipe: Callable[[BuildContext], Parts] | None) -> TorchTrainer:
+    if recipe is None:
+        raise ValueError("the torch adapter needs the workload's torch recipe")
+    return TorchTrainer(spec, dist, recipe)

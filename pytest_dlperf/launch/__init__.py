@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..spec import RankSpec
 from ..topology import Topology
 
 
@@ -149,7 +150,7 @@ class Cluster:
     def backend(self) -> str:
         return self.topology.backend
 
-    def run(self, spec: dict[str, Any]) -> list[dict[str, Any]]:
+    def run(self, spec: RankSpec) -> list[dict[str, Any]]:
         """Run the worker on every rank; each run gets a fresh folder, removed afterwards."""
         import shutil
         import tempfile
@@ -157,10 +158,10 @@ class Cluster:
         self.work_root.mkdir(parents=True, exist_ok=True)
         run_dir = Path(tempfile.mkdtemp(prefix=f"{self.topology.id}-", dir=self.work_root))
         try:
-            return self.launcher.run({**spec, "threads": self.topology.threads_per_worker,
-                                      "device_type": self.topology.device_type,
-                                      "python": self.pythons.get(spec["framework"])},
-                                     self.topology, run_dir, self.timeout_s)
+            placed = spec.with_(threads=self.topology.threads_per_worker,
+                                device_type=self.topology.device_type,
+                                python=self.pythons.get(spec.framework))
+            return self.launcher.run(placed.to_json(), self.topology, run_dir, self.timeout_s)
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
 

@@ -62,7 +62,7 @@ class ExternalLauncher(Launcher):
             import torch.distributed as dist
 
             port = self.port if self.agent_store else self.port + 1
-            self._store = dist.TCPStore(
+            self._store = dist.TCPStore(  # type: ignore[attr-defined]
                 self.host, port, self.dist.world_size,
                 is_master=not self.agent_store and self.dist.rank == 0,
                 timeout=timedelta(seconds=timeout_s))

@@ -7,175 +7,13 @@ and the whole process tree is reaped afterwards, whatever happened.
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import threading
-import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from ..topology import Topology
-from . import LaunchError, Launcher
-
-# The package's parent directory: workers import the very same pytest_dlperf as the plugin.
-_SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
-# After one agent fails, how long the others get to notice and exit on their own.
-_FAILURE_GRACE_S = 10.0
-
-
-def free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def agent_command(topology: Topology, endpoint: str, run_id: str, spec_path: Path,
-                  out_dir: Path, timeout_s: float, local_addr: str | None = "127.0.0.1") -> list[str]:
-    """One node's ``torchrun`` agent; every launch mode starts these, only where differs."""
-    # A node that never arrives would otherwise hold the others for torch's default 900 s.
-    join_timeout = max(10, int(timeout_s))
-    return [
-        sys.executable, "-m", "torch.distributed.run",
-        "--nnodes", str(topology.nodes),
-        "--nproc-per-node", str(topology.devices_per_node),
-        "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", endpoint,
-        "--rdzv-id", run_id,
-        *(["--local-addr", local_addr] if local_addr else []),
-        "--rdzv-conf", f"join_timeout={join_timeout}",
-        "--max-restarts", "0",
-        "--monitor-interval", "0.5",
-        "-m", "pytest_dlperf.worker", str(spec_path), str(out_dir),
-    ]
-
-
-def worker_environment(topology: Topology, tmp_dir: Path, python: str | None,
-                       framework_port: int, nodes_share_host: bool) -> dict[str, str]:
-    """What the agents (and so the ranks) inherit. ``python``: the ranks' interpreter, when not
-    the agents' own (torchrun reads ``PYTHON_EXEC``). ``framework_port``: a free port on the
-    first node for a framework that runs its own rendezvous beside torchrun's store (OneFlow's
-    rank 0 listens on its ``MASTER_PORT``, which torchrun's agent store already holds).
-    ``nodes_share_host``: several nodes have one host address, so a framework that groups ranks
-    into nodes by address (OneFlow) must number them as one host's processes."""
-    env = dict(os.environ)
-    env.pop("PYTHON_EXEC", None)
-    if python:
-        env["PYTHON_EXEC"] = python
-    threads = str(topology.threads_per_worker)
-    env.update(
-        OMP_NUM_THREADS=threads,
-        MKL_NUM_THREADS=threads,
-        # torchelastic leaves torchelastic_* folders and error files in TMPDIR.
-        TMPDIR=str(tmp_dir),
-        PYTHONPATH=os.pathsep.join(p for p in (_SOURCE_ROOT, env.get("PYTHONPATH")) if p),
-        PYTHONUNBUFFERED="1",
-        # Where a framework that runs its own servers (TensorFlow) tells its peers to connect.
-        DLPERF_WORKER_HOST="127.0.0.1",
-        DLPERF_FRAMEWORK_PORT=str(framework_port),
-        DLPERF_NODES_SHARE_HOST="1" if nodes_share_host else "0",
-    )
-    return env
-
-
-def kill_tree(procs: list[subprocess.Popen[bytes]], grace_s: float = 3.0) -> None:
-    """Terminate agents and every worker under them; workers sit in sessions of their own."""
-    victims: list[psutil.Process] = []
-    for proc in procs:
-        try:
-            parent = psutil.Process(proc.pid)
-            victims.extend(parent.children(recursive=True))
-            victims.append(parent)
-        except psutil.NoSuchProcess:
-            pass
-    for victim in victims:
-        try:
-            victim.send_signal(signal.SIGTERM)
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(victims, timeout=grace_s)
-    for victim in alive:
-        try:
-            victim.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=grace_s)
-    for proc in procs:  # reap our direct children: no zombies
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
-
-
-def _tail(paths: list[Path], limit: int = 6000) -> str:
-    text = "".join(p.read_text(errors="replace") for p in paths if p.exists())
-    return text[-limit:]
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-def wait_all(procs: list[subprocess.Popen[bytes]], deadline: float) -> str:
-    """'ok', 'failed' (an agent exited non-zero) or 'timeout'."""
-    failed_at: float | None = None
-    while True:
-        codes = [p.poll() for p in procs]
-        if all(c is not None for c in codes):
-            return "ok" if all(c == 0 for c in codes) else "failed"
-        now = time.monotonic()
-        if failed_at is None and any(c not in (None, 0) for c in codes):
-            failed_at = now
-        if failed_at is not None and now - failed_at > _FAILURE_GRACE_S:
-            return "failed"
-        if now > deadline:
-            return "timeout"
-        time.sleep(0.1)
-
-
-def prepare(spec: dict[str, Any], run_dir: Path) -> tuple[Path, Path, Path]:
-    """The case's folder: spec.json, results/ (one file per rank), tmp/ (workers' TMPDIR)."""
-    out_dir, tmp_dir = run_dir / "results", run_dir / "tmp"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp_dir.mkdir(parents=True, exist_ok=True)
-    spec_path = run_dir / "spec.json"
-    spec_path.write_text(json.dumps(spec, sort_keys=True, indent=2))
-    return spec_path, out_dir, tmp_dir
-
-
-def new_run_id() -> str:
-    return f"dlperf-{uuid.uuid4().hex[:12]}"
-
-
-def run_processes(commands: list[list[str]], env: dict[str, str], run_dir: Path, out_dir: Path,
-                  world_size: int, timeout_s: float) -> list[dict[str, Any]]:
-    """Start the commands, wait (bounded), reap their whole trees, collect every rank's JSON."""
-    logs = [run_dir / f"launch-{i}.log" for i in range(len(commands))]
-    procs: list[subprocess.Popen[bytes]] = []
-    started = time.monotonic()
-    # SIGTERM (a CI runner cancelling the job) unwinds like Ctrl-C, so the finally below
-    # reaps the workers instead of orphaning them.
-    previous = (signal.signal(signal.SIGTERM, _interrupt)
-                if threading.current_thread() is threading.main_thread() else None)
-    try:
-        for command, log in zip(commands, logs):
-            with open(log, "wb") as fh:
-                procs.append(subprocess.Popen(
-                    command, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    env=env, start_new_session=True))
-        outcome = wait_all(procs, started + timeout_s)
-    finally:  # also on Ctrl-C: no worker outlives its case
-        kill_tree(procs)
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-    return collect(out_dir, world_size, outcome, timeout_s,
-                   _tail(logs + sorted(run_dir.glob("agent-*.log"))))
+from . import Launcher, netns
+from .processes import (agent_command, free_loopback_port, new_run_id, prepare, run_processes,
+                        worker_environment)
 
 
 class LocalLauncher(Launcher):
@@ -187,8 +25,6 @@ class LocalLauncher(Launcher):
 
     @property
     def isolation(self) -> str | None:
-        from . import netns
-
         return "network-namespace" if netns.available() else "none"
 
     def run(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
@@ -200,39 +36,9 @@ class LocalLauncher(Launcher):
         commands = [agent_command(topology, f"127.0.0.1:{port}", run_id, spec_path, out_dir,
                                   timeout_s) for _ in range(topology.nodes)]
         if self.isolation == "network-namespace":
-            from . import netns
-
             logs = [run_dir / f"agent-{i}.log" for i in range(topology.nodes)]
             commands = [netns.wrap(commands, logs, run_dir / "netns-plan.json")]
         # Every local node has this host's address.
         env = worker_environment(topology, tmp_dir, spec.get("python"), free_loopback_port(),
                                  nodes_share_host=topology.nodes > 1)
         return run_processes(commands, env, run_dir, out_dir, topology.world_size, timeout_s)
-
-
-def collect(out_dir: Path, world_size: int, outcome: str, timeout_s: float,
-            log_tail: str) -> list[dict[str, Any]]:
-    results: dict[int, dict[str, Any]] = {}
-    errors: dict[int, str] = {}
-    kinds: set[str] = set()
-    for rank in range(world_size):
-        path = out_dir / f"rank-{rank}.json"
-        if not path.exists():
-            continue
-        data = json.loads(path.read_text())
-        if "error" in data:
-            errors[rank] = data["error"]
-            kinds.add(data.get("error_type", ""))
-        else:
-            results[rank] = data
-    missing = [r for r in range(world_size) if r not in results and r not in errors]
-    if not errors and not missing and outcome == "ok":
-        return [results[r] for r in range(world_size)]
-    if errors:
-        kind = "diverged" if "diverged" in kinds else "failed"
-        summary = f"{len(errors)} of {world_size} ranks failed ({kind})"
-    elif outcome == "timeout":
-        kind, summary = "timeout", f"timed out after {timeout_s:g} s; stuck ranks: {missing}"
-    else:
-        kind, summary = "failed", f"the launcher failed before ranks {missing} reported"
-    raise LaunchError(summary, errors, missing, log_tail, kind)

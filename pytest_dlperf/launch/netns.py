@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .processes import kill_tree, wait_all
+
 
 @functools.lru_cache(maxsize=1)
 def available() -> bool:
@@ -40,8 +42,6 @@ def wrap(commands: list[list[str]], logs: list[Path], plan_path: Path) -> list[s
 
 
 def main(argv: list[str]) -> int:
-    from .local import kill_tree, wait_all
-
     plan = json.loads(Path(argv[0]).read_text())
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     procs: list[subprocess.Popen[bytes]] = []

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..topology import Topology
 from . import Launcher
-from .local import agent_command, new_run_id, prepare, run_processes, worker_environment
+from .processes import agent_command, new_run_id, prepare, run_processes, worker_environment
 
 
 @dataclass(frozen=True)

@@ -92,13 +92,14 @@ def test_quick_fp32_and_amp_cases_train_and_fingerprint_the_cuda_stack(
 
 
 SPEC = """
-spec = {"framework": FRAMEWORK, "precision": PRECISION, "compiler": "eager",
-        "device_type": "cuda", "threads": 4, "model": "resnet50", "batch_size": 256,
-        "image_size": 224, "num_classes": 1000, "seed": 0,
-        "optimizer": {"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4}}
-from pytest_dlperf import frameworks
 from pytest_dlperf.frameworks import DistEnv
-trainer = frameworks.load(FRAMEWORK).build_trainer(spec, DistEnv(0, 1, 0, 1, 0))
+from pytest_dlperf.models import RESNET50
+from pytest_dlperf.protocol import QUICK
+from pytest_dlperf.spec import spec_for
+from pytest_dlperf.worker import build
+spec = spec_for(FRAMEWORK, RESNET50, protocol=QUICK, device_type="cuda", precision=PRECISION,
+                batch_size=256).with_(threads=4)
+trainer = build(spec, DistEnv(0, 1, 0, 1, 0))
 for _ in range(5):  # cuDNN autotuning, allocator growth, tracing
     trainer.step()
 trainer.synchronize()
@@ -144,7 +145,7 @@ def test_torch_steps_in_channels_last_with_cudnn_autotuning_and_no_host_sync(
 import json, torch
 model = trainer.model.module if hasattr(trainer.model, "module") else trainer.model
 facts = {
-    "images_channels_last": trainer.images.is_contiguous(memory_format=torch.channels_last),
+    "images_channels_last": trainer.inputs.is_contiguous(memory_format=torch.channels_last),
     "conv1_channels_last": model.conv1.weight.is_contiguous(memory_format=torch.channels_last),
     "cudnn_benchmark": torch.backends.cudnn.benchmark,
 }

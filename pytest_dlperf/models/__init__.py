@@ -1,0 +1,25 @@
+"""The built-in workloads, one module per model holding its recipe per framework.
+
+``measure(framework, "resnet50")`` looks a name up here; users pass their own ``Workload``.
+"""
+
+from __future__ import annotations
+
+from ..workload import Workload
+from .resnet50 import WORKLOAD as RESNET50
+
+BUILTIN: dict[str, Workload] = {RESNET50.name: RESNET50}
+
+
+def with_recipe(key: str) -> list[str]:
+    """The built-in models that have a recipe for ``key`` (a framework)."""
+    return sorted(name for name, workload in BUILTIN.items() if key in workload.recipes)
+
+
+def builtin(name: str, framework: str, key: str | None) -> Workload:
+    """The built-in model ``name``, as ``framework`` (whose recipes are ``key``'s) asks for it."""
+    if name in BUILTIN:
+        return BUILTIN[name]
+    has = with_recipe(key) if key else sorted(BUILTIN)
+    raise LookupError(f"{framework} has no model {name!r} (has: {', '.join(has) or 'none'}); "
+                      "for your own model pass a pytest_dlperf.Workload instead of a name")

@@ -1,0 +1,126 @@
+"""The one record a training rank receives: built once on the pytest side, written as JSON,
+parsed once in the rank. Standard library only (ranks may run under another Python).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from .protocol import Protocol
+from .workload import (BuildContext, CaseWorkload, Precision, RecipeReference, SizeValue,
+                       Workload, recipe_reference)
+
+
+class SpecError(ValueError):
+    """A spec file a rank cannot use; names the field."""
+
+
+@dataclass(frozen=True)
+class PrecisionSpec:
+    """The precision as the rank applies it (``Precision`` decided it on the pytest side)."""
+
+    name: str = "fp32"  # "fp32" | "amp"
+    dtype: str = "float32"  # autocast dtype: "float32" | "float16" | "bfloat16"
+    loss_scaling: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.name == "amp"
+
+    @classmethod
+    def of(cls, precision: Precision) -> PrecisionSpec:
+        return cls(precision.name, precision.dtype, precision.loss_scaling)
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    lr: float
+    momentum: float
+    weight_decay: float
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    framework: str  # built-in adapter name, or a dotted module path to the user's own adapter
+    model: str  # the workload's name
+    protocol: Protocol
+    batch_size: int  # per device
+    optimizer: OptimizerSpec
+    recipe: RecipeReference | None = None  # None: the adapter trains without one
+    sizes: dict[str, SizeValue] = field(default_factory=dict)
+    unit: str = "samples"
+    precision: PrecisionSpec = PrecisionSpec()
+    compiler: str = "eager"
+    seed: int = 0
+    # Filled in by the cluster at launch:
+    device_type: str = "cpu"
+    threads: int = 1
+    python: str | None = None  # the interpreter the ranks run under; None: pytest's
+    workers: list[str] | None = None  # TensorFlow: every rank's host:port, when known upfront
+
+    @property
+    def compiled(self) -> bool:
+        return self.compiler == "compiled"
+
+    def context(self, rank: int, world_size: int, local_rank: int, device: str) -> BuildContext:
+        return BuildContext(
+            framework=self.framework, device_type=self.device_type, device=device,
+            batch_size=self.batch_size, sizes=dict(self.sizes), precision=self.precision.name,
+            amp_dtype=self.precision.dtype, compiled=self.compiled, seed=self.seed, rank=rank,
+            world_size=world_size, local_rank=local_rank)
+
+    def with_(self, **changes: Any) -> RankSpec:
+        return replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, data: Any) -> RankSpec:
+        if not isinstance(data, dict):
+            raise SpecError(f"a rank spec must be a JSON object, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SpecError(f"rank spec: unknown field(s) {', '.join(unknown)} (known: "
+                            f"{', '.join(sorted(known))}); was it written by another version "
+                            "of pytest-dlperf?")
+        values = dict(data)
+        try:
+            values["protocol"] = Protocol(**values["protocol"])
+            values["optimizer"] = OptimizerSpec(**values["optimizer"])
+            if values.get("recipe") is not None:
+                values["recipe"] = RecipeReference(**values["recipe"])
+            if "precision" in values:
+                values["precision"] = PrecisionSpec(**values["precision"])
+            return cls(**values)
+        except (KeyError, TypeError) as exc:
+            raise SpecError(f"rank spec: missing or malformed field ({exc})") from None
+
+
+def spec_for(framework: str, workload: Workload, *, protocol: Protocol, device_type: str,
+             precision: str = "fp32", compiler: str = "eager", world_size: int = 1,
+             batch_size: int | None = None, sizes: dict[str, SizeValue] | None = None,
+             recipe: RecipeReference | None = None, recipe_key: str | None = None) -> RankSpec:
+    """The rank spec of ``workload`` on ``framework``: sized for the device type and precision
+    (``batch_size``/``sizes`` override), the learning rate scaled to the global batch. The
+    recipe is ``recipe``, else the workload's for ``recipe_key`` (default: the framework)."""
+    sized = CaseWorkload.of(workload, device_type, precision, batch_size, sizes)
+    if recipe is None:
+        key = recipe_key or framework
+        if key in workload.recipes:
+            recipe = recipe_reference(workload.recipes[key],
+                                      f"workload {workload.name!r}, {key} recipe")
+    opt = workload.optimizer
+    return RankSpec(
+        framework=framework, model=sized.model, protocol=protocol, batch_size=sized.batch_size,
+        sizes=dict(sized.sizes), unit=sized.unit,
+        optimizer=OptimizerSpec(opt.lr(sized.batch_size * world_size), opt.momentum,
+                                opt.weight_decay),
+        recipe=recipe, precision=PrecisionSpec.of(Precision(precision, device_type)),
+        compiler=compiler, seed=workload.seed, device_type=device_type)

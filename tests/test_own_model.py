@@ -1,0 +1,271 @@
+"""Users' own models: the README's example run as it stands, recipes the ranks cannot import
+refused before launch, an input pipeline as data, and pytest's own ids for parametrized cases.
+Real torch training on CPU ranks (gloo), in subprocess pytest runs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from pytest_dlperf.workload import CaseWorkload, Workload, WorkloadError, recipe_reference
+
+# At import, before any pytester snapshot of sys.modules: a torch imported inside a pytester
+# test is unloaded at its end, and importing it again in the same process crashes.
+torch = pytest.importorskip("torch")
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+QUICK = ["-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--dlperf-unstable-cv", "0.99"]
+
+
+def readme_example() -> str:
+    """The first Python block of the README's "Your own model" section."""
+    text = README.read_text()
+    section = text[text.index("\n## Your own model\n"):]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match is not None, "no python block in the README's 'Your own model' section"
+    return match.group(1)
+
+
+def benches(path: Path) -> dict[str, dict[str, object]]:
+    data = json.loads(path.read_text())
+    return {b["name"]: b["extra_info"] for b in data["benchmarks"]}
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_the_readme_example_records_then_compares_on_one_and_two_ranks(
+        pytester: pytest.Pytester) -> None:
+    (pytester.path / "test_my_model.py").write_text(readme_example())
+    # 30 steps a window: this MLP's step takes ~2 ms here, and 10-step windows are mostly noise.
+    run = (*QUICK, "--dlperf-steps", "30", "--devices-per-node", "2")
+    first = pytester.runpytest_subprocess(*run, "--dlperf-update-baselines",
+                                          "--dlperf-json", "1.json", timeout=600)
+    first.assert_outcomes(passed=4)
+    recorded = benches(pytester.path / "1.json")
+    assert sorted(recorded) == ["test_mlp[1n1d-amp]", "test_mlp[1n1d-fp32]",
+                                "test_mlp[1n2d-amp]", "test_mlp[1n2d-fp32]"]
+    for info in recorded.values():
+        assert info["unit"] == "samples" and info["sizes"] == {"width": 256}
+        assert info["model"] == "mlp" and info["batch_size"] == 128
+        fp = info["fingerprint"]
+        assert (fp["model"], fp["width"], fp["batch_size"]) == ("mlp", 256, 128)
+        assert "image_size" not in fp
+    stored = sorted(p.relative_to(pytester.path).parent.as_posix()
+                    for p in (pytester.path / "baselines").rglob("*.json"))
+    assert stored == [f"baselines/test_my_model/test_mlp-{case}"
+                      for case in ("1n1d-amp", "1n1d-fp32", "1n2d-amp", "1n2d-fp32")]
+    first.stdout.fnmatch_lines(["*test_mlp[[]1n2d-fp32[]]*1 x 2*fp32*128*samples/s*recorded*"])
+
+    # The second run judges every case against those files. Whether this shared machine ran as
+    # fast both times is not what is tested here (a regression verdict is a correct outcome of
+    # a slower second run; the verdict's own tests cover when it should be one).
+    second = pytester.runpytest_subprocess(*run, "--dlperf-json", "2.json", timeout=600)
+    judged = benches(pytester.path / "2.json")
+    assert sorted(judged) == sorted(recorded)
+    for name, info in judged.items():
+        verdict = info["verdict"]
+        assert verdict["outcome"] in ("pass", "improvement", "inconclusive", "regression"), name
+        assert verdict["baseline"] == pytest.approx(recorded[name]["samples_per_s"])
+        assert info["baseline_update"] is None
+    regressions = sum(info["verdict"]["outcome"] == "regression" for info in judged.values())
+    second.assert_outcomes(passed=4 - regressions, failed=regressions)
+
+
+RECIPES = """
+import torch
+
+from pytest_dlperf import Parts, Workload
+
+
+def build(ctx):
+    model = torch.nn.Linear(8, 4)
+    return Parts(model=model, inputs=torch.randn(ctx.batch_size, 8),
+                 targets=torch.randint(0, 4, (ctx.batch_size,)))
+
+
+def make_nested():
+    def nested(ctx):
+        return build(ctx)
+    return nested
+
+
+LAMBDA = Workload("tiny", recipes={"torch": lambda ctx: build(ctx)}, batch_size=4)
+NESTED = Workload("tiny", recipes={"torch": make_nested()}, batch_size=4)
+NO_TORCH = Workload("tiny", recipes={"tensorflow": build}, batch_size=4)
+
+
+def test_lambda(throughput_meter):
+    throughput_meter.measure("torch", LAMBDA)
+
+
+def test_nested(throughput_meter):
+    throughput_meter.measure("torch", NESTED)
+
+
+def test_no_recipe(throughput_meter):
+    throughput_meter.measure("torch", NO_TORCH)
+
+
+def test_unknown_size(throughput_meter):
+    throughput_meter.measure("torch", Workload("tiny", {"torch": build}), sizes={"widht": 3})
+"""
+
+
+def test_recipes_ranks_cannot_import_are_refused_before_launch(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_recipes=RECIPES)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--devices-per-node", "1",
+                                "--dlperf-timeout", "5")
+    result.assert_outcomes(failed=4)
+    result.stdout.fnmatch_lines([
+        "*test_lambda*a lambda cannot be a recipe: every rank imports the recipe by module and "
+        "name*",
+        "*test_nested*make_nested.<locals>.nested is defined inside another function, so ranks "
+        "cannot import it; move it to the top level of its module*",
+        "*test_no_recipe*torch has no model 'tiny': that workload has recipes for tensorflow "
+        "only (built-in models with a torch recipe: resnet50)*",
+        "*test_unknown_size*workload 'tiny' has no size(s) widht (its sizes: none)*",
+    ])
+    assert "training throughput" not in result.stdout.str()  # nothing was measured
+
+
+PIPELINE = """
+import os
+from pathlib import Path
+
+import torch
+
+from pytest_dlperf import Parts, Workload
+
+DATA = Path(__file__).parent / "data"
+
+
+class Files(torch.utils.data.Dataset):
+    \"\"\"One sample per file, read from disk every time (the pipeline under test).\"\"\"
+
+    def __init__(self, rank):
+        self.files = sorted(DATA.glob("*.pt"))
+        self.rank = rank
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, index):
+        seen = DATA.parent / f"read-by-rank-{self.rank}"
+        if not seen.exists():
+            seen.write_text(str(os.getpid()))
+        sample = torch.load(self.files[index])
+        return sample["x"], sample["y"]
+
+
+def build(ctx):
+    loader = torch.utils.data.DataLoader(Files(ctx.rank), batch_size=ctx.batch_size,
+                                         shuffle=True, drop_last=True)
+    return Parts(model=torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                           torch.nn.Linear(32, 4)), data=loader)
+
+
+FROM_FILES = Workload("files-mlp", recipes={"torch": build}, batch_size=4)
+
+
+def test_pipeline(cluster, throughput_meter):
+    report = throughput_meter.measure("torch", FROM_FILES)
+    assert report.environment["data_parallel_ranks"] == cluster.world_size
+"""
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_an_input_pipeline_reading_files_feeds_every_rank(pytester: pytest.Pytester) -> None:
+    data = pytester.mkdir("data")
+    for index in range(10):  # fewer than the steps: the loader restarts at each epoch's end
+        torch.save({"x": torch.randn(16), "y": torch.tensor(index % 4)}, data / f"{index}.pt")
+    pytester.makepyfile(test_pipeline=PIPELINE)
+    result = pytester.runpytest_subprocess(*QUICK, "--devices-per-node", "2", "-k", "1n2d",
+                                           timeout=300)
+    result.assert_outcomes(passed=1)
+    assert sorted(p.name for p in pytester.path.glob("read-by-rank-*")) == [
+        "read-by-rank-0", "read-by-rank-1"]
+
+
+IDS = """
+import pytest
+import torch
+
+from pytest_dlperf import Parts, Workload
+
+
+class Width:
+    \"\"\"An object parameter: its str() is an address, its id comes from ids=.\"\"\"
+
+    def __init__(self, n):
+        self.n = n
+
+
+def build(ctx):
+    width = int(ctx.sizes["width"])
+    return Parts(model=torch.nn.Linear(width, 4), inputs=torch.randn(ctx.batch_size, width),
+                 targets=torch.randint(0, 4, (ctx.batch_size,)))
+
+
+TINY = Workload("tiny", recipes={"torch": build}, batch_size=8, sizes={"width": 4})
+
+
+@pytest.mark.parametrize("width", [Width(16)], ids=["narrow"])
+def test_w(cluster, width, throughput_meter):
+    throughput_meter.measure("torch", TINY, sizes={"width": width.n})
+"""
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_parametrized_ids_come_from_pytest_and_find_the_one_device_reference(
+        pytester: pytest.Pytester) -> None:
+    """``ids=`` names the baseline folder, and the 2-device case takes its speedup against the
+    1n1d case's recorded median, found by pytest's own id (not rebuilt from str(Width))."""
+    pytester.makepyfile(test_ids=IDS)
+    first = pytester.runpytest_subprocess(*QUICK, "--devices-per-node", "2", "-k", "1n1d",
+                                          "--dlperf-update-baselines", timeout=300)
+    first.assert_outcomes(passed=1)
+    [stored] = (pytester.path / "baselines").rglob("*.json")
+    assert stored.parent.relative_to(pytester.path).as_posix() == \
+        "baselines/test_ids/test_w-1n1d-narrow"
+    one_device = json.loads(stored.read_text())["metrics"]["samples_per_s"]["median"]
+
+    second = pytester.runpytest_subprocess(*QUICK, "--devices-per-node", "2", "-k", "1n2d",
+                                           "--dlperf-json", "r.json", timeout=300)
+    second.assert_outcomes(passed=1)
+    [info] = benches(pytester.path / "r.json").values()
+    assert info["case"] == "test_ids.py::test_w[1n2d-narrow]"
+    assert info["speedup"] == pytest.approx(info["samples_per_s"] / one_device)
+    data = json.loads((pytester.path / "r.json").read_text())
+    assert data["benchmarks"][0]["param"] == "1n2d-narrow"
+    assert data["benchmarks"][0]["params"]["cluster"] == "1n2d"
+
+
+def build_for_reference(ctx: object) -> object:  # a module-level function: importable
+    return None
+
+
+def test_a_recipe_reference_names_module_function_and_import_root() -> None:
+    ref = recipe_reference(build_for_reference, "test")
+    assert ref.ref == f"{__name__}:build_for_reference"
+    assert ref.path is not None and (Path(ref.path) / (__name__.replace(".", "/") + ".py")) \
+        .resolve() == Path(__file__).resolve()
+    with pytest.raises(WorkloadError, match="'module:function' path"):
+        recipe_reference("no_colon_here", "test")
+
+
+def test_batch_and_sizes_resolve_per_device_type_and_precision() -> None:
+    workload = Workload("w", {"torch": "m:f"}, batch_size={"cuda": 128, "cuda/amp": 256, "cpu": 2},
+                        sizes={"seq": {"cuda": 512, "cpu": 64}, "layers": 12})
+    assert CaseWorkload.of(workload, "cuda", "amp") == CaseWorkload(
+        "w", "samples", 256, {"seq": 512, "layers": 12})
+    assert CaseWorkload.of(workload, "cuda", "fp32").batch_size == 128
+    assert CaseWorkload.of(workload, "cpu", "amp", sizes={"seq": 8}) == CaseWorkload(
+        "w", "samples", 2, {"seq": 8, "layers": 12})
+    with pytest.raises(WorkloadError, match="batch_size has no value for cpu"):
+        CaseWorkload.of(Workload("w", {"torch": "m:f"}, batch_size={"cuda": 1}), "cpu", "fp32")
+    with pytest.raises(WorkloadError, match="would shadow fingerprint fields"):
+        Workload("w", {"torch": "m:f"}, sizes={"nodes": 2})
+    with pytest.raises(WorkloadError, match="positive integer"):
+        CaseWorkload.of(workload, "cpu", "fp32", batch_size=0)
