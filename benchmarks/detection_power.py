@@ -51,16 +51,16 @@ GOAL_DETECTION, GOAL_FALSE_ALARMS, GOAL_LEVEL = 0.95, 0.01, 3.0
 
 
 def collect(args: argparse.Namespace) -> dict[str, Any]:
-    from pytest_dlperf import frameworks
     from pytest_dlperf.frameworks import DistEnv
     from pytest_dlperf.meter import measure
+    from pytest_dlperf.models import RESNET50
     from pytest_dlperf.protocol import Protocol
-    from pytest_dlperf.workload import default_workload
+    from pytest_dlperf.spec import spec_for
+    from pytest_dlperf.worker import build
 
-    workload = default_workload("resnet50", "cpu", False, args.batch_size, args.image_size, None)
-    spec = {"framework": "torch", "precision": "fp32", **workload.to_spec(1)}
-    spec.update(threads=args.threads, device_type="cpu")
-    trainer = frameworks.load("torch").build_trainer(spec, DistEnv(0, 1, 0, 1, 0))
+    spec = spec_for("torch", RESNET50, protocol=Protocol(args.warmup, 1, 1), device_type="cpu",
+                    batch_size=args.batch_size, sizes={"image_size": args.image_size})
+    trainer = build(spec.with_(threads=args.threads), DistEnv(0, 1, 0, 1, 0))
     for _ in range(args.warmup):
         trainer.step()
     calibration = []

@@ -189,9 +189,9 @@ def test_an_inconclusive_case_adds_repeats_then_warns_or_fails_when_strict(
     result.stdout.fnmatch_lines(["*INCONCLUSIVE*after 2 repeats (--dlperf-max-repeats 2)*"])
 
 
+# One unusable file through the whole flow (every kind of unusable file: test_baselines).
 @pytest.mark.parametrize("content, problem", [
     ('{"schema_version": 2, "case": "test_one.py::test_one", "metr', "truncated"),
-    ('{"schema_version": 3, "metrics": {}}', "schema_version 3 is newer than this pytest-dlperf"),
 ])
 def test_an_unusable_baseline_fails_its_case_and_is_only_replaced_on_request(
         pytester: pytest.Pytester, content: str, problem: str) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from ..workload import Workload
 from .resnet50 import WORKLOAD as RESNET50
 
+__all__ = ["BUILTIN", "RESNET50", "builtin", "with_recipe"]
+
 BUILTIN: dict[str, Workload] = {RESNET50.name: RESNET50}
 
 
