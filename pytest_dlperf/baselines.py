@@ -1,26 +1,32 @@
-"""The baseline store: one JSON file per case and fingerprint, data only (no pickle, no eval),
-written atomically under a file lock.
+"""The baseline store: one JSON file per machine, case and fingerprint, data only (no pickle, no
+eval), written atomically under a file lock.
 
-Layout: ``<root>/<test file's path from the rootdir, without .py>/<test>/<fingerprint id>.json``.
-Schema version 2::
+Layout: ``<root>/<machine>/<test file's path from the rootdir, without .py>/<test>/<fingerprint
+id>.json``. A baseline belongs to the machine it was recorded on (``--dlperf-machine``): figures
+of one host never judge another, even of the same model and fingerprint. Schema version 3::
 
-    {"schema_version": 2,
+    {"schema_version": 3,
      "case": "perf_tests/test_resnet50_torch.py::test_resnet50_v15[1n2d-fp32]",
-     "fingerprint": {...},                    # what the figures were measured on; see topology
+     "fingerprint": {..., "machine": "gpu-runner-7"},  # what the figures were measured on
      "metrics": {
-       "samples_per_s":      {"median": 13.4, "repeats": [...], "higher_is_better": true,
-                              "unit": "samples/s"},
+       "samples_per_s":      {"median": 13.4, "launches": [[...], [...]],
+                              "higher_is_better": true, "unit": "samples/s"},
        "scaling_efficiency": {...}            # multi-device cases only: speedup over 1n1d / devices
      },
+     "runs": [{"datetime": ..., "commit": ..., "dirty": ..., "launches": 2}, ...],
      "tolerance": null,                       # optional per-baseline override of the run's tolerance
      "recorded": {"datetime": ..., "commit": ..., "dirty": ..., "environment": {...},
                   "protocol": {...}}}
 
-Every metric keeps every repeat (one figure per timed window): the verdict compares samples, not
-just medians. Version 1 (flat ``median``/``repeats``/``efficiency`` fields) is migrated on read.
-A file that cannot be used (not JSON, truncated, a newer schema, wrong types) raises
-``BaselineError`` naming the file and the problem; it is only ever replaced by an explicit update,
-which keeps it beside the new one as ``<name>.bak``.
+Every metric keeps every window, grouped by launch (a launch: one start of the case's
+processes): the verdict compares launches, so the baseline knows its own between-run spread.
+``runs`` says which recorded runs (pytest sessions) the launches came from, oldest first; an
+update with ``add`` appends this run's launches and keeps the newest ``keep`` of them. Older
+schemas are migrated on read: version 1 (flat ``median``/``repeats``/``efficiency`` fields) and
+version 2 (``repeats``: every window of one launch). A file that cannot be used (not JSON,
+truncated, a newer schema, wrong types) raises ``BaselineError`` naming the file and the
+problem; it is only ever replaced by an explicit update, which keeps it beside the new one as
+``<name>.bak``.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from typing import Any, Callable, Sequence
 from .jsonio import write_json_atomic
 from .topology import fingerprint_id
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 THROUGHPUT = "samples_per_s"
 EFFICIENCY = "scaling_efficiency"
 LOCK_NAME = ".dlperf.lock"
@@ -48,14 +54,33 @@ class BaselineError(Exception):
 
 @dataclass
 class Metric:
-    repeats: list[float]
+    launches: list[list[float]]  # every window's figure, grouped by launch, oldest first
     median: float
     higher_is_better: bool = True
     unit: str = ""
 
+    @property
+    def repeats(self) -> list[float]:
+        """Every window's figure."""
+        return [value for launch in self.launches for value in launch]
+
     def to_json(self) -> dict[str, Any]:
-        return {"median": self.median, "repeats": self.repeats,
+        return {"median": self.median, "launches": self.launches,
                 "higher_is_better": self.higher_is_better, "unit": self.unit}
+
+
+@dataclass
+class Run:
+    """One recorded run (a pytest session) and how many of the baseline's launches it gave."""
+
+    datetime: str | None
+    commit: str | None
+    dirty: bool | None
+    launches: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"datetime": self.datetime, "commit": self.commit, "dirty": self.dirty,
+                "launches": self.launches}
 
 
 @dataclass
@@ -65,6 +90,7 @@ class Baseline:
     metrics: dict[str, Metric]
     tolerance: float | None = None
     recorded: dict[str, Any] = field(default_factory=dict)
+    runs: list[Run] = field(default_factory=list)
     # The schema version the file was read from (None: built here). Not written.
     read_schema: int | None = field(default=None, compare=False)
 
@@ -82,9 +108,49 @@ class Baseline:
             "case": self.case,
             "fingerprint": self.fingerprint,
             "metrics": {name: metric.to_json() for name, metric in self.metrics.items()},
+            "runs": [run.to_json() for run in self.runs],
             "tolerance": self.tolerance,
             "recorded": self.recorded,
         }
+
+    @property
+    def launch_count(self) -> int:
+        return len(self.throughput.launches)
+
+    def added(self, newer: Baseline, keep: int) -> Baseline:
+        """This baseline's launches followed by ``newer``'s, the newest ``keep`` kept (every
+        metric alike). Where the two do not hold the same metrics (a scaling efficiency that
+        one side lacks), the histories cannot be lined up launch by launch: ``newer`` starts
+        afresh."""
+        if set(self.metrics) != set(newer.metrics):
+            return newer
+        metrics = {}
+        for name, metric in newer.metrics.items():
+            launches = (self.metrics[name].launches + metric.launches)[-keep:]
+            metrics[name] = Metric(launches, _median_of_medians(launches),
+                                   metric.higher_is_better, metric.unit)
+        runs = _trim_runs(self.runs + newer.runs, len(metrics[THROUGHPUT].launches))
+        return Baseline(newer.case, newer.fingerprint, metrics, newer.tolerance,
+                        newer.recorded, runs)
+
+
+def _median_of_medians(launches: list[list[float]]) -> float:
+    import statistics
+
+    return float(statistics.median(statistics.median(launch) for launch in launches))
+
+
+def _trim_runs(runs: list[Run], launches: int) -> list[Run]:
+    """The newest runs covering the newest ``launches`` launches (the oldest kept run may have
+    lost some of its launches)."""
+    kept: list[Run] = []
+    left = launches
+    for run in reversed(runs):
+        if left <= 0:
+            break
+        kept.append(Run(run.datetime, run.commit, run.dirty, min(run.launches, left)))
+        left -= run.launches
+    return kept[::-1]
 
 
 def _require(cond: bool, path: Path, what: str) -> None:
@@ -113,22 +179,47 @@ def _v1_to_v2(data: dict[str, Any], path: Path) -> dict[str, Any]:
     return out
 
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any], Path], dict[str, Any]]] = {1: _v1_to_v2}
+def _v2_to_v3(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """Version 2 kept each metric's windows as one flat ``repeats`` list, all from one launch
+    (extra repeats were further launches, not told apart: one launch is the honest reading)."""
+    metrics = data.get("metrics")
+    if not isinstance(metrics, dict):
+        raise BaselineError(f"baseline file {path}: 'metrics' must be an object (schema 2)")
+    out = dict(data)
+    out["metrics"] = {}
+    for name, metric in metrics.items():
+        _require(isinstance(metric, dict), path, f"'metrics.{name}' must be an object")
+        metric = dict(metric)
+        repeats = metric.pop("repeats", None)
+        metric["launches"] = [repeats] if isinstance(repeats, list) else repeats
+        out["metrics"][name] = metric
+    recorded: dict[str, Any] = data["recorded"] if isinstance(data.get("recorded"), dict) else {}
+    out["runs"] = [{"datetime": recorded.get("datetime"), "commit": recorded.get("commit"),
+                    "dirty": recorded.get("dirty"), "launches": 1}]
+    out["schema_version"] = 3
+    return out
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any], Path], dict[str, Any]]] = {1: _v1_to_v2,
+                                                                         2: _v2_to_v3}
 
 
 def _metric(name: str, data: Any, path: Path) -> Metric:
     where = f"metrics.{name}"
     _require(isinstance(data, dict), path, f"'{where}' must be an object")
-    repeats = data.get("repeats")
-    _require(isinstance(repeats, list) and bool(repeats)
-             and all(_is_number(v) and v > 0 for v in repeats), path,
-             f"'{where}.repeats' must be a non-empty list of positive numbers")
+    launches = data.get("launches")
+    _require(isinstance(launches, list) and bool(launches) and all(
+        isinstance(launch, list) and bool(launch) and all(_is_number(v) and v > 0 for v in launch)
+        for launch in launches), path,
+        f"'{where}.launches' must be a non-empty list of launches, each a non-empty list of "
+        "positive numbers")
     _require(_is_number(data.get("median")) and data["median"] > 0, path,
              f"'{where}.median' must be a positive number")
     _require(isinstance(data.get("higher_is_better", True), bool), path,
              f"'{where}.higher_is_better' must be true or false")
     _require(isinstance(data.get("unit", ""), str), path, f"'{where}.unit' must be a string")
-    return Metric(repeats=[float(v) for v in repeats], median=float(data["median"]),
+    return Metric(launches=[[float(v) for v in launch] for launch in launches],
+                  median=float(data["median"]),
                   higher_is_better=data.get("higher_is_better", True), unit=data.get("unit", ""))
 
 
@@ -155,11 +246,26 @@ def parse(data: Any, path: Path) -> Baseline:
              "'tolerance' must be null or a number in [0, 1)")
     recorded = data.get("recorded", {})
     _require(isinstance(recorded, dict), path, "'recorded' must be an object")
+    parsed = {name: _metric(name, value, path) for name, value in metrics.items()}
+    counts = {name: len(metric.launches) for name, metric in parsed.items()}
+    _require(len(set(counts.values())) == 1, path,
+             f"every metric must hold the same launches, got {counts}")
     return Baseline(
-        case=data["case"], fingerprint=data["fingerprint"],
-        metrics={name: _metric(name, value, path) for name, value in metrics.items()},
+        case=data["case"], fingerprint=data["fingerprint"], metrics=parsed,
         tolerance=None if tolerance is None else float(tolerance), recorded=recorded,
-        read_schema=read_schema)
+        runs=_runs(data.get("runs", []), path), read_schema=read_schema)
+
+
+def _runs(data: Any, path: Path) -> list[Run]:
+    _require(isinstance(data, list), path, "'runs' must be a list")
+    runs = []
+    for i, run in enumerate(data):
+        _require(isinstance(run, dict), path, f"'runs[{i}]' must be an object")
+        count = run.get("launches")
+        _require(isinstance(count, int) and not isinstance(count, bool) and count >= 1, path,
+                 f"'runs[{i}].launches' must be an integer >= 1")
+        runs.append(Run(run.get("datetime"), run.get("commit"), run.get("dirty"), count))
+    return runs
 
 
 def read(path: Path) -> Baseline:
@@ -204,7 +310,7 @@ class Change:
     """What an update did to one baseline file, for the reviewer's printout."""
 
     path: Path
-    action: str  # "recorded" | "updated" | "replaced-unreadable" | "kept"
+    action: str  # "recorded" | "updated" | "added" | "replaced-unreadable" | "kept"
     new: Baseline
     old: Baseline | None = None
     problem: str | None = None  # why the old file was unreadable
@@ -222,30 +328,61 @@ def legacy_fingerprint(fingerprint: dict[str, Any], repeats: int) -> dict[str, A
     return {**fingerprint, "protocol": f"{fingerprint['protocol']}-r{repeats}"}
 
 
+def without_machine(fingerprint: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in fingerprint.items() if k != "machine"}
+
+
 class BaselineStore:
     def __init__(self, root: Path, repeats: int | None = None) -> None:
         self.root = root
         # The session's repeats: where to look for a schema-1 file of the same case.
         self.repeats = repeats
 
-    def path_for(self, case: str, fingerprint: dict[str, Any]) -> Path:
-        return self.root / case_dirname(case) / f"{fingerprint_id(fingerprint)}.json"
+    def path_for(self, case: str, fingerprint: dict[str, Any],
+                 machine: str | None = None) -> Path:
+        """Under the fingerprint's machine's folder (or ``machine``'s); a fingerprint without
+        a machine (recorded before machines were named) sits at the root."""
+        machine = machine or fingerprint.get("machine")
+        folder = self.root / machine if machine else self.root
+        return folder / case_dirname(case) / f"{fingerprint_id(fingerprint)}.json"
 
     def _legacy(self, case: str, fingerprint: dict[str, Any],
                 aliases: Sequence[tuple[str, dict[str, Any]]]) -> tuple[Path, dict[str, Any]] | None:
-        """The first existing file that older versions would have written for this baseline:
-        under an alias (an older case key or fingerprint, as the caller knows them), or with
-        schema 1's repeat count in the fingerprint. Returns its path and the fingerprint it
-        must hold."""
+        """The first existing file in this machine's folder that older versions would have
+        written for this baseline: under an alias (an older case key or fingerprint, as the
+        caller knows them), with schema 1's repeat count in the fingerprint, or without a
+        machine in the fingerprint (a file recorded before machines were named, which the user
+        moved into this machine's folder: moving it says it was measured here). Returns its
+        path and the fingerprint it must hold."""
         keys = [(case, fingerprint), *aliases]
         candidates = list(aliases)
         if self.repeats is not None and "protocol" in fingerprint:
             candidates += [(c, legacy_fingerprint(f, self.repeats)) for c, f in keys]
+        machine = fingerprint.get("machine")
+        if machine:
+            candidates += [(c, without_machine(f)) for c, f in [*keys, *candidates]]
         for old_case, old_fp in candidates:
-            path = self.path_for(old_case, old_fp)
+            path = self.path_for(old_case, old_fp, machine)
             if path.exists():
                 return path, old_fp
         return None
+
+    def elsewhere(self, case: str, aliases: Sequence[str] = ()) -> tuple[list[str], Path | None]:
+        """Where else this case has baselines: the other machines' names, and the folder of
+        its baselines recorded before machines were named (None if there is none). For the
+        message of a case with no baseline of its own."""
+        names = [case_dirname(c) for c in (case, *aliases)]
+        machines = sorted({folder.name for folder in self._machine_folders()
+                           if any((folder / name).is_dir() for name in names)})
+        unnamed = next((self.root / name for name in names if (self.root / name).is_dir()
+                        and any((self.root / name).glob("*.json"))), None)
+        return machines, unnamed
+
+    def _machine_folders(self) -> list[Path]:
+        try:
+            return [p for p in self.root.iterdir() if p.is_dir()]
+        except OSError:
+            return []
 
     def load(self, case: str, fingerprint: dict[str, Any],
              aliases: Sequence[tuple[str, dict[str, Any]]] = ()) -> Baseline | None:
@@ -264,12 +401,13 @@ class BaselineStore:
         baseline.case, baseline.fingerprint = case, fingerprint
         return baseline
 
-    def update(self, baseline: Baseline, *, only_missing: bool = False,
+    def update(self, baseline: Baseline, *, only_missing: bool = False, keep: int | None = None,
                aliases: Sequence[tuple[str, dict[str, Any]]] = ()) -> Change:
         """Write ``baseline``, under the store's lock so that two runs updating at once
         serialize: each reads the file the other wrote, nothing is torn and no update is lost.
         A per-baseline tolerance is carried over from the file replaced; an unreadable file is
-        kept as ``.bak``; with ``only_missing`` an existing file is left alone."""
+        kept as ``.bak``; with ``only_missing`` an existing file is left alone; with ``keep``
+        the new launches are added to the existing file's and the newest ``keep`` kept."""
         from filelock import FileLock, Timeout
 
         path = self.path_for(baseline.case, baseline.fingerprint)
@@ -277,7 +415,7 @@ class BaselineStore:
         lock = FileLock(str(self.root / LOCK_NAME), timeout=LOCK_TIMEOUT_S)
         try:
             with lock:
-                return self._update_locked(path, baseline, only_missing, aliases)
+                return self._update_locked(path, baseline, only_missing, keep, aliases)
         except Timeout:
             raise BaselineError(
                 f"baseline file {path}: another run has held the lock {lock.lock_file} for "
@@ -285,7 +423,8 @@ class BaselineStore:
                 "delete the lock file and rerun") from None
 
     def _update_locked(self, path: Path, baseline: Baseline, only_missing: bool,
-                       aliases: Sequence[tuple[str, dict[str, Any]]]) -> Change:
+                       keep: int | None, aliases: Sequence[tuple[str, dict[str, Any]]]
+                       ) -> Change:
         old: Baseline | None = None
         problem: str | None = None
         found = (None if path.exists()
@@ -302,11 +441,14 @@ class BaselineStore:
                 shutil.copy2(current, path.with_name(path.name + ".bak"))  # keep what we replace
         if old is not None and baseline.tolerance is None:
             baseline.tolerance = old.tolerance
+        if old is not None and keep is not None:
+            baseline = old.added(baseline, keep)
         write_json_atomic(path, baseline.to_json())
         if legacy is not None:
             legacy.unlink()  # superseded by the file just written: its figures are in `old`
             _remove_empty_parents(legacy.parent, self.root)
-        action = "replaced-unreadable" if problem else ("updated" if old else "recorded")
+        action = ("replaced-unreadable" if problem else
+                  ("added" if keep is not None else "updated") if old else "recorded")
         return Change(path, action, baseline, old, problem, migrated_from=legacy)
 
     def save(self, baseline: Baseline) -> Path:

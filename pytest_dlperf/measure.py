@@ -13,15 +13,15 @@ from typing import Any, Mapping, NoReturn
 import pytest
 
 from . import decide, frameworks
-from .baselines import EFFICIENCY, THROUGHPUT, Baseline, BaselineError, Change, Metric
+from .baselines import EFFICIENCY, THROUGHPUT, Baseline, BaselineError, Change, Metric, Run
 from .launch import Cluster, LaunchError
 from .models import builtin
-from .protocol import Result, aggregate
+from .protocol import Result, aggregate, launch_size, split
 from .report import CaseReport
 from .session import SessionState
 from .settings import parse_marker
 from .spec import RankSpec, spec_for
-from .stats import coefficient_of_variation
+from .stats import Verdict, coefficient_of_variation
 from .topology import Topology, fingerprint, make_topology, python_minor
 from .workload import CaseWorkload, Precision, RecipeReference, SizeValue, Workload, WorkloadError
 
@@ -68,21 +68,24 @@ class ThroughputMeter:
         self._check_amp(framework)
         self._check_compiler(framework)
         spec = self._spec(framework, chosen, sized, recipe)
+        policy = self._policy(None)
         launched_at = time.time()
-        result, env = self._run(self.cluster, spec)
+        result, env = self._launches(spec, [policy.windows_per_launch] * policy.launches)
         fp = self._fingerprint(self.cluster.topology, framework, version, env, sized)
         baseline = self._load_baseline(fp)
         policy = self._policy(baseline)
         reference = (self._reference_median(spec, version, env, sized)
                      if self.cluster.world_size > 1 else None)
         devices = self.cluster.world_size
-        verdict, efficiency = decide.verdicts(result.samples_per_s, baseline, reference, devices,
-                                              policy.tolerance, policy)
-        while more := decide.more_repeats(verdict, efficiency, len(result.window_s), policy):
-            extra = replace(spec, protocol=replace(spec.protocol, repeats=more))
-            result = result.extended(self._run(self.cluster, extra)[0])
-            verdict, efficiency = decide.verdicts(result.samples_per_s, baseline, reference,
-                                                  devices, policy.tolerance, policy)
+
+        def judge(result: Result) -> tuple[Verdict, Verdict | None]:
+            return decide.verdicts(result.samples_per_s, result.windows_per_launch, baseline,
+                                   reference, devices, policy.tolerance, policy)
+
+        verdict, efficiency = judge(result)
+        while more := decide.more_launches(verdict, efficiency, len(result.window_s), policy):
+            result = result.extended(self._launches(spec, more)[0])
+            verdict, efficiency = judge(result)
         callspec = getattr(self.node, "callspec", None)
         report = CaseReport(
             case=self.case, name=self.node.name, nodeid=self.node.nodeid,
@@ -95,7 +98,13 @@ class ThroughputMeter:
             baseline_path=self._display(self.state.store.path_for(self.case, fp)),
             launched_at=launched_at, launcher=self.cluster.launcher.name,
             isolation=self.cluster.launcher.isolation,
-            cv=coefficient_of_variation(result.samples_per_s), compiler=self.compiler)
+            cv=coefficient_of_variation(result.samples_per_s), compiler=self.compiler,
+            machine=self.state.settings.machine)
+        if baseline is None:
+            others, unnamed = self.state.store.elsewhere(
+                self.case, [c for c, _ in self._aliases(self.case, fp)])
+            report.other_machines = [m for m in others if m != self.state.settings.machine]
+            report.unnamed_baselines = self._display(unnamed) if unnamed else None
         if reference is not None:
             report.reference = reference
             report.speedup = result.median / reference
@@ -155,6 +164,17 @@ class ThroughputMeter:
                         compiler=self.compiler, world_size=self.cluster.world_size,
                         batch_size=sized.batch_size, sizes=dict(sized.sizes), recipe=recipe)
 
+    def _launches(self, spec: RankSpec, windows: list[int]) -> tuple[Result, dict[str, Any]]:
+        """One launch of the case per entry of ``windows``, each timing that many windows."""
+        result: Result | None = None
+        env: dict[str, Any] = {}
+        for count in windows:
+            launched = replace(spec, protocol=replace(spec.protocol, repeats=count))
+            one, env = self._run(self.cluster, launched)
+            result = one if result is None else result.extended(one)
+        assert result is not None, "at least one launch"
+        return result, env
+
     def _run(self, cluster: Cluster, spec: RankSpec) -> tuple[Result, dict[str, Any]]:
         started = time.perf_counter()
         try:
@@ -179,7 +199,7 @@ class ThroughputMeter:
                            protocol_slug=self.protocol.slug,
                            python=python_minor(env.get("python")),
                            accelerator_stack=self._accelerator_stack(topology, env),
-                           compiler=self.compiler)
+                           compiler=self.compiler, machine=self.state.settings.machine)
 
     def _aliases(self, case: str, fp: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         """Where older versions filed this case's baseline: under the test file's basename
@@ -237,26 +257,34 @@ class ThroughputMeter:
         if tolerance is None:
             tolerance = (baseline.tolerance if baseline is not None
                          and baseline.tolerance is not None else settings.tolerance)
+        launches = settings.launches if self.cluster.launcher.can_add_repeats else 1
+        per_launch = launch_size(self.protocol.repeats, launches)
         return decide.Policy(
-            tolerance=float(tolerance), repeats=self.protocol.repeats,
-            max_repeats=settings.max_repeats,
+            tolerance=float(tolerance), repeats=per_launch * launches,
+            max_repeats=max(settings.max_repeats, per_launch * launches),
             can_add_repeats=self.cluster.launcher.can_add_repeats,
             update=settings.update_baselines, strict=settings.strict,
-            unstable_cv=settings.unstable_cv)
+            unstable_cv=settings.unstable_cv, launches=launches,
+            keep_launches=settings.baseline_launches)
 
     def _record(self, report: CaseReport, policy: decide.Policy) -> Change | None:
         result = report.result
-        metrics = {THROUGHPUT: Metric(result.samples_per_s, result.median, True,
+        metrics = {THROUGHPUT: Metric(result.launches, result.median, True,
                                       f"{report.workload.unit}/s")}
         if report.efficiency is not None and report.reference is not None:
             samples = decide.efficiencies(result.samples_per_s, report.reference,
                                           report.topology.world_size)
-            metrics[EFFICIENCY] = Metric(samples, report.efficiency, True, "fraction")
+            metrics[EFFICIENCY] = Metric(split(samples, result.windows_per_launch),
+                                         report.efficiency, True, "fraction")
+        recorded = _recorded(report)
+        run = Run(recorded["datetime"], recorded["commit"], recorded["dirty"],
+                  len(result.windows_per_launch))
         try:
             return self.state.store.update(
                 Baseline(case=self.case, fingerprint=report.fingerprint, metrics=metrics,
-                         recorded=_recorded(report)),
+                         recorded=recorded, runs=[run]),
                 only_missing=policy.update == "missing",
+                keep=policy.keep_launches if policy.update == "add" else None,
                 aliases=self._aliases(self.case, report.fingerprint))
         except BaselineError as exc:
             return pytest.fail(f"pytest-dlperf: {exc}", pytrace=False)

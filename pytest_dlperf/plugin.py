@@ -153,10 +153,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     state = config.stash.get(STATE, None)
     if state is None or not state.reports:
         return
-    proto = state.settings.protocol
+    proto, settings = state.settings.protocol, state.settings
     terminalreporter.write_sep(
         "-", f"pytest-dlperf: training throughput ({proto.name} protocol: {proto.warmup_steps} "
-        f"warm-up, {proto.steps} timed steps x {proto.repeats} repeats, median)")
+        f"warm-up, {proto.steps} timed steps x {proto.repeats} repeats over "
+        f"{settings.launches} launch(es), median; machine {settings.machine})")
     benchmarks = [r.benchmark_entry() for r in state.reports]
     for line in text_table(rows(benchmarks)):
         terminalreporter.write_line(line)

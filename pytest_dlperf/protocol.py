@@ -6,7 +6,7 @@ Imported by the worker side too: standard library only.
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
@@ -48,6 +48,8 @@ FULL = Protocol(warmup_steps=20, steps=100, repeats=7, name="full")
 # jitter stay well under a percent, and 5 windows so the median means something.
 QUICK = Protocol(warmup_steps=5, steps=10, repeats=5, name="quick")
 PROFILES: dict[str, Protocol] = {p.name: p for p in (FULL, QUICK)}
+# Launches per case unless --dlperf-launches says otherwise (README "Repeats and launches").
+DEFAULT_LAUNCHES = 3
 
 
 def resolve(profile: str, warmup_steps: int | None = None, steps: int | None = None,
@@ -82,6 +84,22 @@ def median(values: list[float]) -> float:
     return float(statistics.median(values))
 
 
+def split(values: list[float], sizes: list[int]) -> list[list[float]]:
+    """``values`` cut into consecutive groups of ``sizes`` (empty sizes: one group)."""
+    if not sizes:
+        return [list(values)]
+    groups, start = [], 0
+    for size in sizes:
+        groups.append(list(values[start:start + size]))
+        start += size
+    return groups
+
+
+def launch_size(repeats: int, launches: int) -> int:
+    """Windows each launch times so that ``launches`` launches give at least ``repeats``."""
+    return -(-repeats // launches)
+
+
 @dataclass
 class Result:
     """One case's figures after the protocol: what the baseline comparison consumes."""
@@ -94,10 +112,29 @@ class Result:
     wall_s: float  # the whole case, process start-up included
     timed_from: float = 0.0  # epoch seconds when the last rank began its first timed step
     first_step_s: float = 0.0  # the slowest rank's first warm-up step (compilation, tracing)
+    # Windows per launch, in run order (each launch a fresh start of the case's processes);
+    # empty: one launch holding every window.
+    launch_windows: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.launch_windows and sum(self.launch_windows) != len(self.samples_per_s):
+            raise ValueError(f"launch_windows {self.launch_windows} do not add up to the "
+                             f"{len(self.samples_per_s)} windows")
+
+    @property
+    def launches(self) -> list[list[float]]:
+        """The window figures grouped by launch: the verdict's unit of evidence."""
+        return split(self.samples_per_s, self.launch_windows)
+
+    @property
+    def launch_medians(self) -> list[float]:
+        return [median(launch) for launch in self.launches]
 
     @property
     def median(self) -> float:
-        return median(self.samples_per_s)
+        """DLPerf's figure: the median of the repeats, a repeat being a launch (with one
+        launch, the median of its windows)."""
+        return median(self.launch_medians)
 
     @property
     def min(self) -> float:
@@ -112,14 +149,19 @@ class Result:
         return self.steps * len(self.window_s)
 
     def extended(self, more: Result) -> Result:
-        """This result plus the windows of another launch of the same case (extra repeats)."""
+        """This result plus the windows of another launch of the same case."""
         if (more.steps, more.global_batch) != (self.steps, self.global_batch):
             raise ValueError("extra repeats must use the same steps per window and global batch")
         return Result(samples_per_s=self.samples_per_s + more.samples_per_s,
                       window_s=self.window_s + more.window_s, steps=self.steps,
                       global_batch=self.global_batch, warmup_s=self.warmup_s,
                       wall_s=self.wall_s + more.wall_s, timed_from=self.timed_from,
-                      first_step_s=self.first_step_s)
+                      first_step_s=self.first_step_s,
+                      launch_windows=self.windows_per_launch + more.windows_per_launch)
+
+    @property
+    def windows_per_launch(self) -> list[int]:
+        return list(self.launch_windows) or [len(self.samples_per_s)]
 
 
 def aggregate(rank_results: list[dict[str, Any]], per_device_batch: int, wall_s: float) -> Result:

@@ -49,6 +49,9 @@ class CaseReport:
     cv: float = 0.0  # coefficient of variation of the repeats
     compiler: str = "eager"
     param: str = ""  # pytest's parameter id (callspec.id)
+    machine: str = ""  # --dlperf-machine: whose baselines judge this case
+    other_machines: list[str] = field(default_factory=list)  # with a baseline of this case
+    unnamed_baselines: str | None = None  # this case's baselines from before machines were named
 
     @property
     def baseline_action(self) -> str | None:
@@ -90,6 +93,7 @@ class CaseReport:
                 "model": self.workload.model,
                 "topology": self.topology.to_json(),
                 "launcher": self.launcher,
+                "machine": self.machine,
                 "rendezvous_isolation": self.isolation,
                 "precision": self.precision.label,
                 "batch_size": self.workload.batch_size,
@@ -102,6 +106,8 @@ class CaseReport:
                 "samples_per_s_max": self.result.max,
                 "samples_per_s_cv": self.cv,
                 "repeats_measured": len(self.result.window_s),
+                "launches": len(self.result.windows_per_launch),
+                "samples_per_s_launches": self.result.launches,
                 "warmup_s": self.result.warmup_s,
                 "first_step_s": self.result.first_step_s,
                 "compiler": self.compiler,
@@ -129,6 +135,7 @@ class CaseReport:
         return {"action": change.action, "path": self.baseline_path,
                 "old_median": old, "new_median": change.new.throughput.median,
                 "backup": str(change.backup) if change.backup else None,
+                "launches": change.new.launch_count, "runs": len(change.new.runs),
                 "migrated_from": str(change.migrated_from) if change.migrated_from else None}
 
 
@@ -142,6 +149,9 @@ def change_lines(reports: list[CaseReport]) -> list[str]:
         new, old = update["new_median"], update["old_median"]
         if update["action"] == "kept":
             text = f"kept (exists; --dlperf-update-baselines=missing), measured {new:,.2f}"
+        elif update["action"] == "added":
+            text = (f"added this run's launches: {old:,.2f} -> {new:,.2f} samples/s over "
+                    f"{update['launches']} launches of {update['runs']} run(s)")
         elif old is None:
             text = f"{update['action']}: {new:,.2f} samples/s"
             if update["backup"]:
@@ -180,6 +190,13 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def _count(info: dict[str, Any]) -> str:
+    """Windows measured, and over how many launches when more than one."""
+    windows = info.get("repeats_measured", len(info["samples_per_s_repeats"]))
+    launches = info.get("launches", 1)
+    return str(windows) if launches == 1 else f"{windows}/{launches}L"
+
+
 def _speedup(speedup: float | None, efficiency: float | None) -> str:
     if speedup is None or efficiency is None:
         return "-"
@@ -200,7 +217,7 @@ def rows(benchmarks: list[dict[str, Any]]) -> list[list[str]]:
             f"{_fmt(info['samples_per_s'])} {info.get('unit', 'samples')}/s",
             f"{_fmt(info['samples_per_s_min'])}-{_fmt(info['samples_per_s_max'])}",
             "-" if info.get("samples_per_s_cv") is None else f"{info['samples_per_s_cv']:.1%}",
-            str(info.get("repeats_measured", len(info["samples_per_s_repeats"]))),
+            _count(info),
             _speedup(info.get("speedup"), info.get("scaling_efficiency")),
             _fmt(verdict.get("baseline")),
             "-" if delta is None else f"{delta * 100:+.1f}%",

@@ -9,6 +9,7 @@ what was wrong and what would be accepted.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -137,6 +138,14 @@ def parse_pythons(raw: str) -> dict[str, str]:
     return pythons
 
 
+def _machine_name(raw: str) -> str:
+    value = str(raw).strip()
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", value):
+        raise ValueError("expected a name of letters, digits, '.', '_' and '-' (at most 64, "
+                         f"starting with a letter or digit), got {value!r}")
+    return value
+
+
 def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return lambda raw: None if raw in (None, "") else parse(raw)
 
@@ -182,9 +191,16 @@ OPTIONS: tuple[Option, ...] = (
            "as a fraction (0.05) or percentage (5%). A baseline's own 'tolerance' and a "
            "@pytest.mark.dlperf(tolerance=...) marker take precedence. Default: 0.05.",
            parse_fraction, 0.05, metavar="FRACTION"),
+    Option("launches", "separate launches per case (each a fresh start of the case's "
+           "processes and its own warm-up); the windows (--dlperf-repeats) are split over them, "
+           "and the verdict compares launch medians, so a run samples the between-run spread "
+           "that windows of one launch hide. DLPerf's own repeats are launches "
+           "(--dlperf-launches equal to --dlperf-repeats). 1 in external mode, where the job "
+           "was launched once. Default: %d." % protocol_mod.DEFAULT_LAUNCHES,
+           _int(1), protocol_mod.DEFAULT_LAUNCHES, metavar="N"),
     Option("max_repeats", "when a case's verdict is inconclusive (its median is beyond the "
-           "tolerance but the difference is not significant), measure more windows, a "
-           "protocol's worth at a time, up to this many in total before deciding. At least the "
+           "tolerance but the difference is not significant), measure more, a run's worth of "
+           "launches at a time, up to this many windows in total before deciding. At least the "
            "protocol's repeats (which turns it off). Default: 3 x repeats.",
            _optional(_int(1)), metavar="N"),
     Option("unstable_cv", "warn that a case is unstable when its repeats' coefficient of "
@@ -198,8 +214,20 @@ OPTIONS: tuple[Option, ...] = (
     Option("strict", "fail cases that have no baseline for this fingerprint, and cases whose "
            "verdict is still inconclusive after --dlperf-max-repeats.", _bool, False, flag=True),
     Option("update_baselines", "write the measured figures as the new baselines: 'all' (the bare "
-           "flag) or 'missing' (only where none exists).",
-           _optional(_choice("all", "missing")), None, metavar="WHICH", const="all"),
+           "flag: this run's launches replace the baseline's), 'add' (this run's launches are "
+           "added to the baseline's, the newest --dlperf-baseline-launches kept: a baseline "
+           "recorded over several runs knows its between-run spread) or 'missing' (only where "
+           "none exists).",
+           _optional(_choice("all", "add", "missing")), None, metavar="WHICH", const="all"),
+    Option("baseline_launches", "the most launches a baseline keeps when "
+           "--dlperf-update-baselines=add adds a run's to it (the oldest go first). "
+           "Default: 20.", _int(2), 20, metavar="N"),
+    Option("machine", "the name of this machine in the baseline store: baselines are filed "
+           "under it (baselines/NAME/...) and judge only runs on the machine of that name, "
+           "since hosts of one model and fingerprint have run 40-70% apart. Name a stable "
+           "runner (asv asks the same); letters, digits, '.', '_' and '-'. Default: the host "
+           "name and the first 8 characters of /etc/machine-id.",
+           _optional(_machine_name), metavar="NAME"),
     Option("baselines", "folder of baseline JSON files. Default: baselines/ at the rootdir.",
            _path, "baselines", metavar="DIR"),
     Option("json", "write the results (pytest-benchmark's JSON format) to this file.",
@@ -248,11 +276,14 @@ class Settings:
     protocol: protocol_mod.Protocol
     batch_size: int | None  # None: each workload's own
     tolerance: float
+    launches: int
     max_repeats: int
     unstable_cv: float
     compilers: tuple[str, ...] | None  # None: the device type's default
     strict: bool
     update_baselines: str | None
+    baseline_launches: int
+    machine: str
     baselines: Path
     json: Path | None
     nodes: int
@@ -304,6 +335,8 @@ def resolve(config: pytest.Config) -> Settings:
     except ValueError as exc:  # parsed values are valid; kept for safety against new profiles
         raise pytest.UsageError(f"pytest-dlperf: bad protocol: {exc}") from None
     values["max_repeats"] = _max_repeats(config, values["max_repeats"], proto)
+    if values["machine"] is None:
+        values["machine"] = default_machine()
     for name in ("baselines", "json"):
         if values[name] is not None:
             path = Path(values[name]).expanduser()
@@ -311,6 +344,19 @@ def resolve(config: pytest.Config) -> Settings:
     if values["python"] is not None:
         values["python"] = _interpreters(config, values["python"], bases["python"] or Path.cwd())
     return Settings(protocol=proto, **values)
+
+
+def default_machine() -> str:
+    """The host name, and the start of the systemd machine id where there is one: VMs cloned
+    from one image often share a host name ("vm"), and a host name alone is easily reused."""
+    import socket
+
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", socket.gethostname()).strip("-.") or "host"
+    try:
+        machine_id = Path("/etc/machine-id").read_text().strip()[:8]
+    except OSError:
+        machine_id = ""
+    return f"{name}-{machine_id}" if re.fullmatch(r"[0-9a-f]{8}", machine_id) else name
 
 
 def _interpreters(config: pytest.Config, pythons: dict[str, str], base: Path) -> dict[str, str]:

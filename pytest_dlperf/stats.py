@@ -1,21 +1,29 @@
-"""The regression verdict: a case's repeat samples against its baseline's, for one metric.
+"""The regression verdict: a case's launches against its baseline's, for one metric.
 
-A **regression** needs both a median worse than the baseline's by more than the tolerance *and*
-evidence that the difference is real: a one-sided Mann-Whitney U test (p < ``alpha``) or a
-bootstrap confidence interval of the median ratio lying wholly beyond the tolerance (the interval
-is what still works when one side has a single sample, e.g. a migrated scalar). When a verdict
-may be looked at again after extra repeats, ``alpha`` is split over the looks (``look_alpha``). A median beyond
-the tolerance without that evidence is **inconclusive**: the caller adds repeats and asks again.
-An **improvement** is the mirror image; an unproven gain is a pass. Throughput is higher-is-better;
-memory and step time are lower-is-better (``higher_is_better=False``).
+Evidence has two levels. A **launch** is one start of the case's processes (a fresh process
+group, a fresh warm-up) that times one or more **windows**. Windows of one launch agree closely
+(1-2% on this project's CPU machine) while launches minutes apart wander by several percent: a
+test that counts windows as independent samples is overconfident by that ratio and cries wolf
+across runs. So the unit of evidence is the launch: each launch is summarized by the median of
+its windows, and the verdict is a two-sample t-test on the logarithms of the launch medians
+(relative changes; the between-launch spread is pooled over both sides).
 
-The verdict depends only on the multisets of samples (both sides are sorted before resampling and
-the bootstrap seed is fixed), so it is reproducible and invariant to sample order. scipy is
-imported on first use: importing the plugin stays cheap.
+A **regression** needs both practical and statistical significance: the median of the launch
+medians (DLPerf's figure) worse than the baseline's by more than the tolerance, *and* a
+one-sided p below ``alpha`` for a drop at all. A median beyond the tolerance without that
+evidence is **inconclusive**: the caller adds launches and asks again (``alpha`` is split over
+the looks, ``look_alpha``). An **improvement** is the mirror image; an unproven gain is a pass.
+With one launch on each side the between-launch spread is unknown: nothing can be proven, so a
+median beyond the tolerance is inconclusive and more launches settle it. Throughput is
+higher-is-better; memory and step time are lower-is-better (``higher_is_better=False``).
+
+The verdict depends only on the multisets of figures (launch order and window order within a
+launch do not matter). scipy is imported on first use: importing the plugin stays cheap.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import asdict, dataclass
 from typing import Sequence
@@ -27,23 +35,27 @@ INCONCLUSIVE = "inconclusive"
 NO_BASELINE = "no-baseline"
 
 ALPHA = 0.01  # one-sided false-alarm budget of a whole verdict (split over its looks)
-BOOTSTRAP_RESAMPLES = 2000
-BOOTSTRAP_SEED = 20_200_601  # fixed: the same samples always give the same verdict
+
+Launches = Sequence[Sequence[float]]  # one list of window figures per launch
 
 
 @dataclass(frozen=True)
 class Verdict:
     outcome: str
-    measured: float  # median of the samples
-    baseline: float | None = None  # median of the baseline's samples
+    measured: float  # median of the launch medians
+    baseline: float | None = None  # median of the baseline's launch medians
     tolerance: float | None = None
     higher_is_better: bool = True
     alpha: float = ALPHA  # this look's one-sided significance level
-    p_worse: float | None = None  # Mann-Whitney U, one-sided: the measured side is worse
+    p_worse: float | None = None  # t-test on log launch medians, one-sided: measured is worse
     p_better: float | None = None
-    ratio_ci: tuple[float, float] | None = None  # bootstrap CI of measured/baseline medians
-    samples: int = 0
+    ratio_ci: tuple[float, float] | None = None  # CI of the ratio of geometric mean launch medians
+    # (what the t-test is about; the tolerance gate uses the medians)
+    samples: int = 0  # windows measured
     baseline_samples: int = 0
+    launches: int = 0
+    baseline_launches: int = 0
+    spread: float | None = None  # between-launch standard deviation of log medians (~ CV)
 
     @property
     def threshold(self) -> float | None:
@@ -55,116 +67,140 @@ class Verdict:
 
     @property
     def delta(self) -> float | None:
-        """Relative change of the median against the baseline's (+0.03 is 3% higher)."""
+        """Relative change against the baseline (+0.03 is 3% higher)."""
         if self.baseline is None:
             return None
         return self.measured / self.baseline - 1
+
+    @property
+    def spread_known(self) -> bool:
+        return self.spread is not None
+
+    @property
+    def detectable(self) -> float | None:
+        """The smallest relative change this comparison could prove at its ``alpha`` (half the
+        width of its interval): changes smaller than this cannot be told from the
+        between-launch noise with these many launches."""
+        if self.ratio_ci is None:
+            return None
+        lo, hi = self.ratio_ci
+        return float(math.sqrt(hi / lo) - 1)
 
     @property
     def evidence(self) -> str:
         """The statistics behind the outcome, for messages."""
         if self.baseline is None:
             return ""
-        parts = [f"{self.samples} vs {self.baseline_samples} repeats"]
-        if self.p_worse is not None:
-            p = self.p_worse if self.outcome != IMPROVEMENT else self.p_better
-            parts.append(f"Mann-Whitney p={p:.3g}")
+        counts = (f"{self.launches} vs {self.baseline_launches} launch"
+                  f"{'es' if self.baseline_launches != 1 else ''} ({self.samples} vs "
+                  f"{self.baseline_samples} windows)")
+        if self.spread is None:
+            return (f"{counts}; the between-run spread is unknown with one launch on each "
+                    "side: record the baseline with --dlperf-launches 2 or more (or add runs "
+                    "to it with --dlperf-update-baselines=add)")
+        p = self.p_better if self.outcome == IMPROVEMENT else self.p_worse
+        parts = [counts, f"between-launch spread {self.spread:.1%}", f"t-test p={p:.3g}"]
         if self.ratio_ci is not None:
             lo, hi = self.ratio_ci
-            parts.append(f"{1 - 2 * self.alpha:.1%} CI of the median ratio [{lo:.3f}, {hi:.3f}]")
+            parts.append(f"{1 - 2 * self.alpha:.1%} CI of the ratio [{lo:.3f}, {hi:.3f}]")
         return ", ".join(parts)
 
     def to_json(self) -> dict[str, object]:
         data = asdict(self)
         data.update(threshold=self.threshold, delta=self.delta, confidence=1 - 2 * self.alpha,
-                    ratio_ci=list(self.ratio_ci) if self.ratio_ci else None)
+                    ratio_ci=list(self.ratio_ci) if self.ratio_ci else None,
+                    detectable=self.detectable)
         return data
 
 
-def _check(samples: Sequence[float], what: str) -> list[float]:
-    values = sorted(float(v) for v in samples)
-    if not values or not all(v > 0 for v in values):
-        raise ValueError(f"{what} must be a non-empty list of positive numbers, got {samples!r}")
-    return values
+def _check(launches: Launches, what: str) -> list[list[float]]:
+    checked = []
+    for launch in launches:
+        values = sorted(float(v) for v in launch)
+        if not values or not all(v > 0 and math.isfinite(v) for v in values):
+            raise ValueError(f"{what} must be non-empty lists of positive numbers (one per "
+                             f"launch), got {list(launches)!r}")
+        checked.append(values)
+    if not checked:
+        raise ValueError(f"{what} must hold at least one launch, got {list(launches)!r}")
+    return checked
+
+
+def launch_medians(launches: Launches) -> list[float]:
+    """Each launch's median window figure."""
+    return [float(statistics.median(launch)) for launch in launches]
 
 
 def look_alpha(looks: int) -> float:
     """The significance level of each look when a verdict may be taken ``looks`` times (after
-    extra repeats): Bonferroni, so the whole procedure's false alarms stay within ALPHA."""
+    extra launches): Bonferroni, so the whole procedure's false alarms stay within ALPHA."""
     return ALPHA / max(1, looks)
 
 
-def compare(samples: Sequence[float], baseline: Sequence[float] | None, tolerance: float, *,
+def compare(launches: Launches, baseline: Launches | None, tolerance: float, *,
             higher_is_better: bool = True, alpha: float = ALPHA) -> Verdict:
-    """Judge ``samples`` (one figure per repeat) against the baseline's repeat samples.
-    ``alpha`` is the one-sided level of the rank test; the bootstrap interval is two-sided at
-    ``1 - 2 * alpha``, so each of its tails matches it."""
+    """Judge ``launches`` (the window figures of each launch of this run) against the
+    baseline's launches. ``alpha`` is the one-sided level of the test; the interval is
+    two-sided at ``1 - 2 * alpha``, so each of its tails matches it."""
     if not 0 <= tolerance < 1:
         raise ValueError(f"tolerance must be in [0, 1), got {tolerance}")
     if not 0 < alpha < 0.5:
         raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
-    measured = _check(samples, "samples")
-    median = float(statistics.median(measured))
+    measured = _check(launches, "samples")
+    medians = sorted(launch_medians(measured))  # sorted: sums do not depend on launch order
+    median = float(statistics.median(medians))
+    windows = sum(len(launch) for launch in measured)
     if baseline is None:
-        return Verdict(NO_BASELINE, median, samples=len(measured))
+        return Verdict(NO_BASELINE, median, samples=windows, launches=len(measured))
     base = _check(baseline, "baseline samples")
-    base_median = float(statistics.median(base))
-    p_worse, p_better = _rank_test(measured, base, higher_is_better)
-    interval = _ratio_interval(measured, base, 1 - 2 * alpha)
-    lo, hi = interval if interval is not None else (0.0, float("inf"))
-    # "good" is the ratio oriented so that > 1 is better, whatever the metric's direction.
+    base_medians = sorted(launch_medians(base))
+    base_median = float(statistics.median(base_medians))
+    counts = dict(samples=windows, baseline_samples=sum(len(launch) for launch in base),
+                  launches=len(measured), baseline_launches=len(base))
     ratio = median / base_median
-    good, good_lo, good_hi = ((ratio, lo, hi) if higher_is_better else (1 / ratio, 1 / hi, 1 / lo))
+    # "good" is the ratio oriented so that > 1 is better, whatever the metric's direction.
+    good = ratio if higher_is_better else 1 / ratio
+    test = _t_test([math.log(v) for v in medians], [math.log(v) for v in base_medians], alpha)
+    if test is None:  # one launch a side: nothing can be proven either way
+        outcome = INCONCLUSIVE if good < 1 - tolerance else PASS
+        return Verdict(outcome, median, base_median, tolerance, higher_is_better, alpha,
+                       None, None, None, **counts)
+    p_less, p_greater, (lo, hi), spread = test
+    p_worse, p_better = (p_less, p_greater) if higher_is_better else (p_greater, p_less)
     if good < 1 - tolerance:
-        proven = p_worse < alpha or good_hi < 1 - tolerance
-        outcome = REGRESSION if proven else INCONCLUSIVE
-    elif good > 1 + tolerance and (p_better < alpha or good_lo > 1 + tolerance):
+        outcome = REGRESSION if p_worse < alpha else INCONCLUSIVE
+    elif good > 1 + tolerance and p_better < alpha:
         outcome = IMPROVEMENT
     else:
         outcome = PASS
     return Verdict(outcome, median, base_median, tolerance, higher_is_better, alpha, p_worse,
-                   p_better, interval, len(measured), len(base))
+                   p_better, (lo, hi), spread=spread, **counts)
 
 
-def _rank_test(measured: list[float], base: list[float], higher_is_better: bool) -> tuple[float, float]:
-    """One-sided Mann-Whitney U p-values that the measured side is worse / better."""
-    from scipy.stats import mannwhitneyu
+def _t_test(a: list[float], b: list[float], alpha: float
+            ) -> tuple[float, float, tuple[float, float], float] | None:
+    """Pooled two-sample t-test of mean(a) - mean(b) (logs of launch medians): one-sided
+    p-values that a is less / greater, the ``1 - 2 alpha`` interval of exp(difference), and the
+    pooled standard deviation. None when there are no degrees of freedom."""
+    from scipy.stats import t as student
 
-    worse = "less" if higher_is_better else "greater"
-    better = "greater" if higher_is_better else "less"
-    return (float(mannwhitneyu(measured, base, alternative=worse).pvalue),
-            float(mannwhitneyu(measured, base, alternative=better).pvalue))
-
-
-def _ratio_interval(measured: list[float], base: list[float],
-                    confidence: float) -> tuple[float, float] | None:
-    """Percentile bootstrap interval of median(measured) / median(base); None for one sample
-    against one sample, which says nothing about noise."""
-    import numpy as np
-    from scipy.stats import bootstrap
-
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    options = dict(vectorized=True, confidence_level=confidence, method="percentile",
-                   n_resamples=BOOTSTRAP_RESAMPLES, rng=rng)
-    if len(measured) == 1 and len(base) == 1:
+    n, m = len(a), len(b)
+    df = n + m - 2
+    if df < 1:
         return None
-    if len(set(measured)) == 1 and len(set(base)) == 1:  # no spread: the interval is a point
-        point = measured[0] / base[0]
-        return point, point
-    if len(base) == 1 or len(measured) == 1:  # a single sample has no spread to resample
-        fixed, varying, invert = (base[0], measured, False) if len(base) == 1 else \
-            (measured[0], base, True)
-        result = bootstrap((np.asarray(varying),), lambda a, axis=-1: np.median(a, axis=axis),
-                           **options)
-        lo, hi = result.confidence_interval.low / fixed, result.confidence_interval.high / fixed
-        return (float(1 / hi), float(1 / lo)) if invert else (float(lo), float(hi))
-
-    def ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
-        return np.asarray(np.median(a, axis=axis) / np.median(b, axis=axis))
-
-    result = bootstrap((np.asarray(measured), np.asarray(base)), ratio, paired=False,
-                       **options)
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+    mean_a, mean_b = math.fsum(a) / n, math.fsum(b) / m
+    ss = math.fsum((v - mean_a) ** 2 for v in a) + math.fsum((v - mean_b) ** 2 for v in b)
+    spread = math.sqrt(ss / df)
+    diff = mean_a - mean_b
+    se = spread * math.sqrt(1 / n + 1 / m)
+    if se == 0:  # no spread at all (identical launches): the difference is exact
+        p_less = 0.0 if diff < 0 else (0.5 if diff == 0 else 1.0)
+        p_greater = 0.0 if diff > 0 else (0.5 if diff == 0 else 1.0)
+        return p_less, p_greater, (math.exp(diff), math.exp(diff)), 0.0
+    t_stat = diff / se
+    half = float(student.ppf(1 - alpha, df)) * se
+    return (float(student.cdf(t_stat, df)), float(student.sf(t_stat, df)),
+            (math.exp(diff - half), math.exp(diff + half)), spread)
 
 
 def coefficient_of_variation(samples: Sequence[float]) -> float:

@@ -118,9 +118,12 @@ def hanging_adapter() -> Callable[[Path], str]:
 
 @pytest.fixture
 def subprocess_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    """Environment for runpytest_subprocess: this interpreter's venv first, no stray DLPERF_*."""
+    """Environment for runpytest_subprocess: this interpreter's venv first, no stray DLPERF_*,
+    and one launch per case (a launch costs 6-9 s here; the default 3 would triple the suite's
+    time). Tests about launches pass --dlperf-launches, which outranks the variable."""
     for key in [k for k in os.environ if k.startswith("DLPERF_")]:
         monkeypatch.delenv(key)
+    monkeypatch.setenv("DLPERF_LAUNCHES", "1")
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
     yield
 

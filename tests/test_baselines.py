@@ -12,18 +12,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_dlperf.baselines import (EFFICIENCY, LOCK_NAME, SCHEMA_VERSION, THROUGHPUT, Baseline,
-                                     BaselineError, BaselineStore, Metric, parse)
+                                     BaselineError, BaselineStore, Metric, Run, parse,
+                                     without_machine)
 
 FP = {"device_type": "cpu", "device_model": "Fake CPU 9000", "nodes": 1, "devices_per_node": 2,
       "framework": "torch", "framework_version": "2.14.1", "precision": "fp32",
       "model": "resnet50", "batch_size": 2, "image_size": 64, "protocol": "w5-s10",
-      "python": "3.11", "threads_per_worker": 1}
+      "python": "3.11", "threads_per_worker": 1, "machine": "box-1"}
 CASE = "test_resnet50_torch.py::test_resnet50_v15[1n2d-fp32]"
 
 
 def _baseline(repeats: list[float] | None = None, **kw: object) -> Baseline:
+    """One launch of ``repeats`` windows, unless ``launches`` is given."""
     repeats = repeats or [10.0, 11.0, 12.0]
-    metrics = {THROUGHPUT: Metric(repeats, sorted(repeats)[len(repeats) // 2], True, "samples/s")}
+    launches = kw.pop("launches", None) or [repeats]
+    metrics = {THROUGHPUT: Metric(launches, sorted(repeats)[len(repeats) // 2], True,  # type: ignore[arg-type]
+                                  "samples/s")}
     data: dict = dict(case=CASE, fingerprint=FP, metrics=metrics)
     data.update(kw)
     return Baseline(**data)
@@ -67,9 +71,11 @@ positive = st.floats(0.01, 1e6, allow_nan=False)
        tolerance=st.none() | st.floats(0, 0.99))
 def test_schema_round_trips(repeats: list[float], efficiency: list[float] | None,
                             tolerance: float | None) -> None:
-    original = _baseline(repeats, tolerance=tolerance)
+    original = _baseline(repeats, tolerance=tolerance,
+                         runs=[Run("2026-11-22T10:00:00Z", "abc", False, 1)])
     if efficiency is not None:
-        original.metrics[EFFICIENCY] = Metric(efficiency, sorted(efficiency)[0], True, "fraction")
+        original.metrics[EFFICIENCY] = Metric([efficiency], sorted(efficiency)[0], True,
+                                              "fraction")
     assert parse(json.loads(json.dumps(original.to_json())), Path("x.json")) == original
 
 
@@ -88,9 +94,10 @@ def test_schema_1_is_migrated_on_read(tmp_path: Path) -> None:
     legacy.write_text(json.dumps(V1))
     loaded = store.load(CASE, FP)
     assert loaded is not None and loaded.read_schema == 1 and loaded.fingerprint == FP
-    assert loaded.throughput == Metric([10.0, 11.0, 12.0], 11.0, True, "samples/s")
-    assert loaded.efficiency == Metric([0.4], 0.4, True, "fraction")
+    assert loaded.throughput == Metric([[10.0, 11.0, 12.0]], 11.0, True, "samples/s")
+    assert loaded.efficiency == Metric([[0.4]], 0.4, True, "fraction")
     assert (loaded.tolerance, loaded.recorded) == (0.2, {"commit": "abc"})
+    assert loaded.runs == [Run(None, "abc", None, 1)]
     assert json.loads(legacy.read_text()) == V1  # reading never rewrites the file
     assert BaselineStore(tmp_path, repeats=7).load(CASE, FP) is None  # r7 never had one
     assert store.update(_baseline([1.0]), only_missing=True).action == "kept"
@@ -109,6 +116,70 @@ def test_a_schema_1_file_under_its_own_name_is_migrated_too(tmp_path: Path) -> N
     store = BaselineStore(tmp_path)
     _write(store, json.dumps({**V1, "fingerprint": FP}))
     assert store.load(CASE, FP).efficiency.repeats == [0.4]  # type: ignore[union-attr]
+
+
+# What pytest-dlperf 0.2 wrote (schema 2): every window of a metric in one flat list.
+V2 = {"schema_version": 2, "case": CASE, "fingerprint": FP, "tolerance": None,
+      "metrics": {THROUGHPUT: {"median": 11.0, "repeats": [10.0, 11.0, 12.0],
+                               "higher_is_better": True, "unit": "samples/s"},
+                  EFFICIENCY: {"median": 0.9, "repeats": [0.9, 0.91, 0.89],
+                               "higher_is_better": True, "unit": "fraction"}},
+      "recorded": {"datetime": "2026-11-20T01:00:00Z", "commit": "abc", "dirty": False}}
+
+
+def test_schema_2_is_read_as_one_launch(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path)
+    path = _write(store, json.dumps(V2))
+    loaded = store.load(CASE, FP)
+    assert loaded is not None and loaded.read_schema == 2
+    assert loaded.throughput.launches == [[10.0, 11.0, 12.0]]
+    assert loaded.efficiency is not None and loaded.efficiency.launches == [[0.9, 0.91, 0.89]]
+    assert loaded.runs == [Run("2026-11-20T01:00:00Z", "abc", False, 1)]
+    assert json.loads(path.read_text()) == V2  # reading never rewrites the file
+
+
+def test_add_appends_this_runs_launches_and_keeps_the_newest(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path)
+    store.update(_baseline(launches=[[10.0, 10.1], [11.0, 11.1]],
+                           runs=[Run("d1", "c1", False, 2)], tolerance=0.2))
+    change = store.update(_baseline(launches=[[12.0, 12.1], [13.0, 13.1], [14.0]],
+                                    runs=[Run("d2", "c2", True, 3)]), keep=4)
+    assert change.action == "added" and change.old is not None
+    kept = store.load(CASE, FP)
+    assert kept is not None and kept.tolerance == 0.2
+    assert kept.throughput.launches == [[11.0, 11.1], [12.0, 12.1], [13.0, 13.1], [14.0]]
+    assert kept.throughput.median == pytest.approx((12.05 + 13.05) / 2)  # of launch medians
+    assert kept.runs == [Run("d1", "c1", False, 1), Run("d2", "c2", True, 3)]
+    # The oldest run drops out once all its launches have.
+    store.update(_baseline(launches=[[15.0], [16.0]], runs=[Run("d3", "c3", False, 2)]), keep=4)
+    assert [r.commit for r in store.load(CASE, FP).runs] == ["c2", "c3"]  # type: ignore[union-attr]
+    # Adding where there is nothing records; replacing (keep=None) starts afresh.
+    assert store.update(_baseline(case=CASE + "x"), keep=4).action == "recorded"
+    assert store.update(_baseline([9.0])).new.throughput.launches == [[9.0]]
+
+
+def test_baselines_belong_to_a_machine(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path)
+    mine = store.save(_baseline())
+    assert mine.relative_to(tmp_path).parts[0] == "box-1"
+    other = {**FP, "machine": "box-2"}
+    assert store.load(CASE, other) is None  # same fingerprint otherwise: not judged
+    assert store.elsewhere(CASE) == (["box-1"], None)
+    # A file from before machines were named, at the store's root, judges no machine ...
+    unnamed = store.save(_baseline(fingerprint=without_machine(FP), case=CASE + "u"))
+    assert unnamed.relative_to(tmp_path).parts[0] == "test_resnet50_torch"
+    assert store.load(CASE + "u", FP) is None
+    machines, folder = store.elsewhere(CASE + "u")
+    assert machines == [] and folder == unnamed.parent
+    # ... until the user moves it into a machine's folder: then it is that machine's.
+    moved = tmp_path / "box-1" / unnamed.relative_to(tmp_path)
+    moved.parent.mkdir(parents=True)
+    unnamed.rename(moved)
+    adopted = store.load(CASE + "u", FP)
+    assert adopted is not None and adopted.fingerprint == FP
+    change = store.update(_baseline([30.0], case=CASE + "u"))
+    assert change.migrated_from == moved and not moved.exists()
+    assert json.loads(change.path.read_text())["fingerprint"]["machine"] == "box-1"
 
 
 @pytest.mark.parametrize("content, problem", [
@@ -135,9 +206,17 @@ def test_unusable_files_name_the_file_and_the_problem(tmp_path: Path, content: s
 
 
 @pytest.mark.parametrize("edit, problem", [
-    (lambda d: d["metrics"][THROUGHPUT].update(repeats="fast"), "'metrics.samples_per_s.repeats'"),
-    (lambda d: d["metrics"][THROUGHPUT].update(repeats=[]), "'metrics.samples_per_s.repeats'"),
-    (lambda d: d["metrics"][THROUGHPUT].update(repeats=[1.0, -2.0]), "positive numbers"),
+    (lambda d: d["metrics"][THROUGHPUT].update(launches="fast"), "'metrics.samples_per_s.launches'"),
+    (lambda d: d["metrics"][THROUGHPUT].update(launches=[]), "'metrics.samples_per_s.launches'"),
+    (lambda d: d["metrics"][THROUGHPUT].update(launches=[[]]), "'metrics.samples_per_s.launches'"),
+    (lambda d: d["metrics"][THROUGHPUT].update(launches=[1.0, 2.0]), "each a non-empty list"),
+    (lambda d: d["metrics"][THROUGHPUT].update(launches=[[1.0, -2.0]]), "positive numbers"),
+    (lambda d: d["metrics"].update(scaling_efficiency={"median": 0.9, "launches": [[0.9], [0.8]]}),
+     "every metric must hold the same launches"),
+    (lambda d: d.update(runs={}), "'runs' must be a list"),
+    (lambda d: d.update(runs=[{"launches": 0}]), "'runs\\[0\\].launches' must be an integer >= 1"),
+    (lambda d: d.update(schema_version=2, metrics={THROUGHPUT: "x"}),
+     "'metrics.samples_per_s' must be an object"),
     (lambda d: d["metrics"][THROUGHPUT].update(median=-1), "'metrics.samples_per_s.median'"),
     (lambda d: d["metrics"][THROUGHPUT].update(median=True), "'metrics.samples_per_s.median'"),
     (lambda d: d["metrics"][THROUGHPUT].update(higher_is_better="yes"), "true or false"),
@@ -247,11 +326,11 @@ def test_cases_are_filed_by_their_path_from_the_rootdir(tmp_path: Path) -> None:
     store = BaselineStore(tmp_path)
     one = store.save(_baseline(case="a/test_x.py::test_y[1n1d]"))
     two = store.save(_baseline(case="b/test_x.py::test_y[1n1d]"))
-    assert one.relative_to(tmp_path).parent.as_posix() == "a/test_x/test_y-1n1d"
-    assert two.relative_to(tmp_path).parent.as_posix() == "b/test_x/test_y-1n1d"
+    assert one.relative_to(tmp_path).parent.as_posix() == "box-1/a/test_x/test_y-1n1d"
+    assert two.relative_to(tmp_path).parent.as_posix() == "box-1/b/test_x/test_y-1n1d"
     assert store.load("a/test_x.py::test_y[1n1d]", FP) is not None
     outside = store.path_for("../up/test_z.py::test_q", FP)
-    assert outside.relative_to(tmp_path).parts[:3] == ("_up", "up", "test_z")
+    assert outside.relative_to(tmp_path).parts[:4] == ("box-1", "_up", "up", "test_z")
 
 
 def test_a_file_under_an_older_key_is_read_then_moved_by_the_next_update(tmp_path: Path) -> None:
@@ -275,4 +354,4 @@ def test_a_file_under_an_older_key_is_read_then_moved_by_the_next_update(tmp_pat
     written = json.loads(change.path.read_text())
     assert written["case"] == new_case and written["fingerprint"]["python"] == "3.10"
     assert written["tolerance"] == 0.2  # carried over from the file it replaces
-    assert change.path.relative_to(tmp_path).parts[:2] == ("perf", "test_resnet50_torch")
+    assert change.path.relative_to(tmp_path).parts[:3] == ("box-1", "perf", "test_resnet50_torch")

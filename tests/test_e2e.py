@@ -15,7 +15,8 @@ pytest.importorskip("torchvision")
 pytestmark = pytest.mark.usefixtures("subprocess_env")
 
 TINY = ["-p", "no:cacheprovider", "--dlperf-warmup-steps", "1", "--dlperf-steps", "2",
-        "--dlperf-repeats", "2", "--dlperf-baselines", "bl",
+        "--dlperf-repeats", "2", "--dlperf-launches", "2", "--dlperf-baselines", "bl",
+        "--dlperf-machine", "box",
         "--dlperf-unstable-cv", "0.99"]  # two tiny windows on a shared box: no "unstable" noise
 
 PAIR = """
@@ -37,7 +38,7 @@ def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
 
 
 def only_baseline(pytester: pytest.Pytester, case: str) -> Path:
-    files = sorted((pytester.path / "bl" / "test_cases" / case).glob("*.json"))
+    files = sorted((pytester.path / "bl" / "box" / "test_cases" / case).glob("*.json"))
     assert len(files) == 1, files
     return files[0]
 
@@ -45,7 +46,8 @@ def only_baseline(pytester: pytest.Pytester, case: str) -> Path:
 def scaled(stored: dict, factor: float, efficiency: float = 1.0, **extra: object) -> str:
     """The baseline file with its throughput (and efficiency) samples scaled: a machine that
     was that much faster (or better at scaling) when it was recorded."""
-    metrics = {name: {**m, "median": m["median"] * f, "repeats": [v * f for v in m["repeats"]]}
+    metrics = {name: {**m, "median": m["median"] * f,
+                      "launches": [[v * f for v in launch] for launch in m["launches"]]}
                for name, m in stored["metrics"].items()
                for f in [factor if name == "samples_per_s" else efficiency]}
     return json.dumps({**stored, "metrics": metrics, **extra})
@@ -59,7 +61,8 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines([
         "*MEASURED 4 2",  # global batch = 2 per device x 2 ranks; 2 windows
-        "*pytest-dlperf: training throughput*1 warm-up, 2 timed steps x 2 repeats*",
+        "*pytest-dlperf: training throughput*1 warm-up, 2 timed steps x 2 repeats over 2 "
+        "launch(es), median; machine box)*",
         "case*nodes x dev*precision*batch/dev*throughput (median)*min-max*speedup (eff.)*baseline"
         "*delta*verdict",
         "test_cases.py::test_pair[[]1n1d[]]*1 x 1*fp32*2*-*recorded",
@@ -68,10 +71,13 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
     path = only_baseline(pytester, "test_pair-1n2d")
     stored = json.loads(path.read_text())
     throughput = stored["metrics"]["samples_per_s"]
-    assert stored["schema_version"] == 2 and len(throughput["repeats"]) == 2
+    # Two launches of one window each: the repeats are split over them.
+    assert stored["schema_version"] == 3 and [len(w) for w in throughput["launches"]] == [1, 1]
     assert stored["fingerprint"]["devices_per_node"] == 2 and stored["fingerprint"]["nodes"] == 1
     assert stored["fingerprint"]["protocol"] == "w1-s2"  # repeats are a sample size, not a key
-    assert throughput["median"] == pytest.approx(sum(throughput["repeats"]) / 2)
+    assert stored["fingerprint"]["machine"] == "box"
+    assert [run["launches"] for run in stored["runs"]] == [2]
+    assert throughput["median"] == pytest.approx(sum(w[0] for w in throughput["launches"]) / 2)
     result.stdout.fnmatch_lines(["*pytest-dlperf: baselines changed in*",
                                  "test_cases.py::test_pair[[]1n2d[]]: recorded: * samples/s*"])
 
@@ -86,7 +92,9 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
         bench["extra_info"]["samples_per_s"] / reference)
     efficiency = stored["metrics"]["scaling_efficiency"]
     assert efficiency["median"] == pytest.approx(bench["extra_info"]["speedup"] / 2)
-    assert len(efficiency["repeats"]) == 2  # one per window: samples/s over 2 x the 1n1d median
+    # one per window (samples/s over 2 x the 1n1d median), grouped by launch like the throughput
+    assert [len(w) for w in efficiency["launches"]] == [1, 1]
+    assert bench["extra_info"]["launches"] == 2
     assert bench["stats"]["rounds"] == 2 and bench["stats"]["iterations"] == 2
     assert bench["extra_info"]["topology"]["world_size"] == 2
     assert bench["extra_info"]["samples_per_s"] == pytest.approx(throughput["median"])
@@ -107,10 +115,11 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
     result.stdout.fnmatch_lines(["PASSED test_cases.py::test_marked[[]1n1d[]]",
                                  "FAILED *test_pair[[]1n2d[]]*"])
     result.stdout.fnmatch_lines([
-        "*pytest-dlperf: REGRESSION in test_cases.py::test_pair[[]1n2d[]]: images/s median * is "
-        "below the threshold * (baseline median * from bl/test_cases/test_pair-1n2d/*.json, "
-        "tolerance 5.0%, delta -9*%) and the drop is significant (2 vs 2 repeats, "
-        "Mann-Whitney p=*, *% CI of the median ratio [[]0.0*, 0.0*[]]); repeats: [[]*, *[]]",
+        "*pytest-dlperf: REGRESSION in test_cases.py::test_pair[[]1n2d[]]: images/s median * (of 2 "
+        "launch medians) is below the threshold * (baseline median * from bl/box/test_cases/test_pair-1n2d/*.json, "
+        "tolerance 5.0%, delta -9*%) and the drop is significant (2 vs 2 launches (2 vs 2 "
+        "windows), between-launch spread *%, t-test p=*, *% CI of the ratio [[]0.0*, 0.0*[]]); "
+        "windows by launch: [[]*[]] [[]*[]]",
         # (a proven regression is not grown by extra repeats, even if the efficiency is unsure)
     ])
     # (its efficiency verdict, judged on 2 noisy windows, may read "efficiency inconclusive")
@@ -132,26 +141,43 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
     result.stdout.fnmatch_lines([
         "*SCALING REGRESSION in test_cases.py::test_pair[[]1n2d[]]: scaling efficiency *% "
         "(speedup * on 2 devices) is below the threshold *% (baseline *% from *, "
-        "tolerance 50.0%; 2 vs 2 repeats, Mann-Whitney p=*, *% CI of the median ratio [[]*[]])",
+        "tolerance 50.0%; 2 vs 2 launches (2 vs 2 windows), between-launch spread *%, t-test "
+        "p=*, *% CI of the ratio [[]*[]])",
         "test_cases.py::test_pair[[]1n2d[]]*improvement, efficiency regression"])
 
 
-def test_missing_baseline_passes_and_says_so_but_fails_when_strict(
+def test_missing_baseline_passes_and_says_so_then_add_grows_it_and_another_machine_has_none(
         pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_one="def test_one(throughput_meter):\n"
                                  "    throughput_meter.measure('torch')\n")
     result = run(pytester, "--devices-per-node", "1")
     result.assert_outcomes(passed=1, warnings=1)
-    result.stdout.fnmatch_lines(["*no baseline for test_one.py::test_one on this fingerprint "
-                                 "(expected bl/test_one/test_one/*.json)*",
+    result.stdout.fnmatch_lines(["*no baseline for test_one.py::test_one on machine 'box' with "
+                                 "this fingerprint (expected bl/box/test_one/test_one/*.json)*",
                                  "test_one.py::test_one*1 x 1*fp32*no-baseline"])
     assert not (pytester.path / "bl").exists()  # a plain run writes nothing
-    result = run(pytester, "--devices-per-node", "1", "--dlperf-strict")
+
+    # =add records where there is nothing, then adds each run's launches to what is there.
+    run(pytester, "--devices-per-node", "1", "--dlperf-update-baselines=add").assert_outcomes(
+        passed=1)
+    result = run(pytester, "--devices-per-node", "1", "--dlperf-update-baselines=add")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["test_one.py::test_one: added this run's launches: * -> * "
+                                 "samples/s over 4 launches of 2 run(s)*"])
+    (path,) = (pytester.path / "bl").rglob("*.json")
+    stored = json.loads(path.read_text())
+    assert [len(w) for w in stored["metrics"]["samples_per_s"]["launches"]] == [1, 1, 1, 1]
+    assert [r["launches"] for r in stored["runs"]] == [2, 2]
+
+    # Another machine's run finds no baseline of its own, says whose exist, and fails if strict.
+    result = run(pytester, "--devices-per-node", "1", "--dlperf-machine", "other", "--dlperf-strict")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*no baseline for*(failing: --dlperf-strict)*"])
+    result.stdout.fnmatch_lines(["*no baseline for test_one.py::test_one on machine 'other'*This "
+                                 "case has baselines of other machines (box)*(failing: "
+                                 "--dlperf-strict)*"])
 
 
-def test_an_inconclusive_case_adds_repeats_then_warns_or_fails_when_strict(
+def test_an_inconclusive_case_adds_launches_then_warns_or_fails_when_strict(
         pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_one="def test_one(throughput_meter):\n"
                                  "    throughput_meter.measure('torch')\n")
@@ -160,38 +186,43 @@ def test_an_inconclusive_case_adds_repeats_then_warns_or_fails_when_strict(
     (path,) = (pytester.path / "bl").rglob("*.json")
     stored = json.loads(path.read_text())
     measured = stored["metrics"]["samples_per_s"]["median"]
-    # A baseline whose median is twice this machine's figure, but spread over four orders of
-    # magnitude: the drop is beyond the tolerance and cannot be told from the noise.
-    spread = [measured * f for f in (0.01, 0.02, 0.05, 2, 50, 100, 200)]
-    path.write_text(json.dumps({**stored, "metrics": {"samples_per_s": {
-        **stored["metrics"]["samples_per_s"], "median": 2 * measured, "repeats": spread}}}))
+    # A baseline whose median is twice this machine's figure, but whose launches spread over
+    # four orders of magnitude: the drop is beyond the tolerance and cannot be told from the
+    # noise.
+    spread = [[measured * f] for f in (0.01, 0.02, 0.05, 2, 50, 100, 200)]
+    path.write_text(json.dumps({**stored, "runs": [{"launches": 7}], "metrics": {
+        "samples_per_s": {**stored["metrics"]["samples_per_s"], "median": 2 * measured,
+                          "launches": spread}}}))
 
-    # Strict: 2 windows, inconclusive, 2 more (a second launch), still inconclusive -> fails.
+    # Strict: 2 launches, inconclusive, 2 more (a run's worth), still inconclusive -> fails.
     result = run(pytester, "--devices-per-node", "1", "--dlperf-max-repeats", "4",
                  "--dlperf-strict", "--dlperf-unstable-cv", "0.000001", "--dlperf-json", "r.json")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*INCONCLUSIVE test_one.py::test_one: images/s median * is -*% against the baseline's "
-        "* (beyond the tolerance 5.0%) but the difference is not significant (4 vs 7 repeats, "
-        "Mann-Whitney p=*) after 4 repeats (--dlperf-max-repeats 4)*(failing: --dlperf-strict)",
+        "* (beyond the tolerance 5.0%) but the difference is not significant (4 vs 7 launches "
+        "(4 vs 7 windows), between-launch spread *%, t-test p=*) after 4 windows in 4 "
+        "launch(es) (--dlperf-max-repeats 4)*(failing: --dlperf-strict)",
     ])
-    result.stdout.fnmatch_lines(["test_one.py::test_one*1 x 1*fp32*2*4*inconclusive"])
+    result.stdout.fnmatch_lines(["test_one.py::test_one*1 x 1*fp32*2*4/4L*inconclusive"])
     result.stdout.fnmatch_lines(["*test_one.py::test_one is unstable: its 4 repeats vary by "
                                  "*% (coefficient of variation; --dlperf-unstable-cv 0%)*"])
     info = json.loads((pytester.path / "r.json").read_text())["benchmarks"][0]["extra_info"]
     assert info["verdict"]["outcome"] == "inconclusive" and info["repeats_measured"] == 4
+    assert info["launches"] == 4 and len(info["samples_per_s_launches"]) == 4
     assert len(info["samples_per_s_repeats"]) == 4 and info["samples_per_s_cv"] > 0
-    assert json.loads(path.read_text())["metrics"]["samples_per_s"]["repeats"] == spread
+    assert json.loads(path.read_text())["metrics"]["samples_per_s"]["launches"] == spread
 
-    # Not strict, no extra repeats allowed: one launch, a warning, and the test passes.
+    # Not strict, no extra launches allowed: one run, a warning, and the test passes.
     result = run(pytester, "--devices-per-node", "1", "--dlperf-max-repeats", "2")
     result.assert_outcomes(passed=1, warnings=1)
-    result.stdout.fnmatch_lines(["*INCONCLUSIVE*after 2 repeats (--dlperf-max-repeats 2)*"])
+    result.stdout.fnmatch_lines(["*INCONCLUSIVE*after 2 windows in 2 launch(es) "
+                                 "(--dlperf-max-repeats 2)*"])
 
 
 # One unusable file through the whole flow (every kind of unusable file: test_baselines).
 @pytest.mark.parametrize("content, problem", [
-    ('{"schema_version": 2, "case": "test_one.py::test_one", "metr', "truncated"),
+    ('{"schema_version": 3, "case": "test_one.py::test_one", "metr', "truncated"),
 ])
 def test_an_unusable_baseline_fails_its_case_and_is_only_replaced_on_request(
         pytester: pytest.Pytester, content: str, problem: str) -> None:
@@ -209,7 +240,7 @@ def test_an_unusable_baseline_fails_its_case_and_is_only_replaced_on_request(
     result.assert_outcomes(passed=1)
     backup = path.with_name(path.name + ".bak")
     assert backup.read_text() == content
-    assert json.loads(path.read_text())["schema_version"] == 2
+    assert json.loads(path.read_text())["schema_version"] == 3
     result.stdout.fnmatch_lines([f"test_one.py::test_one: replaced-unreadable: * samples/s "
                                  f"(the unreadable old file is kept as {backup})*"])
 

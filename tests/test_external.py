@@ -49,13 +49,15 @@ def expected_fingerprint() -> dict[str, object]:
 
     import torch
 
+    from pytest_dlperf.settings import default_machine
     from pytest_dlperf.topology import detect_hardware, fingerprint, make_topology
 
     topology = make_topology(detect_hardware(), 2, 1, "cpu", all_nodes_here=False)
     return fingerprint(topology, framework="torch", framework_version=torch.__version__,
                        precision="fp32", model="resnet50", batch_size=2, sizes={"image_size": 64},
                        protocol_slug="w1-s2",
-                       python=".".join(platform.python_version_tuple()[:2]))
+                       python=".".join(platform.python_version_tuple()[:2]),
+                       machine=default_machine())
 
 
 @pytest.mark.usefixtures("subprocess_env")
@@ -64,10 +66,11 @@ def test_rank_zero_judges_and_reports_and_the_other_rank_mirrors_it(
     from pytest_dlperf.baselines import Baseline, BaselineStore, Metric
 
     pytester.makepyfile(test_s=TEST)
-    # Rank 0 alone owns the baselines; one 1000x faster than any real figure here.
+    # Rank 0 alone owns the baselines; one 1000x faster than any real figure here. External mode
+    # has one launch per job, so its baselines are built over several jobs (=add): three here.
     BaselineStore(pytester.path / "bl").save(Baseline(
         case="test_s.py::test_s[2n1d]", fingerprint=expected_fingerprint(),
-        metrics={"samples_per_s": Metric([9999.0, 9998.0], 9998.5)}))
+        metrics={"samples_per_s": Metric([[9999.0], [9998.0], [9997.0]], 9998.0)}))
     codes, (rank0, rank1) = launch_pytest_on_two_ranks(pytester.path, "run")
     assert all(code != 0 for code in codes), (rank0, rank1)
     for text in (rank0, rank1):  # both ranks ran the 2-node case; 1n1d cannot run here

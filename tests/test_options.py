@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_dlperf.settings import default_machine
+
 SHOW_SETTINGS = """
 from pytest_dlperf.plugin import STATE
 
@@ -12,7 +14,8 @@ def test_show(request):
     p = s.protocol
     print(f"SETTINGS {p.name} {p.warmup_steps} {p.steps} {p.repeats} {s.tolerance} {s.nodes} "
           f"{s.devices_per_node} {s.update_baselines} {s.strict} {s.baselines.name} "
-          f"{s.max_repeats} {s.unstable_cv} {s.batch_size}")
+          f"{s.max_repeats} {s.unstable_cv} {s.batch_size} {s.launches} {s.machine} "
+          f"{s.baseline_launches}")
 """
 
 
@@ -27,8 +30,10 @@ def settings_line(pytester: pytest.Pytester, *args: str) -> list[str]:
 def test_defaults_are_the_full_dlperf_protocol(pytester: pytest.Pytester,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DLPERF_PROTOCOL", raising=False)
+    monkeypatch.delenv("DLPERF_MACHINE", raising=False)
     assert settings_line(pytester) == ["full", "20", "100", "7", "0.05", "1", "None", "None",
-                                       "False", "baselines", "21", "0.1", "None"]
+                                       "False", "baselines", "21", "0.1", "None", "3",
+                                       default_machine(), "20"]
 
 
 def test_quick_profile_and_overrides(pytester: pytest.Pytester) -> None:
@@ -36,11 +41,29 @@ def test_quick_profile_and_overrides(pytester: pytest.Pytester) -> None:
                         "--nodes", "2", "--devices-per-node", "1", "--dlperf-tolerance", "10%",
                         "--dlperf-update-baselines", "--dlperf-strict", "--dlperf-baselines", "b2",
                         "--dlperf-max-repeats", "5", "--dlperf-unstable-cv", "20%",
-                        "--dlperf-batch-size", "48")
+                        "--dlperf-batch-size", "48", "--dlperf-launches", "5",
+                        "--dlperf-machine", "gpu-runner_7.a", "--dlperf-baseline-launches", "9")
     assert got == ["quick+custom", "5", "3", "5", "0.1", "2", "1", "all", "True", "b2", "5", "0.2",
-                   "48"]
+                   "48", "5", "gpu-runner_7.a", "9"]
     assert settings_line(pytester, "--dlperf-protocol", "quick")[10] == "15"  # 3 x repeats
     assert settings_line(pytester, "--dlperf-update-baselines=missing")[7] == "missing"
+    assert settings_line(pytester, "--dlperf-update-baselines=add")[7] == "add"
+
+
+def test_the_default_machine_is_a_valid_stable_name() -> None:
+    """What the store files baselines under when no --dlperf-machine is given: a name the
+    option itself would accept, the same in every process on this host."""
+    import subprocess
+    import sys
+
+    from pytest_dlperf.settings import _machine_name
+
+    name = default_machine()
+    assert _machine_name(name) == name
+    again = subprocess.run([sys.executable, "-c", "from pytest_dlperf.settings import "
+                            "default_machine; print(default_machine())"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert again == name
 
 
 def test_precedence_cli_over_env_over_ini(pytester: pytest.Pytester,
@@ -78,6 +101,11 @@ def test_precedence_cli_over_env_over_ini(pytester: pytest.Pytester,
     (["--dlperf-python", "one-flow=/usr/bin/python3"], "--dlperf-python=one-flow=/usr/bin/python3"),
     (["--dlperf-python", "oneflow=a,oneflow=b"], "--dlperf-python=oneflow=a,oneflow=b"),
     (["--dlperf-python", "oneflow=no/such/python"], "--dlperf-python=oneflow=no/such/python"),
+    (["--dlperf-launches", "0"], "--dlperf-launches=0"),
+    (["--dlperf-baseline-launches", "1"], "--dlperf-baseline-launches=1"),
+    (["--dlperf-update-baselines", "append"], "--dlperf-update-baselines=append"),
+    (["--dlperf-machine", "my box"], "--dlperf-machine=my box"),
+    (["--dlperf-machine", "../elsewhere"], "--dlperf-machine=../elsewhere"),
 ])
 def test_bad_values_are_usage_errors_naming_the_flag(pytester: pytest.Pytester, args: list[str],
                                                      names: str) -> None:

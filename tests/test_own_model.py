@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_dlperf.settings import default_machine
 from pytest_dlperf.workload import CaseWorkload, Workload, WorkloadError, recipe_reference
 
 # At import, before any pytester snapshot of sys.modules: a torch imported inside a pytester
@@ -54,7 +55,7 @@ def test_the_readme_example_records_then_compares_on_one_and_two_ranks(
         assert "image_size" not in fp
     stored = sorted(p.relative_to(pytester.path).parent.as_posix()
                     for p in (pytester.path / "baselines").rglob("*.json"))
-    assert stored == [f"baselines/test_my_model/test_mlp-{case}"
+    assert stored == [f"baselines/{default_machine()}/test_my_model/test_mlp-{case}"
                       for case in ("1n1d-amp", "1n1d-fp32", "1n2d-amp", "1n2d-fp32")]
     first.stdout.fnmatch_lines(["*test_mlp[[]1n2d-fp32[]]*1 x 2*fp32*128*samples/s*recorded*"])
 
@@ -234,7 +235,7 @@ def test_parametrized_ids_come_from_pytest_and_find_the_one_device_reference(
     first.assert_outcomes(passed=1)
     [stored] = (pytester.path / "baselines").rglob("*.json")
     assert stored.parent.relative_to(pytester.path).as_posix() == \
-        "baselines/test_ids/test_w-1n1d-narrow"
+        f"baselines/{default_machine()}/test_ids/test_w-1n1d-narrow"
     one_device = json.loads(stored.read_text())["metrics"]["samples_per_s"]["median"]
 
     second = pytester.runpytest_subprocess(*QUICK, "--devices-per-node", "2", "-k", "1n2d",

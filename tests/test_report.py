@@ -17,7 +17,7 @@ from pytest_dlperf.workload import CaseWorkload, Precision
 
 def make_report(baseline: float | None) -> CaseReport:
     result = Result(samples_per_s=[10.0, 12.0, 11.0], window_s=[0.8, 0.6667, 0.7273], steps=2,
-                    global_batch=4, warmup_s=1.0, wall_s=9.0)
+                    global_batch=4, warmup_s=1.0, wall_s=9.0, launch_windows=[1, 1, 1])
     return CaseReport(
         case="test_r.py::test_x[1n2d-amp]", name="test_x[1n2d-amp]",
         nodeid="perf/test_r.py::test_x[1n2d-amp]", params={"cluster": "1n2d", "amp": "amp"},
@@ -25,7 +25,8 @@ def make_report(baseline: float | None) -> CaseReport:
         precision=Precision("amp", "cpu"),
         workload=CaseWorkload("resnet50", "images", 2, {"image_size": 64}),
         protocol=QUICK, result=result, cv=0.0909, param="1n2d-amp",
-        verdict=compare(result.samples_per_s, None if baseline is None else [baseline], 0.05))
+        verdict=compare(result.launches, None if baseline is None else
+                        [[baseline], [baseline * 1.01], [baseline * 0.99]], 0.05))
 
 
 def test_rows_carry_dlperf_columns() -> None:
@@ -33,7 +34,7 @@ def test_rows_carry_dlperf_columns() -> None:
     scaled.speedup, scaled.efficiency = 1.7, 0.85
     table = rows([make_report(12.5).benchmark_entry(), scaled.benchmark_entry()])
     assert table[0] == ["test_r.py::test_x[1n2d-amp]", "1 x 2", "amp(bfloat16)", "2",
-                        "11.0 images/s", "10.0-12.0", "9.1%", "3", "-", "12.5", "-12.0%", "inconclusive"]
+                        "11.0 images/s", "10.0-12.0", "9.1%", "3/3L", "-", "12.5", "-12.0%", "inconclusive"]
     assert table[1][8] == "1.70 (85%)"
     text = text_table(table)
     assert text[0].split() == ["case", "nodes", "x", "dev", "precision", "batch/dev", "throughput",
@@ -66,7 +67,7 @@ def test_markdown_cli(tmp_path: Path) -> None:
                          capture_output=True, text=True)
     assert out.returncode == 0
     assert "| test_r.py::test_x[1n2d-amp] | 1 x 2 | amp(bfloat16) | 2 | 11.0 images/s | 10.0-12.0 | 9.1% " \
-        "| 3 | - |" in out.stdout
+        "| 3/3L | - |" in out.stdout
     assert "| +37.5% | improvement |" in out.stdout
     bad = subprocess.run([sys.executable, "-m", "pytest_dlperf.report", str(tmp_path / "no.json")],
                          capture_output=True, text=True)
