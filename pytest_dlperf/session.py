@@ -20,6 +20,7 @@ import pytest
 
 from .baselines import BaselineStore
 from .launch import Launcher, detect, get_launcher
+from .lifeline import claim, sweep
 from .report import CaseReport
 from .settings import Settings
 from .topology import Hardware, Topology, detect_hardware, make_topology
@@ -112,12 +113,16 @@ class SessionState:
 
     def _make_work_root(self, launcher: Launcher) -> Path:
         """Per-session scratch for the cases' specs and results. Remote nodes must see it,
-        so outside local mode it lives under the rootdir, not in this host's /tmp."""
-        parent = None
+        so outside local mode it lives under the rootdir, not in this host's /tmp. Scratch
+        left by runs that were killed (SIGKILL, a lost node) goes first."""
+        parent = Path(tempfile.gettempdir())
         if not launcher.all_nodes_here:
             parent = self.rootpath / ".pytest-dlperf"
             parent.mkdir(exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix="pytest-dlperf-", dir=parent))
+        sweep(parent, "pytest-dlperf-*")
+        work_root = Path(tempfile.mkdtemp(prefix="pytest-dlperf-", dir=parent))
+        claim(work_root)
+        return work_root
 
     # -- what start settled ---------------------------------------------------------------
 

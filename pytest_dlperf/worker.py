@@ -20,9 +20,13 @@ from typing import Any
 from . import frameworks
 from .frameworks import DeviceUnavailable, DistEnv, Trainer
 from .jsonio import write_json_atomic
+from .lifeline import die_with_parent, expected_parent
 from .meter import measure
 from .spec import RankSpec
-from .workload import load_recipe
+from .workload import WorkloadError, load_recipe
+
+# This package's folder: frames in it are the plugin's, the rest the user's or a framework's.
+_PLUGIN_DIR = str(Path(__file__).resolve().parent)
 
 
 class Diverged(RuntimeError):
@@ -72,10 +76,40 @@ def run(spec: RankSpec | dict[str, Any], dist: DistEnv) -> dict[str, Any]:
     }
 
 
+def error_text(exc: BaseException) -> str:
+    """What a rank reports of its failure. The plugin's own errors (a diverged loss, a workload
+    that breaks the rules) are their message; an error raised in the user's code or a framework
+    is its traceback from the first frame outside the plugin, so the user reads their own
+    frames, not the plugin's plumbing; an error raised in the plugin alone (a bug to report)
+    keeps its whole traceback."""
+    if isinstance(exc, (Diverged, DeviceUnavailable, WorkloadError)):
+        return f"{type(exc).__name__}: {exc}\n"
+    summary = traceback.TracebackException.from_exception(exc)
+    _trim(summary, set())
+    return "".join(summary.format())
+
+
+def _trim(summary: traceback.TracebackException, seen: set[int]) -> None:
+    if id(summary) in seen:
+        return
+    seen.add(id(summary))
+    frames = list(summary.stack)
+    outside = [i for i, frame in enumerate(frames) if not frame.filename.startswith(_PLUGIN_DIR)]
+    if outside:
+        summary.stack = traceback.StackSummary.from_list(frames[outside[0]:])
+    for linked in (summary.__cause__, summary.__context__):
+        if linked is not None:
+            _trim(linked, seen)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m pytest_dlperf.worker SPEC.json OUT_DIR", file=sys.stderr)
         return 2
+    # End with the agent that started this rank, whatever ends it (it ends with pytest).
+    parent = expected_parent()
+    if parent is not None:
+        die_with_parent(parent=parent)
     spec = json.loads(Path(argv[0]).read_text())
     out_dir = Path(argv[1])
     dist = DistEnv.from_environ(dict(os.environ))
@@ -90,7 +124,7 @@ def main(argv: list[str]) -> int:
     except BaseException as exc:
         write_json_atomic(result_path(out_dir, dist.rank), {
             "rank": dist.rank,
-            "error": traceback.format_exc(),
+            "error": error_text(exc),
             "error_type": "diverged" if isinstance(exc, Diverged) else type(exc).__name__,
         })
         raise

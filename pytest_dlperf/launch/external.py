@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import traceback
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -70,6 +69,7 @@ class ExternalLauncher(Launcher):
 
     def run(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
             timeout_s: float) -> list[dict[str, Any]]:
+        from ..worker import error_text
         from ..worker import run as run_worker
 
         if spec.get("python"):
@@ -83,8 +83,8 @@ class ExternalLauncher(Launcher):
         os.environ["OMP_NUM_THREADS"] = str(spec["threads"])
         try:
             mine: dict[str, Any] = run_worker(spec, self.dist)
-        except Exception:
-            mine = {"rank": self.dist.rank, "error": traceback.format_exc()}
+        except Exception as exc:
+            mine = {"rank": self.dist.rank, "error": error_text(exc)}
         store = self.store(timeout_s)
         store.set(f"{prefix}/rank{self.dist.rank}", json.dumps(mine))
         keys = [f"{prefix}/rank{r}" for r in range(self.dist.world_size)]

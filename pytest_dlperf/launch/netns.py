@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from ..lifeline import die_with_parent, tethered
 from .processes import kill_tree, wait_all
 
 
@@ -36,19 +38,23 @@ def available() -> bool:
 
 def wrap(commands: list[list[str]], logs: list[Path], plan_path: Path) -> list[str]:
     """One command that runs all ``commands`` (logging to ``logs``) inside a new namespace."""
-    plan_path.write_text(json.dumps({"commands": commands, "logs": [str(p) for p in logs]}))
+    plan_path.write_text(json.dumps({"commands": commands, "logs": [str(p) for p in logs],
+                                     "parent": os.getpid()}))
     return ["unshare", "--user", "--map-root-user", "--net", sys.executable, "-m",
             "pytest_dlperf.launch.netns", str(plan_path)]
 
 
 def main(argv: list[str]) -> int:
     plan = json.loads(Path(argv[0]).read_text())
+    # pytest started this process (through unshare, which may clear the parent-death signal
+    # as it changes user namespace): end with pytest, whatever ends it.
+    die_with_parent(parent=plan["parent"])
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for command, log in zip(plan["commands"], plan["logs"]):
             with open(log, "wb") as fh:
-                procs.append(subprocess.Popen(command, stdout=fh, stderr=subprocess.STDOUT,
+                procs.append(subprocess.Popen(tethered(command), stdout=fh, stderr=subprocess.STDOUT,
                                               stdin=subprocess.DEVNULL, start_new_session=True))
         outcome = wait_all(procs, deadline=float("inf"))
     finally:

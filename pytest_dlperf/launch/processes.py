@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -20,6 +21,7 @@ from typing import Any
 
 import psutil
 
+from ..lifeline import tethered
 from ..topology import Topology
 from . import LaunchError
 
@@ -83,8 +85,11 @@ def worker_environment(topology: Topology, tmp_dir: Path, python: str | None,
     return env
 
 
-def kill_tree(procs: list[subprocess.Popen[bytes]], grace_s: float = 3.0) -> None:
-    """Terminate agents and every worker under them; workers sit in sessions of their own."""
+def kill_tree(procs: list[subprocess.Popen[bytes]], grace_s: float = 3.0,
+              first: int = signal.SIGTERM) -> None:
+    """Terminate agents and every worker under them; workers sit in sessions of their own.
+    ``first``: the signal sent first (SIGKILL once every rank's result is in: nothing left to
+    shut down gracefully), SIGKILL follows for whatever outlives ``grace_s``."""
     victims: list[psutil.Process] = []
     for proc in procs:
         try:
@@ -95,21 +100,40 @@ def kill_tree(procs: list[subprocess.Popen[bytes]], grace_s: float = 3.0) -> Non
             pass
     for victim in victims:
         try:
-            victim.send_signal(signal.SIGTERM)
+            victim.send_signal(first)
         except psutil.NoSuchProcess:
             pass
-    _, alive = psutil.wait_procs(victims, timeout=grace_s)
+    alive = _wait_gone(victims, grace_s)
     for victim in alive:
         try:
             victim.kill()
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(alive, timeout=grace_s)
+    _wait_gone(alive, grace_s)
     for proc in procs:  # reap our direct children: no zombies
         try:
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             pass
+
+
+def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Wait until every process has ended; those still running after ``timeout_s``. A zombie
+    has ended: a grandchild stays one until init reaps it, which psutil's wait would wait for
+    (over a second a launch here)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = [p for p in procs if _running(p)]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.02)
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _tail(paths: list[Path], limit: int = 6000) -> str:
@@ -121,13 +145,19 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def wait_all(procs: list[subprocess.Popen[bytes]], deadline: float) -> str:
-    """'ok', 'failed' (an agent exited non-zero) or 'timeout'."""
+def wait_all(procs: list[subprocess.Popen[bytes]], deadline: float,
+             results: list[Path] = ()) -> str:  # type: ignore[assignment]
+    """'ok', 'failed' (an agent exited non-zero) or 'timeout'. 'ok' also as soon as every file
+    of ``results`` exists (each rank writes its own atomically, last thing before it exits):
+    the agents' own wind-down (torchrun's monitor interval, its exit barrier, two interpreters'
+    teardown) took ~2 s a launch here, for nothing the case needs; the caller reaps them."""
     failed_at: float | None = None
     while True:
         codes = [p.poll() for p in procs]
         if all(c is not None for c in codes):
             return "ok" if all(c == 0 for c in codes) else "failed"
+        if results and all(path.exists() for path in results):
+            return "ok"
         now = time.monotonic()
         if failed_at is None and any(c not in (None, 0) for c in codes):
             failed_at = now
@@ -153,8 +183,10 @@ def new_run_id() -> str:
 
 
 def run_processes(commands: list[list[str]], env: dict[str, str], run_dir: Path, out_dir: Path,
-                  world_size: int, timeout_s: float) -> list[dict[str, Any]]:
-    """Start the commands, wait (bounded), reap their whole trees, collect every rank's JSON."""
+                  world_size: int, timeout_s: float,
+                  death_signal: int = signal.SIGKILL) -> list[dict[str, Any]]:
+    """Start the commands, wait (bounded), reap their whole trees, collect every rank's JSON.
+    Each command gets ``death_signal`` if pytest dies without reaping it (``lifeline``)."""
     logs = [run_dir / f"launch-{i}.log" for i in range(len(commands))]
     procs: list[subprocess.Popen[bytes]] = []
     started = time.monotonic()
@@ -162,15 +194,17 @@ def run_processes(commands: list[list[str]], env: dict[str, str], run_dir: Path,
     # reaps the workers instead of orphaning them.
     previous = (signal.signal(signal.SIGTERM, _interrupt)
                 if threading.current_thread() is threading.main_thread() else None)
+    outcome = "interrupted"
     try:
         for command, log in zip(commands, logs):
             with open(log, "wb") as fh:
                 procs.append(subprocess.Popen(
-                    command, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    tethered(command, death_signal), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     env=env, start_new_session=True))
-        outcome = wait_all(procs, started + timeout_s)
+        outcome = wait_all(procs, started + timeout_s,
+                           [out_dir / f"rank-{rank}.json" for rank in range(world_size)])
     finally:  # also on Ctrl-C: no worker outlives its case
-        kill_tree(procs)
+        kill_tree(procs, first=signal.SIGKILL if outcome == "ok" else signal.SIGTERM)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     return collect(out_dir, world_size, outcome, timeout_s,
@@ -201,5 +235,27 @@ def collect(out_dir: Path, world_size: int, outcome: str, timeout_s: float,
     elif outcome == "timeout":
         kind, summary = "timeout", f"timed out after {timeout_s:g} s; stuck ranks: {missing}"
     else:
-        kind, summary = "failed", f"the launcher failed before ranks {missing} reported"
+        kind, summary = "failed", _ended_without_result(missing, log_tail)
     raise LaunchError(summary, errors, missing, log_tail, kind)
+
+
+# torchrun's failure summary, one block per failed rank: "rank : 1 (local_rank: 1)" then
+# "exitcode : -9 (pid: 123)".
+_RANK_EXIT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank.*?\n\s*exitcode\s*:\s*(-?\d+)",
+                        re.DOTALL)
+
+
+def _ended_without_result(missing: list[int], log_tail: str) -> str:
+    """Which ranks ended without writing a result, and how, as torchrun's log says."""
+    codes = {int(rank): int(code) for rank, code in _RANK_EXIT.findall(log_tail)
+             if int(rank) in missing}
+    if not codes:
+        return f"the launcher failed before ranks {missing} reported"
+    parts = []
+    for rank, code in sorted(codes.items()):
+        how = (f"killed by {signal.Signals(-code).name}" if code < 0
+               and -code in signal.valid_signals() else f"exit code {code}")
+        parts.append(f"rank {rank} ended ({how}) without a result")
+    rest = [r for r in missing if r not in codes]
+    tail = f"; ranks {rest} did not report either" if rest else ""
+    return "; ".join(parts) + tail + " (the rank's own output is in the log below)"

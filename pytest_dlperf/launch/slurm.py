@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 import random
 import re
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..topology import Topology
+from ..lifeline import tethered
 from . import Launcher
 from .processes import agent_command, new_run_id, prepare, run_processes, worker_environment
 
@@ -82,10 +84,15 @@ class SlurmLauncher(Launcher):
             "srun", f"--nodes={topology.nodes}", f"--ntasks={topology.nodes}",
             "--ntasks-per-node=1", f"--nodelist={','.join(hosts)}", "--kill-on-bad-exit=1",
             "--export=ALL",
-            *agent_command(topology, f"{hosts[0]}:{port}", new_run_id(), spec_path, out_dir,
-                           timeout_s, local_addr=None),
+            # On each node the agent tells its ranks its pid (they end with it); Slurm's step,
+            # not a parent-death signal, ends the agent.
+            *tethered(agent_command(topology, f"{hosts[0]}:{port}", new_run_id(), spec_path,
+                                    out_dir, timeout_s, local_addr=None), parent=-1),
         ]
         # Slurm nodes are separate hosts, unless the allocation lists one host twice.
         env = worker_environment(topology, tmp_dir, spec.get("python"), port + 1,
                                  nodes_share_host=len(set(hosts)) < len(hosts))
-        return run_processes([command], env, run_dir, out_dir, topology.world_size, timeout_s)
+        # If pytest dies, srun gets SIGTERM: its own handling signals the step's tasks on every
+        # node and ends the step (SIGKILL would leave the remote tasks to Slurm's timeouts).
+        return run_processes([command], env, run_dir, out_dir, topology.world_size, timeout_s,
+                             death_signal=signal.SIGTERM)
