@@ -32,6 +32,7 @@ problem; it is only ever replaced by an explicit update, which keeps it beside t
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -270,6 +271,9 @@ def _runs(data: Any, path: Path) -> list[Run]:
 
 def read(path: Path) -> Baseline:
     """Read and validate one baseline file."""
+    if path.is_dir():
+        raise BaselineError(f"baseline file {path}: is a folder, not a file; move it away (it "
+                            "is where this case's baseline file goes) and rerun")
     try:
         text = path.read_bytes().decode("utf-8")
     except OSError as exc:
@@ -390,7 +394,7 @@ class BaselineStore:
         schema 1 is migrated on read; None if there is none."""
         path = self.path_for(case, fingerprint)
         expected = fingerprint
-        if not path.exists():
+        if not _present(path):
             legacy = self._legacy(case, fingerprint, aliases)
             if legacy is None:
                 return None
@@ -411,32 +415,37 @@ class BaselineStore:
         from filelock import FileLock, Timeout
 
         path = self.path_for(baseline.case, baseline.fingerprint)
-        self.root.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(self.root / LOCK_NAME), timeout=LOCK_TIMEOUT_S)
         try:
+            self.root.mkdir(parents=True, exist_ok=True)
             with lock:
                 return self._update_locked(path, baseline, only_missing, keep, aliases)
-        except Timeout:
+        except Timeout:  # a TimeoutError, so an OSError: first
             raise BaselineError(
                 f"baseline file {path}: another run has held the lock {lock.lock_file} for "
                 f"{LOCK_TIMEOUT_S:.0f} s; if no other pytest-dlperf run is updating baselines, "
                 "delete the lock file and rerun") from None
+        except OSError as exc:  # a full disk, permissions changed since start-up
+            raise BaselineError(f"baseline file {path}: cannot be written ({exc}); the "
+                                "baseline there was not changed") from exc
 
     def _update_locked(self, path: Path, baseline: Baseline, only_missing: bool,
                        keep: int | None, aliases: Sequence[tuple[str, dict[str, Any]]]
                        ) -> Change:
         old: Baseline | None = None
         problem: str | None = None
-        found = (None if path.exists()
+        found = (None if _present(path)
                  else self._legacy(baseline.case, baseline.fingerprint, aliases))
         legacy = found[0] if found else None
         current = path if legacy is None else legacy
-        if current.exists():
+        if _present(current):
             if only_missing:
                 return Change(path, "kept", baseline)
             try:
                 old = read(current)
             except BaselineError as exc:
+                if current.is_dir():  # not a file to keep as .bak and replace
+                    raise
                 problem = str(exc)
                 shutil.copy2(current, path.with_name(path.name + ".bak"))  # keep what we replace
         if old is not None and baseline.tolerance is None:
@@ -453,6 +462,12 @@ class BaselineStore:
 
     def save(self, baseline: Baseline) -> Path:
         return self.update(baseline).path
+
+
+def _present(path: Path) -> bool:
+    """Whether something is at ``path``, readable or not (a dangling or looping link is there:
+    it must fail as unreadable, not be taken for a missing baseline and replaced)."""
+    return os.path.lexists(path)
 
 
 def _remove_empty_parents(folder: Path, root: Path) -> None:

@@ -30,6 +30,15 @@ class DLPerfWarning(pytest.PytestWarning):
     """A case passed but something about its figures deserves a look."""
 
 
+def fail(message: str) -> NoReturn:
+    """Fail the test with ``message`` alone: no traceback, and not the error being handled
+    (which the message already says) printed again above it."""
+    try:
+        pytest.fail(message, pytrace=False)
+    except pytest.fail.Exception as failed:
+        raise failed from None
+
+
 class ThroughputMeter:
     def __init__(self, node: pytest.Item, cluster: Cluster, amp: Precision,
                  state: SessionState) -> None:
@@ -46,7 +55,7 @@ class ThroughputMeter:
         return str(getattr(self.node, "funcargs", {}).get("compiler", "eager"))
 
     def _fail(self, message: str) -> NoReturn:
-        pytest.fail(f"pytest-dlperf: {self.node.nodeid}: {message}", pytrace=False)
+        fail(f"pytest-dlperf: {self.node.nodeid}: {message}")
 
     def measure(self, framework: str, workload: Workload | str = "resnet50", *,
                 batch_size: int | None = None,
@@ -180,8 +189,7 @@ class ThroughputMeter:
         try:
             ranks = cluster.run(spec)
         except LaunchError as exc:
-            pytest.fail(f"pytest-dlperf: {self.case} {exc.kind} on {cluster.topology.id}: "
-                        f"{exc}", pytrace=False)
+            fail(f"pytest-dlperf: {self.case} {exc.kind} on {cluster.topology.id}: {exc}")
         env = dict(ranks[0]["environment"])
         hardware = self.state.hardware
         if cluster.device_type == "cuda":  # what NVML says, beside what the framework saw
@@ -219,7 +227,7 @@ class ThroughputMeter:
         except BaselineError as exc:
             if self.state.settings.update_baselines == "all":
                 return None  # replaced below; the unreadable file is kept as .bak
-            return pytest.fail(f"pytest-dlperf: {exc}", pytrace=False)
+            fail(f"pytest-dlperf: {exc}")
 
     def _reference_median(self, spec: RankSpec, version: str, env: dict[str, Any],
                           sized: CaseWorkload) -> float | None:
@@ -287,7 +295,7 @@ class ThroughputMeter:
                 keep=policy.keep_launches if policy.update == "add" else None,
                 aliases=self._aliases(self.case, report.fingerprint))
         except BaselineError as exc:
-            return pytest.fail(f"pytest-dlperf: {exc}", pytrace=False)
+            fail(f"pytest-dlperf: {exc}")
 
     # -- the outcome -----------------------------------------------------------------------
 

@@ -343,7 +343,47 @@ def resolve(config: pytest.Config) -> Settings:
             values[name] = path if path.is_absolute() else (bases[name] or Path.cwd()) / path
     if values["python"] is not None:
         values["python"] = _interpreters(config, values["python"], bases["python"] or Path.cwd())
+    _check_outputs(config, values)
     return Settings(protocol=proto, **values)
+
+
+def _check_outputs(config: pytest.Config, values: dict[str, Any]) -> None:
+    """Where results and baselines will be written must be writable before anything trains:
+    a bad path found after the first case would waste its training and lose its figures."""
+    checks = [("json", "file"), ("baselines", "folder")]
+    for name, kind in checks:
+        path = values[name]
+        if path is None:
+            continue
+        problem = output_path_problem(path, kind, write=name == "json"
+                                      or values["update_baselines"] is not None)
+        if problem:
+            _, source, _ = _raw(config, next(o for o in OPTIONS if o.name == name))
+            raise pytest.UsageError(f"pytest-dlperf: bad value for {source}: {problem}")
+
+
+def output_path_problem(path: Path, kind: str, write: bool = True) -> str | None:
+    """Why ``path`` cannot be the ``kind`` ("file" or "folder") this run writes (or, with
+    ``write=False``, reads), or None. Creates nothing: the first existing folder on the way
+    must let us create the rest."""
+    if path.exists():
+        if kind == "file" and path.is_dir():
+            return f"{path} is a folder; give a file path (like results.json)"
+        if kind == "folder" and not path.is_dir():
+            return f"{path} is a file, not a folder; give a folder for the baseline files"
+        if write and not os.access(path if kind == "folder" else path.parent, os.W_OK):
+            return f"{path} is not writable by this user; give a path you can write"
+        return None
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return (f"{path} cannot be created: {ancestor} on its way is a file, not a folder; "
+                "give a path under a folder")
+    if write and not os.access(ancestor, os.W_OK | os.X_OK):
+        return (f"{path} cannot be created: {ancestor} is not writable by this user; give a "
+                "path you can write")
+    return None
 
 
 def default_machine() -> str:
@@ -372,5 +412,38 @@ def _interpreters(config: pytest.Config, pythons: dict[str, str], base: Path) ->
                 f"pytest-dlperf: bad value for {source}: {name}'s interpreter {path} {problem}; "
                 "give the path of a python executable (for OneFlow: the path that "
                 "scripts/setup-oneflow prints)")
+        unfit = _interpreter_problem(path)
+        if unfit:
+            raise pytest.UsageError(
+                f"pytest-dlperf: bad value for {source}: {name}'s interpreter {path} {unfit}")
         resolved[name] = str(path)
     return resolved
+
+
+# The workers' own floor (``pytest_dlperf.worker`` runs on this Python or newer).
+WORKER_PYTHON = (3, 10)
+
+
+def _interpreter_problem(path: Path) -> str | None:
+    """Why ``path`` cannot run the workers (not a Python, too old), or None."""
+    import subprocess
+
+    try:
+        done = subprocess.run([str(path), "-c", "import sys; print(*sys.version_info[:2])"],
+                              capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"cannot be run ({exc}); give the path of a python executable"
+    try:
+        version = tuple(int(part) for part in done.stdout.split())
+    except ValueError:
+        version = ()
+    if done.returncode != 0 or len(version) != 2:
+        said = (done.stderr or done.stdout).strip()[-300:]
+        return (f"is not a working Python (exit {done.returncode}: {said or 'no output'}); "
+                "give the path of a python executable")
+    if version < WORKER_PYTHON:
+        need = ".".join(map(str, WORKER_PYTHON))
+        return (f"is Python {version[0]}.{version[1]}; the workers need Python {need} or "
+                "newer (for OneFlow 0.9: 3.10, as scripts/setup-oneflow makes)")
+    return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from pytest_dlperf.settings import default_machine
@@ -162,8 +164,7 @@ def test_worker_interpreters_resolve_against_where_they_were_given(
     """)
     python = pytester.path / "envs" / "py310"
     python.parent.mkdir()
-    python.write_text("#!/bin/sh\n")
-    python.chmod(0o755)
+    python.symlink_to(sys.executable)  # a working Python: the plugin runs it to check
     (pytester.path / "envs" / "data").write_text("not a program")
     pytester.makeini("[pytest]\ndlperf_python = oneflow=envs/py310\n")
     result = pytester.runpytest("-s")
