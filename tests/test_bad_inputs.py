@@ -118,7 +118,8 @@ BAD = [
         args=("--dlperf-repeats", "0")),
     Bad("cli-device-tpu", ("*bad value for --dlperf-device=tpu: expected one of auto, cuda, cpu*",),
         args=("--dlperf-device", "tpu")),
-    Bad("cli-update-append", ("*bad value for --dlperf-update-baselines=append*all, add, missing*",),
+    Bad("cli-update-append", ("*bad value for --dlperf-update-baselines=append*all, add, "
+                              "missing*",),
         args=("--dlperf-update-baselines", "append")),
     Bad("cli-machine-path", ("*bad value for --dlperf-machine=../x: expected a name of letters*",),
         args=("--dlperf-machine", "../x")),
@@ -199,8 +200,8 @@ BAD = [
         baseline=_truncate, usage=False),
     Bad("baseline-not-json", ("*baseline file *.json: not valid JSON*fix it, delete it*",),
         baseline=_garble, usage=False),
-    Bad("baseline-wrong-types", ("*baseline file *.json: 'metrics.samples_per_s.median' must be a positive "
-                              "number*",),
+    Bad("baseline-wrong-types", ("*baseline file *.json: 'metrics.samples_per_s.median' must be "
+                                 "a positive number*",),
         baseline=_edit_baseline(lambda d: {**d, "metrics": {
             k: {**m, "median": "fast"} for k, m in d["metrics"].items()}}), usage=False),
     Bad("baseline-newer-schema", ("*baseline file *.json: schema_version 99 is newer than this "
@@ -272,7 +273,8 @@ def interpreters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 def _runs(python: str) -> bool:
     try:
-        return subprocess.run([python, "-c", "pass"], capture_output=True, timeout=60).returncode == 0
+        done = subprocess.run([python, "-c", "pass"], capture_output=True, timeout=60)
+        return done.returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 

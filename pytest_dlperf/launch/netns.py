@@ -54,8 +54,9 @@ def main(argv: list[str]) -> int:
     try:
         for command, log in zip(plan["commands"], plan["logs"]):
             with open(log, "wb") as fh:
-                procs.append(subprocess.Popen(tethered(command), stdout=fh, stderr=subprocess.STDOUT,
-                                              stdin=subprocess.DEVNULL, start_new_session=True))
+                procs.append(subprocess.Popen(tethered(command), stdout=fh,
+                                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                              start_new_session=True))
         outcome = wait_all(procs, deadline=float("inf"))
     finally:
         kill_tree(procs)

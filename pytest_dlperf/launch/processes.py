@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import psutil
 
@@ -146,7 +146,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def wait_all(procs: list[subprocess.Popen[bytes]], deadline: float,
-             results: list[Path] = ()) -> str:  # type: ignore[assignment]
+             results: Sequence[Path] = ()) -> str:
     """'ok', 'failed' (an agent exited non-zero) or 'timeout'. 'ok' also as soon as every file
     of ``results`` exists (each rank writes its own atomically, last thing before it exits):
     the agents' own wind-down (torchrun's monitor interval, its exit barrier, two interpreters'
@@ -199,10 +199,11 @@ def run_processes(commands: list[list[str]], env: dict[str, str], run_dir: Path,
         for command, log in zip(commands, logs):
             with open(log, "wb") as fh:
                 procs.append(subprocess.Popen(
-                    tethered(command, death_signal), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    tethered(command, death_signal), stdout=fh, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
                     env=env, start_new_session=True))
         outcome = wait_all(procs, started + timeout_s,
-                           [out_dir / f"rank-{rank}.json" for rank in range(world_size)])
+                           [_result_file(out_dir, rank) for rank in range(world_size)])
     finally:  # also on Ctrl-C: no worker outlives its case
         kill_tree(procs, first=signal.SIGKILL if outcome == "ok" else signal.SIGTERM)
         if previous is not None:
@@ -211,13 +212,18 @@ def run_processes(commands: list[list[str]], env: dict[str, str], run_dir: Path,
                    _tail(logs + sorted(run_dir.glob("agent-*.log"))))
 
 
+def _result_file(out_dir: Path, rank: int) -> Path:
+    """Where rank ``rank`` writes its result (``pytest_dlperf.worker.result_path``)."""
+    return out_dir / f"rank-{rank}.json"
+
+
 def collect(out_dir: Path, world_size: int, outcome: str, timeout_s: float,
             log_tail: str) -> list[dict[str, Any]]:
     results: dict[int, dict[str, Any]] = {}
     errors: dict[int, str] = {}
     kinds: set[str] = set()
     for rank in range(world_size):
-        path = out_dir / f"rank-{rank}.json"
+        path = _result_file(out_dir, rank)
         if not path.exists():
             continue
         data = json.loads(path.read_text())
