@@ -248,8 +248,8 @@ class ThroughputMeter:
             return baseline.throughput.median
         if not self.cluster.launcher.can_run(topology):
             return None
-        single = replace(spec, optimizer=replace(
-            spec.optimizer, lr=spec.optimizer.lr / self.cluster.world_size))
+        single = replace(spec, optimizer=spec.optimizer.for_batch_ratio(
+            1 / self.cluster.world_size))
         return self._run(self.cluster.at(topology), single)[0].median
 
     def _accelerator_stack(self, topology: Topology, env: dict[str, Any]) -> str | None:

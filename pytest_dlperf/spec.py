@@ -9,8 +9,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from .protocol import Protocol
-from .workload import (BuildContext, CaseWorkload, Precision, RecipeReference, SizeValue,
-                       Workload, recipe_reference)
+from .workload import (AdamW, BuildContext, CaseWorkload, Optimizer, Precision,
+                       RecipeReference, SizeValue, Workload, recipe_reference)
 
 
 class SpecError(ValueError):
@@ -36,9 +36,35 @@ class PrecisionSpec:
 
 @dataclass(frozen=True)
 class OptimizerSpec:
+    """The workload's optimizer as the rank builds it, the learning rate resolved."""
+
     lr: float
-    momentum: float
-    weight_decay: float
+    momentum: float = 0.0  # sgd
+    weight_decay: float = 0.0
+    kind: str = "sgd"  # "sgd" | "adamw"
+    betas: tuple[float, float] = (0.9, 0.999)  # adamw
+    eps: float = 1e-8  # adamw
+    no_decay_1d: bool = False  # no weight decay on 1-D parameters (biases, norm scales)
+    clip_norm: float | None = None  # clip the global gradient norm to this
+
+    @classmethod
+    def of(cls, optimizer: Optimizer, global_batch: int) -> OptimizerSpec:
+        if isinstance(optimizer, AdamW):
+            return cls(lr=optimizer.lr, weight_decay=optimizer.weight_decay, kind="adamw",
+                       betas=(float(optimizer.betas[0]), float(optimizer.betas[1])),
+                       eps=optimizer.eps, no_decay_1d=optimizer.no_decay_1d,
+                       clip_norm=optimizer.clip_norm)
+        return cls(lr=optimizer.lr(global_batch), momentum=optimizer.momentum,
+                   weight_decay=optimizer.weight_decay, clip_norm=optimizer.clip_norm)
+
+    def for_batch_ratio(self, ratio: float) -> OptimizerSpec:
+        """The optimizer for a global batch ``ratio`` times this one's: SGD's learning rate
+        scales with the batch (linear scaling rule), AdamW's is fixed."""
+        return replace(self, lr=self.lr * ratio) if self.kind == "sgd" else self
+
+    def decays(self, shape: Any) -> bool:
+        """Whether weight decay applies to a parameter of this shape."""
+        return not (self.no_decay_1d and len(tuple(shape)) <= 1)
 
 
 @dataclass(frozen=True)
@@ -93,7 +119,10 @@ class RankSpec:
         values = dict(data)
         try:
             values["protocol"] = Protocol(**values["protocol"])
-            values["optimizer"] = OptimizerSpec(**values["optimizer"])
+            optimizer = dict(values["optimizer"])
+            if "betas" in optimizer:  # a JSON list
+                optimizer["betas"] = tuple(optimizer["betas"])
+            values["optimizer"] = OptimizerSpec(**optimizer)
             if values.get("recipe") is not None:
                 values["recipe"] = RecipeReference(**values["recipe"])
             if "precision" in values:
@@ -116,11 +145,9 @@ def spec_for(framework: str, workload: Workload, *, protocol: Protocol, device_t
         if key in workload.recipes:
             recipe = recipe_reference(workload.recipes[key],
                                       f"workload {workload.name!r}, {key} recipe")
-    opt = workload.optimizer
     return RankSpec(
         framework=framework, model=sized.model, protocol=protocol, batch_size=sized.batch_size,
         sizes=dict(sized.sizes), unit=sized.unit,
-        optimizer=OptimizerSpec(opt.lr(sized.batch_size * world_size), opt.momentum,
-                                opt.weight_decay),
+        optimizer=OptimizerSpec.of(workload.optimizer, sized.batch_size * world_size),
         recipe=recipe, precision=PrecisionSpec.of(Precision(precision, device_type)),
         compiler=compiler, seed=workload.seed, device_type=device_type)

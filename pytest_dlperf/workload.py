@@ -49,9 +49,49 @@ class SGD:
     lr_per_256: float = 0.1
     momentum: float = 0.9
     weight_decay: float = 0.0
+    clip_norm: float | None = None  # global gradient norm clipped to this; None: no clipping
+
+    def __post_init__(self) -> None:
+        _check_optimizer(self, "SGD")
 
     def lr(self, global_batch: int) -> float:
         return self.lr_per_256 * global_batch / 256
+
+
+@dataclass(frozen=True)
+class AdamW:
+    """Adam with decoupled weight decay (torch's ``AdamW``, Keras' ``AdamW``, OneFlow's
+    ``AdamW``: bias-corrected), as BERT's pretraining. A fixed learning rate (not scaled with
+    the batch). ``no_decay_1d``: no decay on 1-D parameters (biases and normalization scales,
+    BERT's "not on LayerNorm and bias", decided by shape so that it means the same in every
+    framework). ``clip_norm``: the global gradient norm (over all parameters, after the
+    data-parallel all-reduce) is clipped to it before the update; None: no clipping."""
+
+    lr: float = 1e-4
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-6
+    weight_decay: float = 0.01
+    no_decay_1d: bool = True
+    clip_norm: float | None = None
+
+    def __post_init__(self) -> None:
+        _check_optimizer(self, "AdamW")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise WorkloadError(f"AdamW betas must be two numbers in [0, 1), got {self.betas!r}")
+
+
+Optimizer = Union[SGD, AdamW]
+
+
+def _check_optimizer(opt: Any, what: str) -> None:
+    lr = opt.lr_per_256 if isinstance(opt, SGD) else opt.lr
+    if not lr > 0:
+        raise WorkloadError(f"{what}: the learning rate must be > 0, got {lr!r}")
+    if opt.weight_decay < 0:
+        raise WorkloadError(f"{what}: weight_decay must be >= 0, got {opt.weight_decay!r}")
+    if opt.clip_norm is not None and not opt.clip_norm > 0:
+        raise WorkloadError(f"{what}: clip_norm must be > 0 (or None for no clipping), got "
+                            f"{opt.clip_norm!r}")
 
 
 @dataclass(frozen=True)
@@ -65,7 +105,7 @@ class Workload:
     batch_size: PerDevice = field(default_factory=lambda: {"cuda": 64, "cpu": 8})
     sizes: Mapping[str, SizeValue | Mapping[str, SizeValue]] = field(default_factory=dict)
     unit: str = "samples"
-    optimizer: SGD = SGD()
+    optimizer: Optimizer = SGD()
     seed: int = 0
 
     def __post_init__(self) -> None:

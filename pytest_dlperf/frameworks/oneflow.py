@@ -20,7 +20,7 @@ import contextlib
 import os
 from typing import Any, Callable, Iterator
 
-from ..spec import RankSpec
+from ..spec import OptimizerSpec, RankSpec
 from ..workload import BuildContext, Parts
 from . import DeviceUnavailable, DistEnv
 
@@ -91,8 +91,9 @@ class OneFlowTrainer:
         else:
             self.placement = None
             model = model.to(self.device)
-        self.optimizer = flow.optim.SGD(model.parameters(), lr=opt.lr, momentum=opt.momentum,
-                                        weight_decay=opt.weight_decay)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(flow, self.params, opt, graph=self.graph)
+        self.clip_norm = opt.clip_norm
         self.criterion = parts.loss or flow.nn.CrossEntropyLoss()
         # Synthetic data resident on the device, as DLPerf's synthetic-data runs; or the
         # workload's own iterator, moved batch by batch inside the timed step.
@@ -100,8 +101,11 @@ class OneFlowTrainer:
         self.targets = self._place(parts.targets)
         self._data_source = parts.data
         self.data: Iterator[Any] | None = iter(parts.data) if parts.data is not None else None
+        # OneFlow 0.9.0's GradScaler configures nn.Graph only; eager steps get their own.
         self.scaler = (flow.amp.GradScaler(init_scale=2.0 ** 16)
-                       if spec.precision.loss_scaling else None)
+                       if spec.precision.loss_scaling and self.graph else None)
+        self.eager_scaler = (EagerLossScaler(flow)
+                             if spec.precision.loss_scaling and not self.graph else None)
 
         if self.graph:
             self.train_step = self._graph_step(model)
@@ -172,12 +176,15 @@ class OneFlowTrainer:
             outputs = (self.model(*inputs) if isinstance(inputs, tuple)
                        else self.model(inputs))
             loss = self.criterion(outputs, targets)
-        if self.scaler is not None:
-            self.scaler.scale(loss).backward()
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
+        if self.eager_scaler is not None:
+            self.eager_scaler.backward(loss)
+            finite = self.eager_scaler.unscale(self.params)
         else:
             loss.backward()
+            finite = True
+        if self.clip_norm is not None:  # on the all-reduced gradients (DDP's backward)
+            flow.nn.utils.clip_grad_norm_(self.params, self.clip_norm)
+        if finite:
             self.optimizer.step()
         return loss
 
@@ -218,6 +225,81 @@ class OneFlowTrainer:
 
     def close(self) -> None:
         pass  # OneFlow tears its control plane down at interpreter exit
+
+
+def make_optimizer(flow: Any, params: list[Any], opt: OptimizerSpec, graph: bool) -> Any:
+    """The workload's optimizer. In nn.Graph, clipping and the decay exclusions are the
+    optimizer's (a graph's gradients never reach Python): one parameter group, so that its
+    clip is by the norm over all parameters (OneFlow clips each group by its own norm), and
+    the 1-D parameters excluded from decay by name patterns, as OneFlow's BERT did. Eagerly,
+    the step clips, and the excluded parameters are a group of their own."""
+    if opt.kind not in ("sgd", "adamw"):
+        raise ValueError(f"the oneflow adapter has no optimizer {opt.kind!r} (has: sgd, adamw)")
+    clip = ({"clip_grad_max_norm": opt.clip_norm, "clip_grad_norm_type": 2.0}
+            if graph and opt.clip_norm is not None else {})
+    if opt.kind == "sgd":
+        return flow.optim.SGD([{"params": params, **clip}], lr=opt.lr, momentum=opt.momentum,
+                              weight_decay=opt.weight_decay)
+    kept = [p for p in params if not opt.decays(p.shape)]
+    if not graph:
+        groups: list[dict[str, Any]] = [{"params": [p for p in params if opt.decays(p.shape)]},
+                  {"params": kept, "weight_decay": 0.0}]
+        return flow.optim.AdamW([g for g in groups if g["params"]], lr=opt.lr,
+                                betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay)
+    optimizer = flow.optim.AdamW([{"params": params, **clip}], lr=opt.lr, betas=opt.betas,
+                                 eps=opt.eps, weight_decay=opt.weight_decay)
+    generate = optimizer._generate_conf_for_graph
+
+    def with_exclusions(train_conf: Any, vars_conf: Any) -> Any:
+        confs = generate(train_conf, vars_conf)
+        excluded = [vars_conf[p].name for p in kept]
+        decayed = [vars_conf[p].name for p in params if opt.decays(p.shape)]
+        # OneFlow matches the patterns as substrings of variable names: no decayed name may
+        # contain an excluded one (they are full dotted paths from one root, so none does).
+        clash = [(e, d) for e in excluded for d in decayed if e in d]
+        if clash:
+            raise ValueError(f"cannot exclude {clash[0][0]} from weight decay by name without "
+                             f"excluding {clash[0][1]} too")
+        for conf in confs:
+            conf.weight_decay_conf.excludes.pattern.extend(excluded)
+        return confs
+
+    optimizer._generate_conf_for_graph = with_exclusions
+    return optimizer
+
+
+class EagerLossScaler:
+    """Dynamic loss scaling for eager fp16 steps, as torch's GradScaler (OneFlow 0.9.0's
+    GradScaler only configures nn.Graph): the loss is scaled up for backward, the gradients
+    scaled back down; a step whose gradients hold an inf or NaN is skipped and the scale
+    halved; after ``growth_interval`` clean steps it doubles. Checking for infs reads one
+    flag on the host every step (a sync torch avoids with its fused optimizer)."""
+
+    def __init__(self, flow: Any, scale: float = 2.0 ** 16, growth_interval: int = 2000) -> None:
+        self._flow = flow
+        self.scale = scale
+        self.growth_interval = growth_interval
+        self._clean_steps = 0
+
+    def backward(self, loss: Any) -> None:
+        (loss * self.scale).backward()
+
+    def unscale(self, params: list[Any]) -> bool:
+        """Unscale the gradients in place; whether they are all finite (the step may go on)."""
+        flow = self._flow
+        grads = [p.grad for p in params if p.grad is not None]
+        for grad in grads:
+            grad.mul_(1.0 / self.scale)
+        finite = bool(flow.stack([flow.isfinite(g).all() for g in grads]).all().item())
+        if not finite:
+            self.scale /= 2
+            self._clean_steps = 0
+        else:
+            self._clean_steps += 1
+            if self._clean_steps == self.growth_interval:
+                self.scale *= 2
+                self._clean_steps = 0
+        return finite
 
 
 def amp_unavailable(device_type: str) -> str | None:

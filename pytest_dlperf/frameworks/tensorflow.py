@@ -1,9 +1,10 @@
 """TensorFlow 2 / Keras 3: a workload's Keras model, trained by a custom ``tf.function`` step
 under ``tf.distribute`` (MultiWorkerMirroredStrategy across ranks).
 
-The algorithm matches the torch adapter: SGD with momentum and coupled L2 weight decay on every
-parameter, the workload's loss (default: cross-entropy of logits against integer labels), its
-synthetic batch resident on the device. The recipe runs under the strategy's scope, after the
+The algorithm matches the torch adapter: the workload's optimizer (SGD with momentum and coupled
+L2 weight decay on every parameter, or AdamW), gradients averaged across replicas then clipped
+to a global norm where the workload asks, the workload's loss (default: cross-entropy of logits
+against integer labels), its synthetic batch resident on the device. The recipe runs under the strategy's scope, after the
 mixed-precision policy is set, so its layers compute in the AMP dtype.
 
 Runs inside a worker rank. ``tensorflow`` is imported in ``build_trainer`` only.
@@ -15,7 +16,7 @@ import json
 import os
 from typing import Any, Callable
 
-from ..spec import RankSpec
+from ..spec import OptimizerSpec, RankSpec
 from ..workload import BuildContext, Parts
 from . import DeviceUnavailable, DistEnv, exchange, fresh
 
@@ -119,7 +120,8 @@ class TensorFlowTrainer:
         keras.utils.set_random_seed(spec.seed + dist.rank)
 
         opt = spec.optimizer
-        self.weight_decay = float(opt.weight_decay)
+        self.coupled_decay = float(opt.weight_decay) if opt.kind == "sgd" else 0.0
+        self.clip_norm = opt.clip_norm
         device = f"cuda:{dist.local_rank}" if self.cuda else "cpu"
         with self.strategy.scope():
             parts = recipe(spec.context(dist.rank, dist.world_size, dist.local_rank, device))
@@ -128,7 +130,7 @@ class TensorFlowTrainer:
                                  "and targets); an iterator of batches (Parts.data) is "
                                  "supported for torch and OneFlow only")
             self.model = parts.model
-            optimizer = keras.optimizers.SGD(learning_rate=opt.lr, momentum=opt.momentum)
+            optimizer = make_optimizer(keras, self.model.trainable_variables, opt)
             self.loss_scaled = precision.loss_scaling
             if self.loss_scaled:
                 optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
@@ -160,12 +162,28 @@ class TensorFlowTrainer:
             loss = self.criterion(outputs, targets)
             scaled = self.optimizer.scale_loss(loss) if self.loss_scaled else loss
         grads = tape.gradient(scaled, variables)
-        # torch's SGD weight_decay: coupled L2 on every parameter (Keras' is decoupled). Under
-        # loss scaling the gradients are still scaled here (apply_gradients unscales them), so
-        # the decay term is scaled too, or fp16 runs would decay by 1/scale of what fp32 does.
-        decay = self.weight_decay * (self.optimizer.dynamic_scale if self.loss_scaled else 1.0)
-        grads = [g + tf.cast(decay, g.dtype) * tf.cast(v, g.dtype)
-                 for g, v in zip(grads, variables)]
+        replicas = tf.distribute.get_replica_context()
+        if self.strategy.num_replicas_in_sync > 1:
+            # The data-parallel all-reduce, here and not in apply_gradients (make_optimizer
+            # turns Keras' off): the mean, like DDP's, so that every replica clips and checks
+            # the same averaged gradients, as torch does. Keras would sum the per-replica
+            # gradients inside apply_gradients, after clipping them one replica at a time.
+            grads = replicas.all_reduce(tf.distribute.ReduceOp.MEAN, grads)
+        scale = self.optimizer.dynamic_scale if self.loss_scaled else None
+        if self.clip_norm is not None:
+            # Global-norm clipping of the unscaled gradients, done on the scaled ones with the
+            # bound scaled alike (an inf gradient makes them all NaN, and the loss-scale
+            # optimizer then skips the step, as torch's GradScaler does).
+            bound = self.clip_norm * (scale if scale is not None else 1.0)
+            grads, _ = tf.clip_by_global_norm(grads, tf.cast(bound, tf.float32))
+        if self.coupled_decay:
+            # torch's SGD weight_decay: coupled L2 on every parameter (Keras' is decoupled).
+            # Under loss scaling the gradients are still scaled here (apply_gradients unscales
+            # them), so the decay term is scaled too, or fp16 runs would decay by 1/scale of
+            # what fp32 does.
+            decay = self.coupled_decay * (scale if scale is not None else 1.0)
+            grads = [g + tf.cast(decay, g.dtype) * tf.cast(v, g.dtype)
+                     for g, v in zip(grads, variables)]
         self.optimizer.apply_gradients(zip(grads, variables))
         return loss
 
@@ -211,6 +229,30 @@ class TensorFlowTrainer:
 
     def close(self) -> None:
         pass
+
+
+def make_optimizer(keras: Any, variables: list[Any], opt: OptimizerSpec) -> Any:
+    """The workload's Keras optimizer, its cross-replica gradient sum switched off: the
+    adapter's step all-reduces (and clips) the gradients before ``apply_gradients``."""
+    if opt.kind == "sgd":
+        optimizer = keras.optimizers.SGD(learning_rate=opt.lr, momentum=opt.momentum)
+    elif opt.kind == "adamw":
+        optimizer = keras.optimizers.AdamW(
+            learning_rate=opt.lr, weight_decay=opt.weight_decay, beta_1=opt.betas[0],
+            beta_2=opt.betas[1], epsilon=opt.eps)
+        optimizer.exclude_from_weight_decay(
+            var_list=[v for v in variables if not opt.decays(v.shape)])
+    else:
+        raise ValueError(f"the tensorflow adapter has no optimizer {opt.kind!r} "
+                         "(has: sgd, adamw)")
+    if not callable(getattr(optimizer, "_all_reduce_sum_gradients", None)):
+        # Keras 3's TensorFlow optimizer sums gradients across replicas in this method; if a
+        # release moves it, gradients would be reduced twice (doubled): refuse instead.
+        raise RuntimeError(f"Keras {keras.__version__}'s optimizer has no "
+                           "_all_reduce_sum_gradients to switch off; pytest-dlperf's "
+                           "TensorFlow adapter needs updating for this Keras release")
+    optimizer._all_reduce_sum_gradients = list  # already reduced by the step: pass through
+    return optimizer
 
 
 def _cross_entropy(logits: Any, labels: Any) -> Any:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator
 
-from ..spec import RankSpec
+from ..spec import OptimizerSpec, RankSpec
 from ..workload import BuildContext, Parts
 from . import DeviceUnavailable, DistEnv, fresh
 
@@ -57,14 +57,12 @@ class TorchTrainer:
         # torch.compile (inductor) of the whole model, DDP included (its graph breaks at the
         # all-reduce buckets): the first step traces and compiles, the warm-up absorbs it.
         self.forward = torch.compile(model) if self.compiled else model
-        opt = spec.optimizer
         # Fused on CUDA: one kernel for the whole update, and GradScaler hands it the inf check
         # on the device (an unfused optimizer makes GradScaler.step read found_inf on the host:
         # a device sync in every AMP step).
-        self.optimizer = torch.optim.SGD(
-            model.parameters(), lr=opt.lr, momentum=opt.momentum,
-            weight_decay=opt.weight_decay, fused=self.cuda or None,
-        )
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(torch, self.params, spec.optimizer, fused=self.cuda)
+        self.clip_norm = spec.optimizer.clip_norm
         self.criterion = parts.loss or torch.nn.functional.cross_entropy
         # Synthetic data resident on the device, as DLPerf's synthetic-data runs; or the
         # workload's own iterator, moved batch by batch inside the timed step.
@@ -107,6 +105,12 @@ class TorchTrainer:
             outputs = self.forward(*inputs) if isinstance(inputs, tuple) else self.forward(inputs)
             loss = self.criterion(outputs, targets)
         self.scaler.scale(loss).backward()
+        if self.clip_norm is not None:
+            # On the all-reduced gradients (DDP averaged them in backward), unscaled first. No
+            # host sync: the clip coefficient is applied on the device, and GradScaler skips
+            # the step where the unscaled gradients hold an inf.
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.params, self.clip_norm)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self._loss = loss.detach()
@@ -147,6 +151,23 @@ class TorchTrainer:
     def close(self) -> None:
         if self._torch.distributed.is_initialized():
             self._torch.distributed.destroy_process_group()
+
+
+def make_optimizer(torch: Any, params: list[Any], opt: OptimizerSpec, fused: bool) -> Any:
+    """The workload's optimizer over ``params``; ``fused``: the single-kernel CUDA version."""
+    if opt.kind == "sgd":
+        return torch.optim.SGD(params, lr=opt.lr, momentum=opt.momentum,
+                               weight_decay=opt.weight_decay, fused=fused or None)
+    if opt.kind == "adamw":
+        decay = [p for p in params if opt.decays(p.shape)]
+        groups = [{"params": decay, "weight_decay": opt.weight_decay},
+                  {"params": [p for p in params if not opt.decays(p.shape)],
+                   "weight_decay": 0.0}]
+        # Fused on CPU too (torch >= 2.4): the for-loop version took 0.5 s of BERT-base's
+        # 0.87 s CPU step, the fused one 0.1 s (measured here, batch 2, sequence 32).
+        return torch.optim.AdamW([g for g in groups if g["params"]], lr=opt.lr,
+                                 betas=opt.betas, eps=opt.eps, fused=True)
+    raise ValueError(f"the torch adapter has no optimizer {opt.kind!r} (has: sgd, adamw)")
 
 
 def compile_unavailable(device_type: str) -> str | None:

@@ -6,11 +6,12 @@
 from __future__ import annotations
 
 from ..workload import Workload
+from .bert import WORKLOAD as BERT_BASE
 from .resnet50 import WORKLOAD as RESNET50
 
-__all__ = ["BUILTIN", "RESNET50", "builtin", "with_recipe"]
+__all__ = ["BERT_BASE", "BUILTIN", "RESNET50", "builtin", "with_recipe"]
 
-BUILTIN: dict[str, Workload] = {RESNET50.name: RESNET50}
+BUILTIN: dict[str, Workload] = {w.name: w for w in (RESNET50, BERT_BASE)}
 
 
 def with_recipe(key: str) -> list[str]:
