@@ -163,7 +163,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(line)
     pivot = frameworks_side_by_side(benchmarks)
     if pivot is not None:
-        terminalreporter.write_sep("-", "pytest-dlperf: frameworks side by side (samples/s, "
+        terminalreporter.write_sep("-", "pytest-dlperf: frameworks side by side (throughput, "
                                         "speedup over 1n1d)")
         header, table = pivot_rows(pivot)
         for line in text_table(table, header):

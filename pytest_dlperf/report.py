@@ -228,7 +228,8 @@ def rows(benchmarks: list[dict[str, Any]]) -> list[list[str]]:
 
 def frameworks_side_by_side(benchmarks: list[dict[str, Any]]) -> dict[str, Any] | None:
     """DLPerf's pivot: one row per case (test name and parameters, which the frameworks' perf
-    files share), one column per framework: samples/s and speedup. None for a single framework."""
+    files share), one column per framework: throughput (in the case's unit) and speedup. None
+    for a single framework."""
     frameworks = list(dict.fromkeys(b["extra_info"]["framework"] for b in benchmarks))
     if len(frameworks) < 2:
         return None
@@ -237,7 +238,8 @@ def frameworks_side_by_side(benchmarks: list[dict[str, Any]]) -> dict[str, Any] 
         info = bench["extra_info"]
         row = cases.setdefault(bench["name"], {
             "case": bench["name"], "topology": info["topology"]["id"],
-            "precision": info["precision"], "batch_size": info["batch_size"]})
+            "precision": info["precision"], "batch_size": info["batch_size"],
+            "unit": f"{info.get('unit', 'samples')}/s"})
         row[info["framework"]] = {"samples_per_s": info["samples_per_s"],
                                   "speedup": info.get("speedup"),
                                   "verdict": info["verdict"]["text"]}
@@ -245,8 +247,8 @@ def frameworks_side_by_side(benchmarks: list[dict[str, Any]]) -> dict[str, Any] 
 
 
 def pivot_rows(pivot: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    header = ["case", "topology", "precision", "batch/dev",
-              *(f"{fw} samples/s (speedup)" for fw in pivot["frameworks"])]
+    header = ["case", "topology", "precision", "batch/dev", "unit",
+              *(f"{fw} (speedup)" for fw in pivot["frameworks"])]
     table = []
     for row in pivot["rows"]:
         cells = []
@@ -259,7 +261,7 @@ def pivot_rows(pivot: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             cells.append(_fmt(figures["samples_per_s"])
                          + ("" if speedup is None else f" ({speedup:.2f})"))
         table.append([row["case"], row["topology"], row["precision"], str(row["batch_size"]),
-                      *cells])
+                      row.get("unit", "samples/s"), *cells])
     return header, table
 
 

@@ -90,12 +90,13 @@ def test_two_frameworks_are_put_side_by_side_per_case(tmp_path: Path) -> None:
     assert first["tensorflow"] == {"samples_per_s": 6.0, "speedup": 0.4, "verdict": "no-baseline"}
     assert "torch" not in second and second["tensorflow"]["samples_per_s"] == 11.0
     header, table = pivot_rows(pivot)
-    assert header[-2:] == ["torch samples/s (speedup)", "tensorflow samples/s (speedup)"]
-    assert table == [["test_x[1n2d-amp]", "1n2d", "amp(bfloat16)", "2", "11.0", "6.0 (0.40)"],
-                     ["test_x[1n1d-amp]", "1n2d", "amp(bfloat16)", "2", "-", "11.0"]]
+    assert header[-3:] == ["unit", "torch (speedup)", "tensorflow (speedup)"]
+    assert table == [["test_x[1n2d-amp]", "1n2d", "amp(bfloat16)", "2", "images/s", "11.0",
+                      "6.0 (0.40)"],
+                     ["test_x[1n1d-amp]", "1n2d", "amp(bfloat16)", "2", "images/s", "-", "11.0"]]
     assert results_json([torch_case])["dlperf_frameworks_side_by_side"] is None
     path = tmp_path / "r.json"
     path.write_text(json.dumps(data))
     out = subprocess.run([sys.executable, "-m", "pytest_dlperf.report", str(path)],
                          capture_output=True, text=True)
-    assert "| test_x[1n2d-amp] | 1n2d | amp(bfloat16) | 2 | 11.0 | 6.0 (0.40) |" in out.stdout
+    assert "| test_x[1n2d-amp] | 1n2d | amp(bfloat16) | 2 | images/s | 11.0 | 6.0 (0.40) |" in out.stdout

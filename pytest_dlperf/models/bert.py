@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..workload import AdamW, BuildContext, Parts, Workload
+from ..workload import AdamW, BuildContext, Parts, Workload, WorkloadError
 
 PARAMETERS = 110_106_428  # BertForPreTraining(BertConfig()): what every framework's model has
 
@@ -74,7 +74,14 @@ def torch_model(shape: BertShape = BERT_BASE) -> Any:
     """``transformers``' BertForPreTraining from its config, its heads run on the masked
     positions only. Parameter names are BertForPreTraining's (``bert.*``, ``cls.*``)."""
     import torch
-    from transformers import BertConfig, BertForPreTraining
+
+    try:
+        from transformers import BertConfig, BertForPreTraining
+    except ImportError as exc:
+        raise WorkloadError(
+            f"BERT-base's torch model is transformers' BertForPreTraining, and transformers "
+            f"cannot be imported here ({exc}); pip install 'pytest-dlperf[torch]' (or "
+            "transformers) where the ranks run") from None
 
     config = BertConfig(
         vocab_size=shape.vocab_size, hidden_size=shape.hidden_size,

@@ -1,0 +1,46 @@
+"""Tiny linear recipes for checking what each adapter's optimizer does to the weights (imported
+by ranks and snippets by module path: ``optimizer_recipes:<framework>``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_dlperf.workload import BuildContext, Parts
+
+IN, OUT, BATCH = 8, 4, 4
+# "big": gradients far above any clip bound; "zero": a loss with no gradient (only decay acts).
+LOSS = {"big": 1000.0, "zero": 0.0}
+
+
+def torch(ctx: BuildContext) -> Parts:
+    import torch
+
+    model = torch.nn.Linear(IN, OUT)
+    factor = LOSS[str(ctx.sizes["loss"])]
+    return Parts(model=model, inputs=torch.ones(BATCH, IN), targets=torch.zeros(BATCH),
+                 loss=lambda out, _: factor * out.sum())
+
+
+def oneflow(ctx: BuildContext) -> Parts:
+    import oneflow as flow
+
+    model = flow.nn.Linear(IN, OUT)
+    factor = LOSS[str(ctx.sizes["loss"])]
+
+    class Loss(flow.nn.Module):  # type: ignore[misc]
+        def forward(self, out: Any, _: Any) -> Any:
+            return (out * factor).sum()
+
+    return Parts(model=model, inputs=flow.ones(BATCH, IN), targets=flow.zeros(BATCH),
+                 loss=Loss())
+
+
+def tensorflow(ctx: BuildContext) -> Parts:
+    import keras
+    import tensorflow as tf
+
+    inputs = keras.Input((IN,))
+    model = keras.Model(inputs, keras.layers.Dense(OUT, bias_initializer="ones")(inputs))
+    factor = LOSS[str(ctx.sizes["loss"])]
+    return Parts(model=model, inputs=tf.ones((BATCH, IN)), targets=tf.zeros((BATCH,)),
+                 loss=lambda out, _: factor * tf.reduce_sum(out))

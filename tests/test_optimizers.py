@@ -1,0 +1,104 @@
+"""The optimizer each adapter builds is the workload's: the global gradient norm clipped to
+``clip_norm`` before the update, and AdamW's decoupled decay kept off 1-D parameters (BERT's
+"not on biases and LayerNorm"). One real step of each framework's trainer on a linear layer
+(torch and TensorFlow in a fresh interpreter, OneFlow under its own), weights read before and
+after. Measured against the arithmetic of the update, so a missing clip (an update 1000x too
+big), a per-group clip or decay on a bias shows as a wrong number."""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import sys
+
+import pytest
+
+from snippets import oneflow_interpreter, run_snippet
+
+STEP = """
+import json, sys
+sys.path.insert(0, "tests")
+from pytest_dlperf import SGD, AdamW, Workload
+from pytest_dlperf.frameworks import DistEnv, load
+from pytest_dlperf.protocol import QUICK
+from pytest_dlperf.spec import spec_for
+from pytest_dlperf.workload import load_recipe
+OPTIMIZERS = {"sgd-clip": SGD(lr_per_256=0.5 * 256 / 4, momentum=0.0, clip_norm=0.01),
+              "adamw-decay": AdamW(lr=0.1, weight_decay=0.5)}
+def weights(trainer):
+    if FRAMEWORK == "tensorflow":
+        return [w.numpy().T.tolist() if len(w.shape) == 2 else w.numpy().tolist()
+                for w in trainer.model.trainable_weights]
+    return [p.detach().numpy().tolist() for p in trainer.params]
+
+results = {}
+for opt, loss in (("sgd-clip", "big"), ("adamw-decay", "zero")):
+    workload = Workload("linear", recipes={FRAMEWORK: f"optimizer_recipes:{FRAMEWORK}"},
+                        batch_size={"cpu": 4}, sizes={"loss": loss}, optimizer=OPTIMIZERS[opt])
+    spec = spec_for(FRAMEWORK, workload, protocol=QUICK, device_type="cpu", compiler=COMPILER)
+    trainer = load(FRAMEWORK).build_trainer(spec, DistEnv(0, 1, 0, 1, 0),
+                                            load_recipe(spec.recipe))
+    before = weights(trainer)
+    trainer.step()
+    trainer.synchronize()
+    results[opt] = {"before": before, "after": weights(trainer)}
+print(json.dumps(results))
+"""
+
+
+Flat = list[float]
+
+
+@functools.cache
+def steps(python: str, framework: str, mode: str) -> dict[str, tuple[Flat, Flat, Flat, Flat]]:
+    """Per optimizer: (weight before, weight after, bias before, bias after) of one step."""
+    code = f"FRAMEWORK, COMPILER = {framework!r}, {mode!r}\n" + STEP
+    result = run_snippet(python, code)
+    assert isinstance(result, dict)
+    out = {}
+    for name, weights in result.items():
+        (w0, b0), (w1, b1) = weights["before"], weights["after"]
+        out[name] = ([v for row in w0 for v in row], [v for row in w1 for v in row], b0, b1)
+    return out
+
+
+def norm(values: list[float]) -> float:
+    return math.sqrt(sum(v * v for v in values))
+
+
+def interpreters() -> list[object]:
+    oneflow = str(oneflow_interpreter())
+    cases = [("torch", sys.executable, "eager"), ("tensorflow", sys.executable, "eager"),
+             ("oneflow", oneflow, "eager"), ("oneflow", oneflow, "compiled")]
+    return [pytest.param(*case, id=f"{case[0]}-{case[2]}") for case in cases]
+
+
+def _need(framework: str, python: str) -> None:
+    if framework == "oneflow" and not os.access(python, os.X_OK):
+        pytest.skip(f"no OneFlow interpreter at {python}: run scripts/setup-oneflow")
+    if framework == "tensorflow":
+        pytest.importorskip("tensorflow")
+
+
+@pytest.mark.parametrize("framework, python, mode", interpreters())
+def test_the_update_is_clipped_to_the_global_norm(framework: str, python: str,
+                                                  mode: str) -> None:
+    _need(framework, python)
+    w0, w1, b0, b1 = steps(python, framework, mode)["sgd-clip"]
+    delta = [a - b for a, b in zip(w1 + b1, w0 + b0)]
+    # Plain SGD at lr 0.5: the update is lr x the clipped gradient, whose norm over weight and
+    # bias together is the bound (clipping the two apart would give sqrt(2) x it).
+    assert norm(delta) == pytest.approx(0.5 * 0.01, rel=1e-3)
+
+
+@pytest.mark.parametrize("framework, python, mode", interpreters())
+def test_adamw_decays_matrices_and_not_biases(framework: str, python: str,
+                                              mode: str) -> None:
+    _need(framework, python)
+    w0, w1, b0, b1 = steps(python, framework, mode)["adamw-decay"]
+    # No gradient: Adam's own update is zero, the decoupled decay shrinks the weight by
+    # lr x weight_decay = 5%, and the bias (1-D) keeps its value.
+    assert w1 == pytest.approx([w * (1 - 0.1 * 0.5) for w in w0], rel=1e-5)
+    assert b1 == pytest.approx(b0, rel=1e-6)
+    assert any(b != 0 for b in b0)  # a zero bias would stay zero under any decay
