@@ -14,7 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 # A short protocol (its own fingerprint): what is tested is the gate's flow, not the figures.
-CASE = ["-k", "torch and 1n1d and fp32 and eager and not scaling", "--dlperf-protocol", "quick",
+CASE = ["-k", "resnet50 and torch and 1n1d and fp32 and eager and not scaling", "--dlperf-protocol", "quick",
         "--dlperf-warmup-steps", "2", "--dlperf-steps", "4", "--dlperf-repeats", "4",
         "-p", "no:cacheprovider"]
 
