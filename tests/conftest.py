@@ -9,6 +9,8 @@ import pytest
 
 from pytest_dlperf import topology
 
+from snippets import oneflow_interpreter
+
 pytest_plugins = "pytester"
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,3 +129,13 @@ def subprocess_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
     yield
 
+
+
+@pytest.fixture(scope="module")
+def oneflow_python() -> str:
+    """OneFlow's worker interpreter (scripts/setup-oneflow's, or DLPERF_TEST_ONEFLOW_PYTHON);
+    the test skips saying so without one."""
+    path = oneflow_interpreter()
+    if not os.access(path, os.X_OK):
+        pytest.skip(f"no OneFlow interpreter at {path}: run scripts/setup-oneflow")
+    return str(path)

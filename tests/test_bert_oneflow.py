@@ -17,17 +17,9 @@ from pathlib import Path
 import pytest
 
 from bert_reference import TINY, write_reference
-from snippets import oneflow_interpreter, run_snippet
+from snippets import run_snippet
 
 VOCAB = 30522
-
-
-@pytest.fixture(scope="module")
-def oneflow_python() -> str:
-    path = oneflow_interpreter()
-    if not os.access(path, os.X_OK):
-        pytest.skip(f"no OneFlow interpreter at {path}: run scripts/setup-oneflow")
-    return str(path)
 
 
 def test_bert_base_has_torchs_parameters_by_name_with_the_decoder_tied(

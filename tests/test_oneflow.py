@@ -9,19 +9,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 
 import pytest
 
-from snippets import oneflow_interpreter, run_snippet
-
-
-@pytest.fixture(scope="module")
-def oneflow_python() -> str:
-    path = oneflow_interpreter()
-    if not os.access(path, os.X_OK):
-        pytest.skip(f"no OneFlow interpreter at {path}: run scripts/setup-oneflow")
-    return str(path)
+from snippets import run_snippet
 
 
 
