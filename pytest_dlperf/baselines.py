@@ -11,7 +11,9 @@ of one host never judge another, even of the same model and fingerprint. Schema 
      "metrics": {
        "samples_per_s":      {"median": 13.4, "launches": [[...], [...]],
                               "higher_is_better": true, "unit": "samples/s"},
-       "scaling_efficiency": {...}            # multi-device cases only: speedup over 1n1d / devices
+       "scaling_efficiency": {...},           # multi-device cases only: speedup over 1n1d / devices
+       "peak_memory_bytes":  {..., "higher_is_better": false, "unit": "bytes"}
+                                              # each window's peak over the ranks
      },
      "runs": [{"datetime": ..., "commit": ..., "dirty": ..., "launches": 2}, ...],
      "tolerance": null,                       # optional per-baseline override of the run's tolerance
@@ -45,6 +47,7 @@ from .topology import fingerprint_id
 SCHEMA_VERSION = 3
 THROUGHPUT = "samples_per_s"
 EFFICIENCY = "scaling_efficiency"
+MEMORY = "peak_memory_bytes"
 LOCK_NAME = ".dlperf.lock"
 LOCK_TIMEOUT_S = 120.0
 
@@ -103,6 +106,10 @@ class Baseline:
     def efficiency(self) -> Metric | None:
         return self.metrics.get(EFFICIENCY)
 
+    @property
+    def memory(self) -> Metric | None:
+        return self.metrics.get(MEMORY)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
@@ -120,16 +127,21 @@ class Baseline:
 
     def added(self, newer: Baseline, keep: int) -> Baseline:
         """This baseline's launches followed by ``newer``'s, the newest ``keep`` kept (every
-        metric alike). Where the two do not hold the same metrics (a scaling efficiency that
-        one side lacks), the histories cannot be lined up launch by launch: ``newer`` starts
-        afresh."""
-        if set(self.metrics) != set(newer.metrics):
+        metric alike). Where the two do not hold the same throughput metrics (a scaling
+        efficiency that one side lacks), the histories cannot be lined up launch by launch:
+        ``newer`` starts afresh. Peak memory, which older baselines lack, starts with the first
+        run that measured it; a run without it keeps the baseline's."""
+        timing = {THROUGHPUT, EFFICIENCY}
+        if set(self.metrics) & timing != set(newer.metrics) & timing:
             return newer
         metrics = {}
         for name, metric in newer.metrics.items():
-            launches = (self.metrics[name].launches + metric.launches)[-keep:]
+            old = self.metrics.get(name)
+            launches = ((old.launches if old else []) + metric.launches)[-keep:]
             metrics[name] = Metric(launches, _median_of_medians(launches),
                                    metric.higher_is_better, metric.unit)
+        for name, metric in self.metrics.items():
+            metrics.setdefault(name, metric)
         runs = _trim_runs(self.runs + newer.runs, len(metrics[THROUGHPUT].launches))
         return Baseline(newer.case, newer.fingerprint, metrics, newer.tolerance,
                         newer.recorded, runs)
@@ -247,8 +259,12 @@ def parse(data: Any, path: Path) -> Baseline:
              "'tolerance' must be null or a number in [0, 1)")
     recorded = data.get("recorded", {})
     _require(isinstance(recorded, dict), path, "'recorded' must be an object")
-    parsed = {name: _metric(name, value, path) for name, value in metrics.items()}
-    counts = {name: len(metric.launches) for name, metric in parsed.items()}
+    # Throughput first: a file wrong everywhere is named by its main figure.
+    order = sorted(metrics, key=lambda name: (name != THROUGHPUT, name != EFFICIENCY, name))
+    parsed = {name: _metric(name, metrics[name], path) for name in order}
+    # Throughput and scaling efficiency are measured together, launch by launch; peak memory
+    # may cover fewer (the newest) launches: older baselines had none.
+    counts = {name: len(metric.launches) for name, metric in parsed.items() if name != MEMORY}
     _require(len(set(counts.values())) == 1, path,
              f"every metric must hold the same launches, got {counts}")
     return Baseline(
@@ -370,6 +386,28 @@ class BaselineStore:
             if path.exists():
                 return path, old_fp
         return None
+
+    def found_batch(self, case: str, match: dict[str, Any]) -> int | None:
+        """The batch an earlier ``--dlperf-batch-size max`` search found for this case on this
+        machine, where a baseline of it agrees with ``match`` (the fingerprint's fields that
+        bear on memory); the newest such baseline wins. None: no such baseline."""
+        machine = match.get("machine")
+        folder = (self.root / machine if machine else self.root) / case_dirname(case)
+        found: list[tuple[str, int]] = []
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                baseline = read(path)
+            except BaselineError:
+                continue
+            fp = baseline.fingerprint
+            search = baseline.recorded.get("batch_search")
+            if (fp.get("batch_size") != "max" or not isinstance(search, dict)
+                    or any(fp.get(k) != v for k, v in match.items())):
+                continue
+            batch = search.get("found")
+            if isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1:
+                found.append((str(baseline.recorded.get("datetime") or ""), batch))
+        return max(found)[1] if found else None
 
     def elsewhere(self, case: str, aliases: Sequence[str] = ()) -> tuple[list[str], Path | None]:
         """Where else this case has baselines: the other machines' names, and the folder of

@@ -8,8 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import statistics
+
 from .baselines import Baseline
-from .protocol import split
+from .protocol import RankFigures, split
 from .report import CaseReport
 from .stats import (IMPROVEMENT, INCONCLUSIVE, NO_BASELINE, REGRESSION, Verdict, compare,
                     look_alpha)
@@ -28,6 +30,9 @@ class Policy:
     unstable_cv: float = 0.10
     launches: int = 1  # launches of one run
     keep_launches: int = 20  # the most launches an "add" update keeps
+    memory_tolerance: float = 0.10
+    min_mfu: float | None = None  # @pytest.mark.dlperf(min_mfu=...)
+    straggler_threshold: float = 0.10
 
     @property
     def looks(self) -> int:
@@ -63,14 +68,27 @@ def verdicts(samples: Sequence[float], launch_windows: Sequence[int], baseline: 
                             baseline.efficiency.launches, tolerance, alpha=alpha)
 
 
+def memory_verdict(memory_launches: Sequence[Sequence[float]], baseline: Baseline | None,
+                   tolerance: float, policy: Policy) -> Verdict | None:
+    """Peak memory, lower is better: this run's launches (each window's peak over the ranks)
+    against the baseline's. None where memory was not measured; no-baseline where the baseline
+    has no memory figure (recorded before it was measured)."""
+    if not memory_launches:
+        return None
+    base = baseline.memory if baseline is not None else None
+    return compare(memory_launches, base.launches if base is not None else None, tolerance,
+                   higher_is_better=False, alpha=look_alpha(policy.looks))
+
+
 def more_launches(verdict: Verdict, efficiency: Verdict | None, measured: int,
-                  policy: Policy) -> list[int]:
+                  policy: Policy, memory: Verdict | None = None) -> list[int]:
     """The windows of each further launch to measure: a run's worth of whole launches while a
     figure is inconclusive, up to ``max_repeats`` windows in all; none once either figure is a proven
     regression (more launches cannot undo it), when replacing or adding to every baseline, or
     where the launcher cannot run the case again (external mode: every rank would have to
     agree)."""
-    outcomes = (verdict.outcome, efficiency.outcome if efficiency else None)
+    outcomes = (verdict.outcome, efficiency.outcome if efficiency else None,
+                memory.outcome if memory else None)
     if (INCONCLUSIVE not in outcomes or REGRESSION in outcomes
             or policy.update in ("all", "add") or not policy.can_add_repeats):
         return []
@@ -97,6 +115,15 @@ def decide(report: CaseReport, policy: Policy) -> Decision:
     unstable = unstable_warning(report, policy)
     if unstable:  # recording a noisy baseline deserves the warning most
         decision.warnings.append(unstable)
+    # Not relative to a baseline: these hold on recording runs too.
+    decision.warnings.extend(stragglers(report.case, report.result.ranks,
+                                        policy.straggler_threshold))
+    if policy.min_mfu is not None:
+        if report.mfu is None:
+            decision.warnings.append(min_mfu_unknown(report, policy.min_mfu))
+        elif report.mfu < policy.min_mfu:
+            decision.failure = min_mfu_message(report, policy.min_mfu)
+            return decision
     if report.baseline_change is not None:
         return decision
     verdict, efficiency = report.verdict, report.efficiency_verdict
@@ -112,7 +139,12 @@ def decide(report: CaseReport, policy: Policy) -> Decision:
             f"{report.baseline_path}, tolerance {efficiency.tolerance:.1%}; "
             f"{efficiency.evidence})")
         return decision
-    for what, v in ((f"{report.workload.unit}/s", verdict), ("scaling efficiency", efficiency)):
+    memory = report.memory_verdict
+    if memory is not None and memory.outcome == REGRESSION:
+        decision.failure = memory_regression_message(report, memory)
+        return decision
+    for what, v in ((f"{report.workload.unit}/s", verdict), ("scaling efficiency", efficiency),
+                    ("peak memory", memory)):
         if v is not None and v.outcome == INCONCLUSIVE:
             message = inconclusive_message(report, what, v, policy)
             if policy.strict:
@@ -131,6 +163,13 @@ def decide(report: CaseReport, policy: Policy) -> Decision:
             "single launch, so its between-run spread is unknown and the verdict rests on this "
             f"run's {verdict.launches} launch(es) alone; record it again with --dlperf-launches "
             "2 or more, or add this run's launches to it with --dlperf-update-baselines=add")
+    if (memory is not None and memory.outcome == NO_BASELINE
+            and verdict.outcome != NO_BASELINE):
+        decision.warnings.append(
+            f"pytest-dlperf: the baseline of {report.case} ({report.baseline_path}) has no peak "
+            "memory (recorded before pytest-dlperf measured it), so memory is not judged; "
+            f"measured {format_bytes(memory.measured)}; record it again with "
+            "--dlperf-update-baselines")
     if verdict.outcome == IMPROVEMENT:
         decision.warnings.append(
             f"pytest-dlperf: {report.case} is {verdict.delta:+.1%} faster than its baseline "
@@ -186,3 +225,93 @@ def unstable_warning(report: CaseReport, policy: Policy) -> str | None:
             f"{policy.unstable_cv:.0%}), from {min(samples):,.2f} to {max(samples):,.2f} "
             f"{unit}/s; its verdict is weaker for it. Quiet the machine (other jobs, CPU "
             "frequency scaling), or lengthen the windows with --dlperf-steps")
+
+
+def format_bytes(value: float | None) -> str:
+    if value is None:
+        return "-"
+    for unit, size in (("GiB", 2.0 ** 30), ("MiB", 2.0 ** 20), ("KiB", 2.0 ** 10)):
+        if abs(value) >= size:
+            return f"{value / size:,.2f} {unit}"
+    return f"{value:,.0f} B"
+
+
+def _where(rank: RankFigures) -> str:
+    return (f"rank {rank.rank} (node {rank.node_rank}, local rank {rank.local_rank}"
+            f"{', host ' + rank.host if rank.host else ''})")
+
+
+def memory_regression_message(report: CaseReport, v: Verdict) -> str:
+    ranks = [r for r in report.result.ranks if r.peak is not None]
+    worst = max(ranks, key=lambda r: r.peak or 0.0, default=None)
+    per_rank = ", ".join(f"rank {r.rank} {format_bytes(r.peak)}" for r in ranks)
+    source = worst.memory_source if worst is not None else ""
+    at = f"; the largest on {_where(worst)}" if worst is not None else ""
+    return (f"pytest-dlperf: MEMORY REGRESSION in {report.case}: peak memory "
+            f"{format_bytes(v.measured)} (median of the launches' peaks{at}) is above the "
+            f"threshold {format_bytes(v.threshold)} (baseline {format_bytes(v.baseline)} from "
+            f"{report.baseline_path}, memory tolerance {v.tolerance:.1%}, delta "
+            f"{v.delta:+.1%}) and the growth is significant ({v.evidence}); per rank: "
+            f"{per_rank} ({source})")
+
+
+def stragglers(case: str, ranks: Sequence[RankFigures], threshold: float) -> list[str]:
+    """A warning for each rank slower than the median rank by more than ``threshold``. The
+    figure compared is each rank's own step time (forward and backward without the
+    all-reduce), where every rank has one: under data parallelism the windows of all ranks last
+    as long as the slowest rank's, so they cannot name it. The median rank is a real rank (the
+    lower median: the faster of two)."""
+    if len(ranks) < 2:
+        return []
+    own = [r.own_step_s for r in ranks]
+    if all(v is not None for v in own):
+        figures = [float(v) for v in own if v is not None]
+        what = "of its own (forward and backward without the all-reduce)"
+    else:
+        figures = [r.median_step_s for r in ranks]
+        what = ("in the timed windows (this adapter has no local_step, and every rank waits "
+                "for the slowest at each all-reduce, so this is a weak signal)")
+    middle = statistics.median_low(figures)
+    warnings = []
+    for rank, value in zip(ranks, figures):
+        if middle > 0 and value > middle * (1 + threshold):
+            warnings.append(
+                f"pytest-dlperf: straggler in {case}: {_where(rank)} takes "
+                f"{value * 1000:,.1f} ms a step {what}, {value / middle - 1:+.0%} against the "
+                f"median rank's {middle * 1000:,.1f} ms (--dlperf-straggler-threshold "
+                f"{threshold:.0%}); every rank waits for it at each all-reduce: look at that "
+                "device and host (other jobs, clocks and throttling, its NIC)")
+    return warnings
+
+
+def format_flops(value: float | None, per: str = "/s") -> str:
+    """FLOP/s (or, ``per=""``, FLOPs) in the largest unit that keeps the figure at 1 or more."""
+    if value is None:
+        return "-"
+    for prefix, size in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= size:
+            return f"{value / size:,.1f} {prefix}FLOP{per}"
+    return f"{value:,.0f} FLOP{per}"
+
+
+def min_mfu_message(report: CaseReport, minimum: float) -> str:
+    peak, flops = report.peak, report.flops
+    assert peak is not None and report.mfu is not None and flops and flops.per_sample
+    per_device = report.result.median / report.topology.world_size
+    return (f"pytest-dlperf: MFU BELOW MINIMUM in {report.case}: MFU {report.mfu:.1%} is below "
+            f"min_mfu {minimum:.1%} (@pytest.mark.dlperf): "
+            f"{format_flops(report.achieved_flops_per_s)} per device achieved "
+            f"({format_flops(flops.per_sample, '')} per sample x {per_device:,.2f} "
+            f"{report.workload.unit}/s per device) of {peak.device}'s "
+            f"{format_flops(peak.flops_per_s)} {peak.precision} dense peak")
+
+
+def min_mfu_unknown(report: CaseReport, minimum: float) -> str:
+    if report.flops is None or report.flops.per_sample is None:
+        why = (f"its FLOPs per sample are unknown ({report.flops.problem})"
+               if report.flops is not None else "its FLOPs per sample are unknown")
+    else:
+        why = ("this device's peak FLOP/s is unknown (CPUs and GPUs outside the built-in table); "
+               "give it with --dlperf-peak-flops")
+    return (f"pytest-dlperf: {report.case}: min_mfu {minimum:.1%} (@pytest.mark.dlperf) is not "
+            f"checked: {why}")

@@ -6,24 +6,37 @@ the cluster, aggregate the ranks, fingerprint, read the baseline, and apply what
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Mapping, NoReturn
 
 import pytest
 
 from . import decide, frameworks
-from .baselines import EFFICIENCY, THROUGHPUT, Baseline, BaselineError, Change, Metric, Run
+from . import flops as flops_mod
+from .baselines import (EFFICIENCY, MEMORY, THROUGHPUT, Baseline, BaselineError, Change, Metric,
+                        Run)
 from .launch import Cluster, LaunchError
 from .models import builtin
-from .protocol import Result, aggregate, launch_size, split
+from .batchsearch import BatchSearchError, Probe, Search, search
+from .protocol import Protocol, Result, aggregate, launch_size, split
 from .report import CaseReport
 from .session import SessionState
 from .settings import parse_marker
 from .spec import RankSpec, spec_for
 from .stats import Verdict, coefficient_of_variation
 from .topology import Topology, fingerprint, make_topology, python_minor
-from .workload import CaseWorkload, Precision, RecipeReference, SizeValue, Workload, WorkloadError
+from .flops import FlopsCount
+from .workload import (CaseWorkload, Precision, RecipeReference, SizeValue, Workload,
+                       WorkloadError, recipe_reference)
+
+
+# Steps a batch-size probe trains: enough for the optimizer's state and the allocators'
+# high-water mark (the first step allocates the most), not a measurement.
+PROBE_STEPS = 3
+# Fingerprint fields that do not bear on how much memory a batch takes: an earlier search's
+# answer is a good start whatever they are.
+_NOT_MEMORY = ("framework_version", "python", "accelerator_stack", "protocol", "batch_size")
 
 
 class DLPerfWarning(pytest.PytestWarning):
@@ -44,6 +57,8 @@ class ThroughputMeter:
                  state: SessionState) -> None:
         self.node, self.cluster, self.amp, self.state = node, cluster, amp, state
         self.protocol = state.settings.protocol
+        self._rank_flops: dict[str, Any] | None = None  # what a torch rank counted
+        self._batch_search: Search | None = None  # --dlperf-batch-size max
 
     @property
     def case(self) -> str:
@@ -70,16 +85,30 @@ class ThroughputMeter:
                       if isinstance(workload, str) else workload)
             recipe = frameworks.recipe_for(framework, chosen)
             batch = self.state.settings.batch_size or batch_size
-            sized = CaseWorkload.of(chosen, self.cluster.device_type, self.amp.name, batch, sizes)
+            searching = batch == "max"
+            sized = CaseWorkload.of(chosen, self.cluster.device_type, self.amp.name,
+                                    None if isinstance(batch, str) else batch, sizes)
         except (LookupError, WorkloadError) as exc:
             self._fail(str(exc))
         version = self._framework_version(framework)
         self._check_amp(framework)
         self._check_compiler(framework)
+        self._batch_search = None
+        if searching:
+            self._batch_search = self._search_batch(framework, version, chosen, sized, recipe)
+            sized = replace(sized, batch_size=self._batch_search.found)
         spec = self._spec(framework, chosen, sized, recipe)
         policy = self._policy(None)
+        flops_key = self._flops_key(chosen, sized)
+        counted = self.state.flops_counts.get(flops_key)
+        if (counted is None and chosen.flops_per_sample is None
+                and frameworks.recipe_key(framework) == "torch"):
+            spec = replace(spec, count_flops=True)  # rank 0 of the first launch counts
         launched_at = time.time()
+        self._rank_flops = None
         result, env = self._launches(spec, [policy.windows_per_launch] * policy.launches)
+        spec = replace(spec, count_flops=False)
+        flops = self._flops(chosen, sized, flops_key)
         fp = self._fingerprint(self.cluster.topology, framework, version, env, sized)
         baseline = self._load_baseline(fp)
         policy = self._policy(baseline)
@@ -87,14 +116,19 @@ class ThroughputMeter:
                      if self.cluster.world_size > 1 else None)
         devices = self.cluster.world_size
 
-        def judge(result: Result) -> tuple[Verdict, Verdict | None]:
-            return decide.verdicts(result.samples_per_s, result.windows_per_launch, baseline,
-                                   reference, devices, policy.tolerance, policy)
+        def judge(result: Result) -> tuple[Verdict, Verdict | None, Verdict | None]:
+            verdict, efficiency = decide.verdicts(
+                result.samples_per_s, result.windows_per_launch, baseline, reference, devices,
+                policy.tolerance, policy)
+            memory = decide.memory_verdict(result.memory_launches, baseline,
+                                           policy.memory_tolerance, policy)
+            return verdict, efficiency, memory
 
-        verdict, efficiency = judge(result)
-        while more := decide.more_launches(verdict, efficiency, len(result.window_s), policy):
+        verdict, efficiency, memory = judge(result)
+        while more := decide.more_launches(verdict, efficiency, len(result.window_s), policy,
+                                           memory):
             result = result.extended(self._launches(spec, more)[0])
-            verdict, efficiency = judge(result)
+            verdict, efficiency, memory = judge(result)
         callspec = getattr(self.node, "callspec", None)
         report = CaseReport(
             case=self.case, name=self.node.name, nodeid=self.node.nodeid,
@@ -103,17 +137,19 @@ class ThroughputMeter:
             framework_version=str(env.get("framework_version", version)),
             topology=self.cluster.topology, precision=self.amp, workload=sized,
             protocol=self.protocol, result=result, fingerprint=fp, environment=env,
-            verdict=verdict, efficiency_verdict=efficiency,
+            verdict=verdict, efficiency_verdict=efficiency, memory_verdict=memory,
             baseline_path=self._display(self.state.store.path_for(self.case, fp)),
             launched_at=launched_at, launcher=self.cluster.launcher.name,
             isolation=self.cluster.launcher.isolation,
             cv=coefficient_of_variation(result.samples_per_s), compiler=self.compiler,
+            batch_search=self._batch_search,
             machine=self.state.settings.machine)
         if baseline is None:
             others, unnamed = self.state.store.elsewhere(
                 self.case, [c for c, _ in self._aliases(self.case, fp)])
             report.other_machines = [m for m in others if m != self.state.settings.machine]
             report.unnamed_baselines = self._display(unnamed) if unnamed else None
+        self._utilization(report, flops)
         if reference is not None:
             report.reference = reference
             report.speedup = result.median / reference
@@ -171,14 +207,16 @@ class ThroughputMeter:
         return spec_for(framework, workload, protocol=self.protocol,
                         device_type=self.cluster.device_type, precision=self.amp.name,
                         compiler=self.compiler, world_size=self.cluster.world_size,
-                        batch_size=sized.batch_size, sizes=dict(sized.sizes), recipe=recipe)
+                        batch_size=sized.batch_size, sizes=dict(sized.sizes), recipe=recipe
+                        ).with_(memory_limit=self.state.settings.memory_limit)
 
     def _launches(self, spec: RankSpec, windows: list[int]) -> tuple[Result, dict[str, Any]]:
         """One launch of the case per entry of ``windows``, each timing that many windows."""
         result: Result | None = None
         env: dict[str, Any] = {}
-        for count in windows:
-            launched = replace(spec, protocol=replace(spec.protocol, repeats=count))
+        for index, count in enumerate(windows):
+            launched = replace(spec, protocol=replace(spec.protocol, repeats=count),
+                               count_flops=spec.count_flops and index == 0)
             one, env = self._run(self.cluster, launched)
             result = one if result is None else result.extended(one)
         assert result is not None, "at least one launch"
@@ -189,12 +227,106 @@ class ThroughputMeter:
         try:
             ranks = cluster.run(spec)
         except LaunchError as exc:
-            fail(f"pytest-dlperf: {self.case} {exc.kind} on {cluster.topology.id}: {exc}")
+            fail(f"pytest-dlperf: {self.case} {exc.kind.replace('_', ' ')} on "
+                 f"{cluster.topology.id}: {exc}")
         env = dict(ranks[0]["environment"])
+        if spec.count_flops:
+            self._rank_flops = ranks[0].get("flops")
         hardware = self.state.hardware
         if cluster.device_type == "cuda":  # what NVML says, beside what the framework saw
             env.update(driver=hardware.gpu_driver, gpu_memory_bytes=list(hardware.gpu_memory))
         return aggregate(ranks, spec.batch_size, time.perf_counter() - started), env
+
+    # -- --dlperf-batch-size max ------------------------------------------------------------
+
+    def _search_batch(self, framework: str, version: str, workload: Workload,
+                      sized: CaseWorkload, recipe: RecipeReference | None) -> Search:
+        """The largest per-device batch that trains a few steps here, each probe a fresh
+        launch; from the batch an earlier run found (its baseline's record), else from the
+        workload's own."""
+        match = {k: v for k, v in self._fingerprint(self.cluster.topology, framework, version,
+                                                    {}, sized).items()
+                 if k not in _NOT_MEMORY}
+        seed = self.state.store.found_batch(self.case, match)
+        probe_protocol = Protocol(warmup_steps=PROBE_STEPS - 1, steps=1, repeats=1,
+                                  name="probe")
+
+        def fits(batch: int) -> Probe:
+            spec = self._spec(framework, workload, replace(sized, batch_size=batch), recipe)
+            spec = replace(spec, protocol=probe_protocol)
+            started = time.perf_counter()
+            try:
+                self.cluster.run(spec)
+            except LaunchError as exc:
+                seconds = time.perf_counter() - started
+                if exc.kind != "out_of_memory":
+                    fail(f"pytest-dlperf: {self.case}: the batch-size search's probe at batch "
+                         f"{batch} failed, and not for lack of memory, on "
+                         f"{self.cluster.topology.id}: {exc}")
+                first = next(iter(exc.rank_errors.values()), exc.summary)
+                return Probe(batch, False, seconds, first.strip().splitlines()[0][:300])
+            return Probe(batch, True, time.perf_counter() - started)
+
+        try:
+            return search(fits, seed or sized.batch_size, seeded=seed is not None)
+        except BatchSearchError as exc:
+            fail(f"pytest-dlperf: {self.case}: --dlperf-batch-size max: {exc} (on "
+                 f"{self.cluster.topology.id}; --dlperf-memory-limit "
+                 f"{self.state.settings.memory_limit or 'none'})")
+
+    # -- FLOPs ---------------------------------------------------------------------------
+
+    def _flops_key(self, workload: Workload, sized: CaseWorkload) -> str:
+        import json
+
+        torch_recipe = workload.recipes.get("torch")
+        reference = (None if torch_recipe is None else
+                     recipe_reference(torch_recipe, f"workload {workload.name!r}, torch recipe"))
+        return json.dumps([workload.name, workload.flops_per_sample,
+                           None if reference is None else asdict(reference),
+                           dict(sized.sizes), sized.batch_size, self.cluster.device_type],
+                          sort_keys=True, default=str)
+
+    def _flops(self, workload: Workload, sized: CaseWorkload, key: str) -> FlopsCount:
+        """FLOPs per sample: the workload's own figure, else counted once per session (by a
+        torch rank, else in a subprocess with the torch recipe; pytest_dlperf.flops)."""
+        counts = self.state.flops_counts
+        if key in counts:
+            return counts[key]
+        if workload.flops_per_sample is not None:
+            count = FlopsCount(float(workload.flops_per_sample), "workload")
+        elif self._rank_flops is not None:
+            data = self._rank_flops
+            value = data.get("flops_per_sample")
+            count = FlopsCount(None if value is None else float(value), str(data["source"]),
+                               data.get("problem") or data.get("meta_error"))
+        else:
+            try:
+                reference = spec_for("torch", workload, protocol=self.protocol,
+                                     device_type=self.cluster.device_type,
+                                     batch_size=sized.batch_size, sizes=dict(sized.sizes),
+                                     recipe_key="torch")
+            except WorkloadError as exc:
+                count = FlopsCount(None, "none", str(exc))
+            else:
+                count = flops_mod.count_in_subprocess(reference, self.state.work_root)
+        counts[key] = count
+        return count
+
+    def _utilization(self, report: CaseReport, flops: FlopsCount) -> None:
+        """Achieved FLOP/s per device and, where the device's peak is known, MFU."""
+        report.flops = flops
+        if flops.per_sample is None:
+            return
+        per_device = report.result.median / report.topology.world_size
+        report.achieved_flops_per_s = flops.per_sample * per_device
+        precision = flops_mod.math_precision(self.amp.dtype, report.environment)
+        gpus = self.state.hardware.gpus
+        device = gpus[0] if self.cluster.device_type == "cuda" and gpus else None
+        peak = flops_mod.peak_for(device, precision, self.state.settings.peak_flops)
+        if peak is not None:
+            report.peak = peak
+            report.mfu = report.achieved_flops_per_s / peak.flops_per_s
 
     # -- baselines -----------------------------------------------------------------------
 
@@ -203,7 +335,8 @@ class ThroughputMeter:
         return fingerprint(topology, framework=framework,
                            framework_version=str(env.get("framework_version", version)),
                            precision=self.amp.name, model=sized.model,
-                           batch_size=sized.batch_size, sizes=sized.sizes,
+                           batch_size="max" if self._batch_search is not None
+                           else sized.batch_size, sizes=sized.sizes,
                            protocol_slug=self.protocol.slug,
                            python=python_minor(env.get("python")),
                            accelerator_stack=self._accelerator_stack(topology, env),
@@ -261,7 +394,8 @@ class ThroughputMeter:
     def _policy(self, baseline: Baseline | None) -> decide.Policy:
         settings = self.state.settings
         marker = self.node.get_closest_marker("dlperf")
-        tolerance = parse_marker(marker, self.node.nodeid).get("tolerance") if marker else None
+        keywords = parse_marker(marker, self.node.nodeid) if marker else {}
+        tolerance = keywords.get("tolerance")
         if tolerance is None:
             tolerance = (baseline.tolerance if baseline is not None
                          and baseline.tolerance is not None else settings.tolerance)
@@ -273,7 +407,10 @@ class ThroughputMeter:
             can_add_repeats=self.cluster.launcher.can_add_repeats,
             update=settings.update_baselines, strict=settings.strict,
             unstable_cv=settings.unstable_cv, launches=launches,
-            keep_launches=settings.baseline_launches)
+            keep_launches=settings.baseline_launches,
+            memory_tolerance=float(keywords.get("memory_tolerance", settings.memory_tolerance)),
+            min_mfu=keywords.get("min_mfu"),
+            straggler_threshold=settings.straggler_threshold)
 
     def _record(self, report: CaseReport, policy: decide.Policy) -> Change | None:
         result = report.result
@@ -284,6 +421,9 @@ class ThroughputMeter:
                                           report.topology.world_size)
             metrics[EFFICIENCY] = Metric(split(samples, result.windows_per_launch),
                                          report.efficiency, True, "fraction")
+        if result.memory_bytes:
+            launches = result.memory_launches
+            metrics[MEMORY] = Metric(launches, _median_of_launches(launches), False, "bytes")
         recorded = _recorded(report)
         run = Run(recorded["datetime"], recorded["commit"], recorded["dirty"],
                   len(result.windows_per_launch))
@@ -337,11 +477,19 @@ def _params_json(callspec: Any) -> dict[str, Any]:
     return out
 
 
+def _median_of_launches(launches: list[list[float]]) -> float:
+    import statistics
+
+    return float(statistics.median(statistics.median(launch) for launch in launches))
+
+
 def _recorded(report: CaseReport) -> dict[str, Any]:
     from pytest_benchmark.utils import get_commit_info
 
     commit = get_commit_info()
+    search = {"batch_search": report.batch_search.to_json()} if report.batch_search else {}
     return {
+        **search,
         "datetime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "commit": commit.get("id"),
         "dirty": commit.get("dirty"),

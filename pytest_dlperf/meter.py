@@ -43,13 +43,15 @@ def measure(
     *,
     clock: Callable[[], float] = time.perf_counter,
     after_window: Callable[[int], None] | None = None,
+    before_window: Callable[[int], None] | None = None,
     epoch: Callable[[], float] = time.time,
 ) -> Measurement:
     """Run the warm-up once, then ``protocol.repeats`` windows of ``protocol.steps`` steps.
 
     Each window starts and ends on a synchronized device, so queued work from the warm-up or the
     previous window is never counted in (or left out of) the next one. ``after_window`` runs
-    outside the timed region (a loss check reads device memory and would itself synchronize).
+    outside the timed region (a loss check reads device memory and would itself synchronize),
+    and so does ``before_window`` (resetting peak-memory counters).
     """
     started = clock()
     first_step_s = 0.0
@@ -62,6 +64,8 @@ def measure(
     result = Measurement(warmup_s=clock() - started, timed_from=epoch(),
                          first_step_s=first_step_s)
     for index in range(protocol.repeats):
+        if before_window is not None:
+            before_window(index)
         begin = clock()
         for _ in range(protocol.steps):
             step()

@@ -36,8 +36,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "multinode: a scaling case; runs on 1, 2, 4, ... nodes up to --nodes")
     config.addinivalue_line(
-        "markers", "dlperf(tolerance=None): per-test options of pytest-dlperf; tolerance "
-        "overrides the baseline's and the run's (a fraction, 0.03 = 3%)")
+        "markers", "dlperf(tolerance=None, memory_tolerance=None, min_mfu=None): per-test "
+        "options of pytest-dlperf; tolerance and memory_tolerance override the baseline's and "
+        "the run's (fractions, 0.03 = 3%); min_mfu fails a case whose MFU is below it")
     settings = settings_mod.resolve(config)
     store = BaselineStore(settings.baselines, settings.protocol.repeats)
     config.stash[STATE] = SessionState(settings, store, config.rootpath)

@@ -101,6 +101,72 @@ def launch_size(repeats: int, launches: int) -> int:
 
 
 @dataclass
+class RankFigures:
+    """One rank's own figures over a case's launches: where it ran, its windows' seconds per
+    step, its own compute speed (``local_step_s``: forward and backward without the all-reduce,
+    one figure per launch; empty where the adapter has none or the case has one rank) and its
+    peak memory per window (bytes; empty where it was not measured)."""
+
+    rank: int
+    node_rank: int = 0
+    local_rank: int = 0
+    host: str = ""
+    step_s: list[float] = field(default_factory=list)
+    local_step_s: list[float] = field(default_factory=list)
+    peak_bytes: list[float] = field(default_factory=list)
+    memory_source: str = ""
+    # The framework's counters and NVML's figure of this rank's worst window (bytes).
+    memory_counters: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def median_step_s(self) -> float:
+        return median(self.step_s)
+
+    @property
+    def own_step_s(self) -> float | None:
+        """The rank's own (collective-free) seconds per step, median over its launches."""
+        return median(self.local_step_s) if self.local_step_s else None
+
+    @property
+    def peak(self) -> float | None:
+        return max(self.peak_bytes) if self.peak_bytes else None
+
+    def extended(self, more: RankFigures) -> RankFigures:
+        worst = self.memory_counters
+        if more.peak is not None and (self.peak is None or more.peak > self.peak):
+            worst = more.memory_counters
+        return RankFigures(self.rank, self.node_rank, self.local_rank, self.host,
+                           self.step_s + more.step_s, self.local_step_s + more.local_step_s,
+                           self.peak_bytes + more.peak_bytes,
+                           self.memory_source or more.memory_source, dict(worst))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rank": self.rank, "node_rank": self.node_rank, "local_rank": self.local_rank,
+                "host": self.host, "median_step_s": self.median_step_s if self.step_s else None,
+                "own_step_s": self.own_step_s, "peak_memory_bytes": self.peak,
+                "memory_source": self.memory_source, "memory_counters": self.memory_counters}
+
+    @classmethod
+    def of(cls, rank_result: dict[str, Any]) -> RankFigures:
+        """From one rank's result file (``pytest_dlperf.worker``)."""
+        memory = rank_result.get("memory") or {}
+        windows = memory.get("windows") or []
+        peaks = [w["peak_bytes"] for w in windows if w.get("peak_bytes") is not None]
+        worst: dict[str, Any] = max(windows, key=lambda w: w.get("peak_bytes") or 0, default={})
+        local = rank_result.get("local_step_s")
+        return cls(rank=int(rank_result.get("rank", 0)),
+                   node_rank=int(rank_result.get("node_rank", 0)),
+                   local_rank=int(rank_result.get("local_rank", 0)),
+                   host=str(rank_result.get("host", "")),
+                   step_s=[w["elapsed_s"] / w["steps"] for w in rank_result.get("windows", [])],
+                   local_step_s=[float(local)] if local is not None else [],
+                   peak_bytes=[float(p) for p in peaks] if len(peaks) == len(windows) else [],
+                   memory_source=str(memory.get("source", "")),
+                   memory_counters={k: float(v) for k, v in worst.items()
+                                    if isinstance(v, (int, float)) and k != "peak_bytes"})
+
+
+@dataclass
 class Result:
     """One case's figures after the protocol: what the baseline comparison consumes."""
 
@@ -115,6 +181,9 @@ class Result:
     # Windows per launch, in run order (each launch a fresh start of the case's processes);
     # empty: one launch holding every window.
     launch_windows: list[int] = field(default_factory=list)
+    # Each window's peak memory, the largest over the ranks (bytes); empty: not measured.
+    memory_bytes: list[float] = field(default_factory=list)
+    ranks: list[RankFigures] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.launch_windows and sum(self.launch_windows) != len(self.samples_per_s):
@@ -152,12 +221,27 @@ class Result:
         """This result plus the windows of another launch of the same case."""
         if (more.steps, more.global_batch) != (self.steps, self.global_batch):
             raise ValueError("extra repeats must use the same steps per window and global batch")
+        both = bool(self.memory_bytes) and bool(more.memory_bytes)
+        ranks = ([a.extended(b) for a, b in zip(self.ranks, more.ranks)]
+                 if len(self.ranks) == len(more.ranks) else self.ranks)
         return Result(samples_per_s=self.samples_per_s + more.samples_per_s,
                       window_s=self.window_s + more.window_s, steps=self.steps,
                       global_batch=self.global_batch, warmup_s=self.warmup_s,
                       wall_s=self.wall_s + more.wall_s, timed_from=self.timed_from,
                       first_step_s=self.first_step_s,
-                      launch_windows=self.windows_per_launch + more.windows_per_launch)
+                      launch_windows=self.windows_per_launch + more.windows_per_launch,
+                      memory_bytes=self.memory_bytes + more.memory_bytes if both else [],
+                      ranks=ranks)
+
+    @property
+    def memory_launches(self) -> list[list[float]]:
+        """Each window's peak memory, grouped by launch (empty: not measured)."""
+        return split(self.memory_bytes, self.launch_windows) if self.memory_bytes else []
+
+    @property
+    def peak_memory(self) -> float | None:
+        """The case's peak memory: the largest window's, over every rank."""
+        return max(self.memory_bytes) if self.memory_bytes else None
 
     @property
     def windows_per_launch(self) -> list[int]:
@@ -178,7 +262,13 @@ def aggregate(rank_results: list[dict[str, Any]], per_device_batch: int, wall_s:
         elapsed = window_elapsed([r["windows"][i]["elapsed_s"] for r in rank_results])
         window_s.append(elapsed)
         rates.append(throughput(global_batch, steps, elapsed))
+    ranks = [RankFigures.of(r) for r in rank_results]
+    windows = len(window_s)
+    memory: list[float] = []
+    if windows and all(len(r.peak_bytes) == windows for r in ranks):
+        memory = [max(r.peak_bytes[i] for r in ranks) for i in range(windows)]
     return Result(samples_per_s=rates, window_s=window_s, steps=steps, global_batch=global_batch,
                   warmup_s=max(r["warmup_s"] for r in rank_results), wall_s=wall_s,
                   timed_from=max(r.get("timed_from", 0.0) for r in rank_results),
-                  first_step_s=max(r.get("first_step_s", 0.0) for r in rank_results))
+                  first_step_s=max(r.get("first_step_s", 0.0) for r in rank_results),
+                  memory_bytes=memory, ranks=ranks)

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from .baselines import Change
+from .batchsearch import Search
+from .flops import FlopsCount, Peak
 from .protocol import Protocol, Result
 from .stats import Verdict
 from .topology import Topology
@@ -45,6 +47,12 @@ class CaseReport:
     speedup: float | None = None
     efficiency: float | None = None
     efficiency_verdict: Verdict | None = None
+    memory_verdict: Verdict | None = None  # peak memory (lower is better); None: not measured
+    batch_search: Search | None = None  # --dlperf-batch-size max: how the batch was found
+    flops: FlopsCount | None = None  # FLOPs per sample and where they came from
+    achieved_flops_per_s: float | None = None  # per device
+    peak: Peak | None = None  # the device's dense peak the MFU is taken against
+    mfu: float | None = None
     reference: float | None = None  # the 1n1d median the speedup is taken against
     cv: float = 0.0  # coefficient of variation of the repeats
     compiler: str = "eager"
@@ -61,11 +69,13 @@ class CaseReport:
     def verdict_text(self) -> str:
         if self.baseline_action:
             return self.baseline_action
-        efficiency = self.efficiency_verdict
-        if efficiency is not None and efficiency.outcome in ("regression", "inconclusive"):
-            what = f"efficiency {efficiency.outcome}"
-            return what if self.verdict.outcome == "pass" else f"{self.verdict.outcome}, {what}"
-        return self.verdict.outcome
+        text = self.verdict.outcome
+        for name, other in (("efficiency", self.efficiency_verdict),
+                            ("memory", self.memory_verdict)):
+            if other is not None and other.outcome in ("regression", "inconclusive"):
+                what = f"{name} {other.outcome}"
+                text = what if text == "pass" else f"{text}, {what}"
+        return text
 
     def benchmark_entry(self) -> dict[str, Any]:
         """One entry of pytest-benchmark's ``benchmarks[]``: stats are seconds per training step
@@ -97,6 +107,8 @@ class CaseReport:
                 "rendezvous_isolation": self.isolation,
                 "precision": self.precision.label,
                 "batch_size": self.workload.batch_size,
+                "batch_size_requested": "max" if self.batch_search else self.workload.batch_size,
+                "batch_search": self.batch_search.to_json() if self.batch_search else None,
                 "global_batch": self.result.global_batch,
                 "unit": self.workload.unit,
                 "sizes": dict(self.workload.sizes),
@@ -114,6 +126,17 @@ class CaseReport:
                 "wall_s": self.result.wall_s,
                 "launched_at": self.launched_at,
                 "first_timed_step_at": self.result.timed_from,
+                "peak_memory_bytes": self.result.peak_memory,
+                "peak_memory_launches": self.result.memory_launches,
+                "peak_memory_per_rank": [r.to_json() for r in self.result.ranks],
+                "memory_verdict": (self.memory_verdict.to_json()
+                                   if self.memory_verdict else None),
+                "flops_per_sample": self.flops.per_sample if self.flops else None,
+                "flops_source": self.flops.source if self.flops else None,
+                "flops_problem": self.flops.problem if self.flops else None,
+                "achieved_flops_per_s": self.achieved_flops_per_s,
+                "mfu": self.mfu,
+                "mfu_peak": self.peak.to_json() if self.peak else None,
                 "speedup": self.speedup,
                 "scaling_efficiency": self.efficiency,
                 "efficiency_verdict": (self.efficiency_verdict.to_json()
@@ -183,7 +206,8 @@ def results_json(reports: list[CaseReport]) -> dict[str, Any]:
 
 
 HEADER = ["case", "nodes x dev", "precision", "batch/dev", "throughput (median)", "min-max",
-          "cv", "n", "speedup (eff.)", "baseline", "delta", "verdict"]
+          "cv", "n", "speedup (eff.)", "peak mem", "FLOP/s/dev (MFU)", "baseline", "delta",
+          "verdict"]
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -203,6 +227,32 @@ def _speedup(speedup: float | None, efficiency: float | None) -> str:
     return f"{speedup:.2f} ({efficiency:.0%})"
 
 
+def _memory(value: float | None) -> str:
+    """Peak memory, binary units: GiB from 1 GiB up, else MiB."""
+    if value is None:
+        return "-"
+    return f"{value / 2 ** 30:.2f} GiB" if value >= 2 ** 30 else f"{value / 2 ** 20:,.0f} MiB"
+
+
+def _batch(info: dict[str, Any]) -> str:
+    """The per-device batch; a searched one as ``max=N``."""
+    if info.get("batch_size_requested") == "max":
+        return f"max={info['batch_size']}"
+    return str(info["batch_size"])
+
+
+def _utilization(achieved: float | None, mfu: float | None) -> str:
+    if achieved is None:
+        return "-"
+    for unit, size in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6)):
+        if achieved >= size:
+            text = f"{achieved / size:,.1f}{unit}"
+            break
+    else:
+        text = f"{achieved:,.0f}"
+    return text if mfu is None else f"{text} ({mfu:.1%})"
+
+
 def rows(benchmarks: list[dict[str, Any]]) -> list[list[str]]:
     out = []
     for bench in benchmarks:
@@ -213,12 +263,14 @@ def rows(benchmarks: list[dict[str, Any]]) -> list[list[str]]:
             info["case"],
             f"{topo['nodes']} x {topo['devices_per_node']}",
             info["precision"],
-            str(info["batch_size"]),
+            _batch(info),
             f"{_fmt(info['samples_per_s'])} {info.get('unit', 'samples')}/s",
             f"{_fmt(info['samples_per_s_min'])}-{_fmt(info['samples_per_s_max'])}",
             "-" if info.get("samples_per_s_cv") is None else f"{info['samples_per_s_cv']:.1%}",
             _count(info),
             _speedup(info.get("speedup"), info.get("scaling_efficiency")),
+            _memory(info.get("peak_memory_bytes")),
+            _utilization(info.get("achieved_flops_per_s"), info.get("mfu")),
             _fmt(verdict.get("baseline")),
             "-" if delta is None else f"{delta * 100:+.1f}%",
             verdict["text"],
@@ -238,7 +290,7 @@ def frameworks_side_by_side(benchmarks: list[dict[str, Any]]) -> dict[str, Any] 
         info = bench["extra_info"]
         row = cases.setdefault(bench["name"], {
             "case": bench["name"], "topology": info["topology"]["id"],
-            "precision": info["precision"], "batch_size": info["batch_size"],
+            "precision": info["precision"], "batch_size": _batch(info),
             "unit": f"{info.get('unit', 'samples')}/s"})
         row[info["framework"]] = {"samples_per_s": info["samples_per_s"],
                                   "speedup": info.get("speedup"),

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from .baselines import BaselineStore
+from .flops import FlopsCount
 from .launch import Launcher, detect, get_launcher
 from .lifeline import claim, sweep
 from .report import CaseReport
@@ -50,6 +51,8 @@ class SessionState:
     rootpath: Path
     reports: list[CaseReport] = field(default_factory=list)
     siblings: dict[SiblingKey, dict[str, str]] = field(default_factory=dict)
+    # FLOPs per sample, counted once per workload, recipe and sizes in a session.
+    flops_counts: dict[str, FlopsCount] = field(default_factory=dict)
     _started: SessionSetup | None = None
 
     # -- pytest_sessionstart --------------------------------------------------------------

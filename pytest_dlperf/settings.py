@@ -17,6 +17,8 @@ from typing import Any, Callable
 import pytest
 
 from . import protocol as protocol_mod
+from .flops import parse_flops
+from .memory import parse_size
 from .workload import COMPILERS
 
 
@@ -45,7 +47,9 @@ def parse_fraction(raw: str) -> float:
 
 
 # The ``@pytest.mark.dlperf(...)`` keywords and their parsers.
-MARKER_KEYWORDS: dict[str, Callable[[str], Any]] = {"tolerance": parse_fraction}
+MARKER_KEYWORDS: dict[str, Callable[[str], Any]] = {"tolerance": parse_fraction,
+                                                    "memory_tolerance": parse_fraction,
+                                                    "min_mfu": parse_fraction}
 
 
 def parse_marker(marker: pytest.Mark, nodeid: str) -> dict[str, Any]:
@@ -69,6 +73,15 @@ def parse_marker(marker: pytest.Mark, nodeid: str) -> dict[str, Any]:
         except ValueError as exc:
             raise refuse(f"{key}={value!r}: {exc}") from None
     return parsed
+
+
+def _batch_size(raw: str) -> int | str:
+    if str(raw).strip().lower() == "max":
+        return "max"
+    try:
+        return _int(1)(raw)
+    except ValueError:
+        raise ValueError(f"expected a positive integer or 'max', got {raw!r}") from None
 
 
 def _positive_float(raw: str) -> float:
@@ -186,11 +199,31 @@ OPTIONS: tuple[Option, ...] = (
     Option("batch_size", "per-device batch size of every case, overriding the workloads' own "
            "(per device type) and a test's measure(batch_size=...); it is part of the baseline "
            "fingerprint, so cases run at another batch compare with baselines of that batch. "
-           "Default: each workload's.", _optional(_int(1)), metavar="N"),
+           "'max': the largest batch that trains without running out of memory, searched for "
+           "each case (doubling then bisection, each probe a fresh launch; starting from the "
+           "batch an earlier run found), then measured. Default: each workload's.",
+           _optional(_batch_size), metavar="N|max"),
+    Option("memory_limit", "memory each rank may use, enforced by the OS on its processes: a "
+           "memory cgroup of its own (v2, else v1), else an address-space limit. A rank that "
+           "goes over fails as out of memory; with --dlperf-batch-size max it bounds the "
+           "search on CPU. Binary units: 1536M, 2G. Default: none.",
+           _optional(parse_size), metavar="SIZE"),
     Option("tolerance", "allowed throughput drop below the baseline median before a case fails, "
            "as a fraction (0.05) or percentage (5%). A baseline's own 'tolerance' and a "
            "@pytest.mark.dlperf(tolerance=...) marker take precedence. Default: 0.05.",
            parse_fraction, 0.05, metavar="FRACTION"),
+    Option("memory_tolerance", "allowed growth of a case's peak memory above the baseline's "
+           "before it fails as a memory regression, as a fraction or percentage. A "
+           "@pytest.mark.dlperf(memory_tolerance=...) marker takes precedence. Default: 0.10.",
+           parse_fraction, 0.10, metavar="FRACTION"),
+    Option("straggler_threshold", "warn about a rank of a multi-device case whose own step "
+           "time (forward and backward without the all-reduce) is more than this fraction "
+           "slower than the median rank's. Default: 0.10.",
+           parse_fraction, 0.10, metavar="FRACTION"),
+    Option("peak_flops", "the device's dense peak FLOP/s for the precision the cases compute "
+           "in (989.4T), for MFU on a device the built-in table lacks (every CPU, a GPU newer "
+           "than this release); it replaces the table's figure. Default: the table's, by NVML "
+           "device name.", _optional(parse_flops), metavar="FLOPS"),
     Option("launches", "separate launches per case (each a fresh start of the case's "
            "processes and its own warm-up); the windows (--dlperf-repeats) are split over them, "
            "and the verdict compares launch medians, so a run samples the between-run spread "
@@ -274,8 +307,12 @@ def add_options(parser: pytest.Parser) -> None:
 @dataclass(frozen=True)
 class Settings:
     protocol: protocol_mod.Protocol
-    batch_size: int | None  # None: each workload's own
+    batch_size: int | str | None  # None: each workload's own; "max": searched for
+    memory_limit: int | None  # bytes per rank
     tolerance: float
+    memory_tolerance: float
+    straggler_threshold: float
+    peak_flops: float | None
     launches: int
     max_repeats: int
     unstable_cv: float

@@ -85,6 +85,8 @@ class RankSpec:
     threads: int = 1
     python: str | None = None  # the interpreter the ranks run under; None: pytest's
     workers: list[str] | None = None  # TensorFlow: every rank's host:port, when known upfront
+    count_flops: bool = False  # rank 0 counts the torch recipe's FLOPs per sample first
+    memory_limit: int | None = None  # bytes per rank, enforced by the OS (--dlperf-memory-limit)
 
     @property
     def compiled(self) -> bool:

@@ -133,7 +133,7 @@ def python_minor(version: str | None) -> str:
 
 
 def fingerprint(topology: Topology, *, framework: str, framework_version: str, precision: str,
-                model: str, batch_size: int, sizes: Mapping[str, Any], protocol_slug: str,
+                model: str, batch_size: int | str, sizes: Mapping[str, Any], protocol_slug: str,
                 python: str | None = None, accelerator_stack: str | None = None,
                 compiler: str = "eager", machine: str | None = None) -> dict[str, Any]:
     """Everything that must match for two throughput figures to be comparable: the workload's

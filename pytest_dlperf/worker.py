@@ -13,6 +13,7 @@ import math
 import os
 import platform
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from . import frameworks
 from .frameworks import DeviceUnavailable, DistEnv, Trainer
 from .jsonio import write_json_atomic
 from .lifeline import die_with_parent, expected_parent
+from .memory import WindowMemory, apply_limit, is_out_of_memory
 from .meter import measure
 from .spec import RankSpec
 from .workload import WorkloadError, load_recipe
@@ -49,17 +51,26 @@ def run(spec: RankSpec | dict[str, Any], dist: DistEnv) -> dict[str, Any]:
     if not isinstance(spec, RankSpec):
         spec = RankSpec.from_json(spec)
     protocol = spec.protocol
+    flops = None
+    if spec.count_flops and dist.rank == 0:  # before the trainer: no second model beside it
+        from .flops import count_in_rank
+
+        flops = count_in_rank(spec)
     trainer = build(spec, dist)
     losses: list[float] = []
+    memory = WindowMemory(trainer, spec.device_type == "cuda", dist.local_rank)
 
     def check_loss(window: int) -> None:
+        memory.after_window()  # first: reading the loss allocates nothing the window did
         loss = trainer.loss()
         losses.append(loss)
         if not math.isfinite(loss):
             raise Diverged(f"rank {dist.rank}: loss is {loss} after timed window {window}")
 
     try:
-        measurement = measure(protocol, trainer.step, trainer.synchronize, after_window=check_loss)
+        measurement = measure(protocol, trainer.step, trainer.synchronize, after_window=check_loss,
+                              before_window=lambda window: memory.before_window())
+        local = local_step_s(trainer, protocol.steps) if dist.world_size > 1 else None
         # The rank's interpreter, which the fingerprint records (not pytest's: OneFlow's ranks
         # run under their own).
         environment = {"python": platform.python_version(), **trainer.environment()}
@@ -70,10 +81,41 @@ def run(spec: RankSpec | dict[str, Any], dist: DistEnv) -> dict[str, Any]:
         "node_rank": dist.node_rank,
         "local_rank": dist.local_rank,
         "world_size": dist.world_size,
+        "host": platform.node(),
         "losses": losses,
+        "memory": memory.to_json(),
+        "local_step_s": local,
+        "flops": flops,
         "environment": environment,
         **measurement.to_json(),
     }
+
+
+# Steps of a rank's own, after the timed windows, for the straggler check (README "Stragglers").
+LOCAL_STEPS = 5
+
+
+def local_step_s(trainer: Trainer, steps: int) -> float | None:
+    """Seconds per step of this rank's own computation (forward and backward, no collective),
+    after the timed windows: under data parallelism every rank's window lasts as long as the
+    slowest one's (each step ends in an all-reduce), so windows cannot tell which rank is slow.
+    Every rank runs these steps at the same time, sharing the host as in training. None where
+    the adapter has no ``local_step``."""
+    step = getattr(trainer, "local_step", None)
+    if step is None:
+        return None
+    synchronize = getattr(trainer, "local_synchronize", trainer.synchronize)
+    step()  # its first call may trace or build what it needs
+    synchronize()
+    # Each step timed alone, the median kept: one step disturbed by a neighbour (the other
+    # ranks' host work, pytest itself) does not make a rank a straggler.
+    times = []
+    for _ in range(max(1, min(steps, LOCAL_STEPS))):
+        begin = time.perf_counter()
+        step()
+        synchronize()
+        times.append(time.perf_counter() - begin)
+    return sorted(times)[len(times) // 2]
 
 
 def error_text(exc: BaseException) -> str:
@@ -113,6 +155,9 @@ def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text())
     out_dir = Path(argv[1])
     dist = DistEnv.from_environ(dict(os.environ))
+    if spec.get("memory_limit"):  # before any framework allocates anything
+        apply_limit(int(spec["memory_limit"]), str(out_dir), dist.rank,
+                    int(spec.get("batch_size", 0)))
     try:
         result = run(spec, dist)
     except DeviceUnavailable as exc:
@@ -122,10 +167,16 @@ def main(argv: list[str]) -> int:
         print(f"rank {dist.rank}: {exc}", file=sys.stderr)
         return 1
     except BaseException as exc:
+        oom = is_out_of_memory(exc)
+        error = error_text(exc)
+        if oom:
+            error = (f"rank {dist.rank} ran out of memory at batch {spec.get('batch_size')} "
+                     f"(per device): {error}")
         write_json_atomic(result_path(out_dir, dist.rank), {
             "rank": dist.rank,
-            "error": error_text(exc),
-            "error_type": "diverged" if isinstance(exc, Diverged) else type(exc).__name__,
+            "error": error,
+            "error_type": ("diverged" if isinstance(exc, Diverged) else
+                           "out_of_memory" if oom else type(exc).__name__),
         })
         raise
     write_json_atomic(result_path(out_dir, dist.rank), result)

@@ -107,10 +107,19 @@ class Workload:
     unit: str = "samples"
     optimizer: Optimizer = SGD()
     seed: int = 0
+    # FLOPs of one trained sample (forward and backward), where they are not to be counted
+    # from the torch recipe (a workload without one). None: counted (pytest_dlperf.flops).
+    flops_per_sample: float | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
             raise WorkloadError(f"Workload name must be a non-empty string, got {self.name!r}")
+        flops = self.flops_per_sample
+        if flops is not None and (isinstance(flops, bool) or not isinstance(flops, (int, float))
+                                  or not flops > 0):
+            raise WorkloadError(f"workload {self.name!r}: flops_per_sample must be a positive "
+                                f"number (FLOPs of one sample's forward and backward), got "
+                                f"{flops!r}")
         if not self.recipes:
             raise WorkloadError(f"workload {self.name!r} has no recipes: give at least one, "
                                 "e.g. recipes={'torch': build_my_model}")

@@ -161,7 +161,8 @@ BAD = [
         files=marked("tolerance='lots'")),
     Bad("marker-positional", ("*test_marked: @pytest.mark.dlperf(...) takes keywords only*",),
         files=marked("0.05")),
-    Bad("marker-unknown-keyword", ("*has an unknown keyword 'tolerence' (known: tolerance)*",),
+    Bad("marker-unknown-keyword", ("*has an unknown keyword 'tolerence' (known: tolerance, "
+                                    "memory_tolerance, min_mfu)*",),
         files=marked("tolerence=0.05")),
     # -- the workers' interpreter (--dlperf-python) ----------------------------------------------
     Bad("python-missing", ("*environment variable DLPERF_PYTHON=*torch's interpreter "

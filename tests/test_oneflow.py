@@ -149,4 +149,8 @@ def test_an_own_model_trains_eager_and_as_a_graph_on_two_ranks(
         info = bench["extra_info"]
         assert info["unit"] == "rows" and info["fingerprint"]["width"] == 32
         assert info["environment"]["compiled"] == bench["name"].endswith("compiled]")
+        # Each rank's own step (a local copy of the model: no all-reduce) and peak memory.
+        ranks = info["peak_memory_per_rank"]
+        assert [r["rank"] for r in ranks] == [0, 1]
+        assert all(r["own_step_s"] > 0 and r["peak_memory_bytes"] > 0 for r in ranks)
     result.stdout.fnmatch_lines(["*rows/s*"])

@@ -143,7 +143,7 @@ def test_markers_are_registered_for_strict_markers(pytester: pytest.Pytester) ->
     """)
     pytester.runpytest("--strict-markers", "-m", "multinode").assert_outcomes(passed=1)
     result = pytester.runpytest("--markers")
-    result.stdout.fnmatch_lines(["@pytest.mark.multinode:*", "@pytest.mark.dlperf(tolerance=None)*"])
+    result.stdout.fnmatch_lines(["@pytest.mark.multinode:*", "@pytest.mark.dlperf(tolerance=None, memory_tolerance=None, min_mfu=None)*"])
 
 
 def test_help_shows_the_dlperf_group(pytester: pytest.Pytester) -> None:
@@ -177,8 +177,10 @@ def test_worker_interpreters_resolve_against_where_they_were_given(
 
 
 @pytest.mark.parametrize("marker, complaint", [
-    ("dlperf(tolerence=0.1)", "unknown keyword 'tolerence' (known: tolerance)"),
-    ("dlperf(0.1)", "takes keywords only (known: tolerance), got 1 positional argument"),
+    ("dlperf(tolerence=0.1)",
+     "unknown keyword 'tolerence' (known: tolerance, memory_tolerance, min_mfu)"),
+    ("dlperf(0.1)", "takes keywords only (known: tolerance, memory_tolerance, min_mfu), got 1 "
+                    "positional argument"),
     ("dlperf(tolerance='lots')", "tolerance='lots': expected a fraction*"),
 ])
 def test_a_bad_dlperf_marker_is_refused_naming_the_test_and_the_known_keywords(

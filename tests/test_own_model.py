@@ -72,10 +72,11 @@ def test_the_readme_example_records_then_compares_on_one_and_two_ranks(
         assert verdict["outcome"] in ("pass", "improvement", "inconclusive", "regression"), name
         assert verdict["baseline"] == pytest.approx(recorded[name]["samples_per_s"])
         assert info["baseline_update"] is None
-    # A case fails on a throughput or a scaling-efficiency regression, either a correct outcome
-    # of a slower second run here.
+    # A case fails on a throughput, scaling-efficiency or memory regression, any a correct
+    # outcome of a second run here.
     regressions = sum(info["verdict"]["outcome"] == "regression"
                       or (info["efficiency_verdict"] or {}).get("outcome") == "regression"
+                      or (info["memory_verdict"] or {}).get("outcome") == "regression"
                       for info in judged.values())
     second.assert_outcomes(passed=2 - regressions, failed=regressions)
 

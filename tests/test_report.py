@@ -34,11 +34,12 @@ def test_rows_carry_dlperf_columns() -> None:
     scaled.speedup, scaled.efficiency = 1.7, 0.85
     table = rows([make_report(12.5).benchmark_entry(), scaled.benchmark_entry()])
     assert table[0] == ["test_r.py::test_x[1n2d-amp]", "1 x 2", "amp(bfloat16)", "2",
-                        "11.0 images/s", "10.0-12.0", "9.1%", "3/3L", "-", "12.5", "-12.0%", "inconclusive"]
+                        "11.0 images/s", "10.0-12.0", "9.1%", "3/3L", "-", "-", "-", "12.5", "-12.0%", "inconclusive"]
     assert table[1][8] == "1.70 (85%)"
     text = text_table(table)
     assert text[0].split() == ["case", "nodes", "x", "dev", "precision", "batch/dev", "throughput",
-                               "(median)", "min-max", "cv", "n", "speedup", "(eff.)", "baseline",
+                               "(median)", "min-max", "cv", "n", "speedup", "(eff.)", "peak", "mem",
+                               "FLOP/s/dev", "(MFU)", "baseline",
                                "delta", "verdict"]
     assert text[1].startswith("----")
     assert markdown_table(table)[2].startswith("| test_r.py::test_x[1n2d-amp] | 1 x 2 |")

@@ -78,6 +78,11 @@ def test_a_compiled_case_trains_under_xla_and_reports_compile_time_apart(
     assert info["fingerprint"]["compiler"] == "compiled"
     # XLA compiles in the first (untimed) step: it alone outlasts both timed windows together.
     assert info["first_step_s"] > sum(bench["stats"]["data"]) * 2
+    # TensorFlow has no FLOP counter here: the reference figure of the same architecture,
+    # counted from the torch recipe at this case's size (64x64: about (64/224)^2 of the 24.5
+    # GFLOP an image at 224; the classifier does not shrink with the image).
+    assert info["flops_source"] == "FlopCounterMode (meta)"
+    assert info["flops_per_sample"] == pytest.approx(24.5e9 * (64 / 224) ** 2, rel=0.1)
     (path,) = (pytester.path / "bl").rglob("*.json")
     assert path.parent.name == "test_tf-1n1d-fp32-compiled"
     # Without a warm-up step the compile would land in a window: refused, saying why.
@@ -120,10 +125,18 @@ def test_an_own_keras_model_trains_in_fp32_and_mixed_precision(pytester: pytest.
 
     pytester.makepyfile(test_own=OWN_MODEL)
     result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--devices-per-node", "1",
-        "--dlperf-json", "r.json", "--dlperf-unstable-cv", "0.99", timeout=300)
+        "-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--devices-per-node", "2",
+        "-k", "1n2d", "--dlperf-json", "r.json", "--dlperf-unstable-cv", "0.99", timeout=300)
     result.assert_outcomes(passed=2)
     benches = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
     precisions = sorted(b["extra_info"]["precision"] for b in benches)
     assert precisions == ["amp(bfloat16)", "fp32"]
     assert {b["extra_info"]["fingerprint"]["model"] for b in benches} == {"tf-mlp"}
+    for bench in benches:
+        info = bench["extra_info"]
+        # Each worker's own step (no all-reduce) for the straggler check, and its peak memory.
+        ranks = info["peak_memory_per_rank"]
+        assert [r["rank"] for r in ranks] == [0, 1]
+        assert all(r["own_step_s"] > 0 and r["peak_memory_bytes"] > 0 for r in ranks)
+        # No torch recipe: no FLOPs, and the reason is said.
+        assert info["flops_per_sample"] is None and "no torch recipe" in info["flops_problem"]

@@ -70,8 +70,11 @@ class OneFlowTrainer:
         # One seed for the model on every rank (nn.Graph's broadcast parameters are taken as
         # equal, not copied), a seed per rank for the data drawn afterwards.
         flow.manual_seed(spec.seed)
-        parts = recipe(spec.context(dist.rank, dist.world_size, dist.local_rank,
-                                    "cuda:%d" % local_rank if self.cuda else "cpu"))
+        self._recipe = recipe
+        self._context = spec.context(dist.rank, dist.world_size, dist.local_rank,
+                                     "cuda:%d" % local_rank if self.cuda else "cpu")
+        self._local: Any = None  # the straggler check's own copy of the model
+        parts = recipe(self._context)
         model = parts.model
         self.parameters = sum(p.numel() for p in model.parameters())
         flow.manual_seed(spec.seed + dist.rank)
@@ -191,6 +194,40 @@ class OneFlowTrainer:
     def step(self) -> None:
         self._loss = self.train_step(*self._next_batch())
 
+    def _on_device(self, value: Any) -> Any:
+        """On this rank's device, local (a callable is placed as it is called)."""
+        if callable(value) or value is None:
+            return value
+        if isinstance(value, (tuple, list)):
+            return type(value)(self._on_device(v) for v in value)
+        return value.to(self.device)
+
+    def local_step(self) -> None:
+        """Forward and backward of this rank alone, for the straggler check (README
+        "Stragglers"). OneFlow's DDP all-reduces in hooks on every backward and a graph's
+        parameters are global, so this runs a plain local copy of the model, built from the
+        recipe on the first call (outside any timed window)."""
+        flow = self._flow
+        if self._local is None:
+            parts = self._recipe(self._context)
+            model = parts.model.to(self.device)
+            inputs, targets = parts.inputs, parts.targets
+            if parts.data is not None:
+                inputs, targets = next(iter(parts.data))
+            self._local = (model, self._on_device(inputs), self._on_device(targets),
+                           parts.loss or self.criterion)
+        model, inputs, targets, criterion = self._local
+        inputs = self._on_device(inputs()) if callable(inputs) else inputs
+        targets = self._on_device(targets()) if callable(targets) else targets
+        autocast = (flow.autocast(self.device.type, dtype=self.amp_dtype) if self.amp
+                    else contextlib.nullcontext())
+        with autocast:
+            outputs = model(*inputs) if isinstance(inputs, tuple) else model(inputs)
+            loss = criterion(outputs, targets)
+        loss.backward()
+        for param in model.parameters():
+            param.grad = None
+
     def synchronize(self) -> None:
         # Waits until OneFlow's virtual machine has run every queued instruction (eager ops and
         # graph launches alike); oneflow.cuda.synchronize calls it too, before the CUDA sync.
@@ -219,8 +256,11 @@ class OneFlowTrainer:
         if self.cuda:
             import oneflow.sysconfig
 
+            # OneFlow's CUDA matrix products use TF32 unless this variable turns it off.
+            tf32 = os.environ.get("ONEFLOW_EP_CUDA_ENABLE_TF32_EXECUTION", "1")
             env.update(device_name=flow.cuda.get_device_name(self.device),
-                       cuda=oneflow.sysconfig.get_cuda_version())
+                       cuda=oneflow.sysconfig.get_cuda_version(),
+                       tf32=tf32.lower() not in ("0", "false", "off"))
         return env
 
     def close(self) -> None:

@@ -146,7 +146,9 @@ class TensorFlowTrainer:
         self.parameters = int(sum(int(tf.size(w)) for w in self.model.trainable_weights))
         self.jit = spec.compiled  # XLA
         self._step = tf.function(self._replica_step, jit_compile=self.jit)
+        self._local = tf.function(self._replica_local, jit_compile=self.jit)
         self._loss: Any = None
+        self._local_loss: Any = None
 
     def _resident(self, value: Any) -> Any:
         if callable(value):
@@ -187,6 +189,40 @@ class TensorFlowTrainer:
         self.optimizer.apply_gradients(zip(grads, variables))
         return loss
 
+    def _replica_local(self) -> Any:
+        """Forward and backward of this replica alone: no all-reduce, no update."""
+        tf = self._tf
+        inputs, targets = fresh(self.inputs), fresh(self.targets)
+        with tf.GradientTape() as tape:
+            outputs = self.model(inputs, training=True)
+            loss = self.criterion(outputs, targets)
+        grads = tape.gradient(loss, self.model.trainable_variables)
+        # The loss, released once every gradient is computed: reading it waits for the whole
+        # backward pass, and keeps the gradients from being pruned from the graph.
+        with tf.control_dependencies([g for g in grads if g is not None]):
+            return tf.identity(loss)
+
+    def local_step(self) -> None:
+        """The straggler check's measure of this rank's own speed (README "Stragglers")."""
+        self._local_loss = self.strategy.run(self._local)
+
+    def local_synchronize(self) -> None:
+        if self._local_loss is not None:
+            for value in self.strategy.experimental_local_results(self._local_loss):
+                value.numpy()
+
+    def reset_peak_memory(self) -> None:
+        if self.cuda:
+            self._tf.config.experimental.reset_memory_stats("GPU:0")
+
+    def peak_memory(self) -> dict[str, int]:
+        """TensorFlow's allocator peak on this rank's GPU (the only one it sees) since the
+        last reset."""
+        if not self.cuda:
+            return {}
+        info = self._tf.config.experimental.get_memory_info("GPU:0")
+        return {"allocated_peak_bytes": int(info["peak"])}
+
     def step(self) -> None:
         # The per-replica loss is kept as it is: reducing it here would add a cross-worker
         # all-reduce and a host round trip to every timed step. It is reduced only when read.
@@ -224,7 +260,8 @@ class TensorFlowTrainer:
         }
         if self.cuda:
             build = tf.sysconfig.get_build_info()
-            env.update(cuda=build.get("cuda_version"), cudnn=build.get("cudnn_version"))
+            env.update(cuda=build.get("cuda_version"), cudnn=build.get("cudnn_version"),
+                       tf32=bool(tf.config.experimental.tensor_float_32_execution_enabled()))
         return env
 
     def close(self) -> None:

@@ -115,6 +115,36 @@ class TorchTrainer:
         self.scaler.update()
         self._loss = loss.detach()
 
+    def local_step(self) -> None:
+        """Forward and backward on this rank alone, no all-reduce (DDP's ``no_sync``) and no
+        update: the straggler check's measure of the rank's own speed. Eager, also in a
+        compiled case (what is compared is one rank against the others)."""
+        import contextlib
+
+        torch = self._torch
+        inputs, targets = self._next_batch()
+        model = self.model
+        no_sync = getattr(model, "no_sync", None)
+        with no_sync() if no_sync is not None else contextlib.nullcontext():
+            with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp):
+                outputs = model(*inputs) if isinstance(inputs, tuple) else model(inputs)
+                loss = self.criterion(outputs, targets)
+            loss.backward()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def reset_peak_memory(self) -> None:
+        if self.cuda:
+            self._torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak_memory(self) -> dict[str, int]:
+        """The caching allocator's peaks since the last reset: what tensors held, and what it
+        reserved from the driver for them."""
+        if not self.cuda:
+            return {}
+        cuda = self._torch.cuda
+        return {"allocated_peak_bytes": int(cuda.max_memory_allocated(self.device)),
+                "reserved_peak_bytes": int(cuda.max_memory_reserved(self.device))}
+
     def synchronize(self) -> None:
         if self.cuda:
             self._torch.cuda.synchronize(self.device)
@@ -143,6 +173,10 @@ class TorchTrainer:
                 cuda=torch.version.cuda,
                 cudnn=torch.backends.cudnn.version(),
                 nccl=".".join(map(str, torch.cuda.nccl.version())),
+                # TF32 in matrix products or convolutions (cuDNN's is on by default): an fp32
+                # case's MFU is then taken against the TF32 peak (pytest_dlperf.flops).
+                tf32=bool(torch.backends.cuda.matmul.allow_tf32
+                          or torch.backends.cudnn.allow_tf32),
             )
             if images is not None and images.dim() == 4:
                 env["channels_last"] = images.is_contiguous(memory_format=torch.channels_last)

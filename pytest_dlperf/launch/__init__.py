@@ -24,7 +24,7 @@ class LaunchError(Exception):
     rank_errors: dict[int, str] = field(default_factory=dict)
     missing_ranks: list[int] = field(default_factory=list)
     log_tail: str = ""
-    kind: str = "failed"  # failed | timeout | diverged | interrupted
+    kind: str = "failed"  # failed | timeout | diverged | out_of_memory | interrupted
 
     def __str__(self) -> str:
         parts = [self.summary]

@@ -212,6 +212,30 @@ def run_processes(commands: list[list[str]], env: dict[str, str], run_dir: Path,
                    _tail(logs + sorted(run_dir.glob("agent-*.log"))))
 
 
+def _oom_killed(out_dir: Path, world_size: int) -> dict[int, str]:
+    """Ranks under --dlperf-memory-limit whose memory cgroup's OOM killer ended them (they
+    die by SIGKILL, writing nothing); each rank's cgroup is removed here, its processes gone."""
+    from ..memory import limit_file, oom_kills, release
+
+    killed = {}
+    for rank in range(world_size):
+        path = Path(limit_file(str(out_dir), rank))
+        if not path.exists():
+            continue
+        try:
+            applied = json.loads(path.read_text())
+        except ValueError:
+            continue
+        if oom_kills(applied):
+            killed[rank] = (
+                f"rank {rank} ran out of memory at batch {applied.get('batch_size')} (per "
+                "device): the kernel's OOM killer ended it in its memory "
+                f"cgroup ({applied['mechanism']}, limit {applied['limit_bytes'] / 2 ** 20:,.0f} "
+                "MiB, --dlperf-memory-limit)")
+        release(applied)
+    return killed
+
+
 def _result_file(out_dir: Path, rank: int) -> Path:
     """Where rank ``rank`` writes its result (``pytest_dlperf.worker.result_path``)."""
     return out_dir / f"rank-{rank}.json"
@@ -232,12 +256,19 @@ def collect(out_dir: Path, world_size: int, outcome: str, timeout_s: float,
             kinds.add(data.get("error_type", ""))
         else:
             results[rank] = data
+    for rank, message in _oom_killed(out_dir, world_size).items():
+        if rank not in results and rank not in errors:
+            errors[rank] = message
+            kinds.add("out_of_memory")
     missing = [r for r in range(world_size) if r not in results and r not in errors]
     if not errors and not missing and outcome == "ok":
         return [results[r] for r in range(world_size)]
     if errors:
-        kind = "diverged" if "diverged" in kinds else "failed"
-        summary = f"{len(errors)} of {world_size} ranks failed ({kind})"
+        kind = ("diverged" if "diverged" in kinds else
+                "out_of_memory" if "out_of_memory" in kinds else "failed")
+        summary = (f"{len(errors)} of {world_size} ranks ran out of memory"
+                   if kind == "out_of_memory" else
+                   f"{len(errors)} of {world_size} ranks failed ({kind})")
     elif outcome == "timeout":
         kind, summary = "timeout", f"timed out after {timeout_s:g} s; stuck ranks: {missing}"
     else:

@@ -1,0 +1,103 @@
+"""``--dlperf-batch-size max``: the largest per-device batch that trains without running out of
+memory, found by doubling then bisection. A pure function of a ``fits(batch) -> bool`` probe,
+so every branch is tested on numbers alone; ``measure`` runs each probe as a fresh launch of the
+case's processes (an out-of-memory error can leave a CUDA context unusable).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+# The largest batch the search tries: past it, the case says the search hit the cap (a model
+# that fits any batch is not probing memory).
+MAX_BATCH = 1 << 16
+
+
+class BatchSearchError(RuntimeError):
+    """The search cannot give a batch: even batch 1 ran out of memory."""
+
+
+@dataclass
+class Probe:
+    batch: int
+    fits: bool
+    seconds: float = 0.0
+    message: str = ""  # why it did not fit (the rank's out-of-memory error, first line)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batch": self.batch, "fits": self.fits, "seconds": round(self.seconds, 3),
+                "message": self.message}
+
+
+@dataclass
+class Search:
+    found: int
+    start: int
+    seeded: bool  # started from a batch an earlier run found
+    probes: list[Probe] = field(default_factory=list)
+    capped: bool = False  # every probe fitted up to MAX_BATCH
+
+    @property
+    def seconds(self) -> float:
+        return sum(p.seconds for p in self.probes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"found": self.found, "start": self.start, "seeded": self.seeded,
+                "capped": self.capped, "seconds": round(self.seconds, 3),
+                "probes": [p.to_json() for p in self.probes]}
+
+
+def search(fits: Callable[[int], Probe], start: int, *, seeded: bool = False,
+           cap: int = MAX_BATCH) -> Search:
+    """The largest batch ``b`` with ``fits(b)`` and not ``fits(b + 1)``, assuming memory grows
+    with the batch. From ``start``: while it fits, double (from a seed, an earlier run's
+    answer, try one more first: if nothing changed, two probes settle it); once a batch does
+    not fit, halve until one does; then bisect between the largest fit and the smallest
+    failure."""
+    if start < 1:
+        raise ValueError(f"the search starts from a batch of at least 1, got {start}")
+    result = Search(found=0, start=start, seeded=seeded)
+    tried: dict[int, bool] = {}
+
+    def probe(batch: int) -> bool:
+        if batch not in tried:
+            outcome = fits(batch)
+            result.probes.append(outcome)
+            tried[batch] = outcome.fits
+        return tried[batch]
+
+    start = min(start, cap)
+    if probe(start):
+        low, high = start, None
+        candidate = start + 1 if seeded else start * 2
+        while high is None:
+            if candidate > cap:
+                result.found, result.capped = low, True
+                return result
+            if probe(candidate):
+                low = candidate
+                candidate *= 2
+            else:
+                high = candidate
+    else:
+        high = start
+        low = 0
+        candidate = start // 2
+        while low == 0:
+            if candidate < 1:
+                first = result.probes[-1].message if result.probes else ""
+                raise BatchSearchError(f"even batch 1 ran out of memory{': ' + first if first else ''}")
+            if probe(candidate):
+                low = candidate
+            else:
+                high = candidate
+                candidate //= 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        if probe(middle):
+            low = middle
+        else:
+            high = middle
+    result.found = low
+    return result

@@ -1,0 +1,323 @@
+"""Memory on the worker side: a rank's peak memory over a timed window, and what an
+out-of-memory error looks like in each framework.
+
+Runs in every training rank: standard library only (ranks may run under another Python).
+
+- **CPU**: the rank's peak resident set size. Linux keeps a resettable high-water mark per
+  process: writing ``5`` to ``/proc/self/clear_refs`` sets ``VmHWM`` (``/proc/self/status``)
+  back to the current RSS, so the peak of one window is read without sampling. Where that file
+  cannot be written, the figure is the process's lifetime peak (``getrusage``), and says so.
+- **CUDA**: the framework's own peak counters (``Trainer.peak_memory``, reset before each
+  window by ``Trainer.reset_peak_memory``), and NVML's used memory of this process, which
+  counts what no framework counter sees (the CUDA context, cuDNN/cuBLAS workspaces, NCCL
+  buffers) and is the same figure for every framework. NVML has no peak, only what the process
+  holds now: read at the end of a window, after the caching allocators (torch, TensorFlow,
+  OneFlow all keep what they once reserved) grew to the window's high-water mark.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from typing import Any
+
+_CLEAR_REFS = "/proc/self/clear_refs"
+_STATUS = "/proc/self/status"
+
+
+class RssPeak:
+    """This process's peak resident memory since the last ``reset``."""
+
+    def __init__(self) -> None:
+        self.resettable = self._clear()
+        # "window": the peak of each window alone; "process": since the process started.
+        self.scope = "window" if self.resettable else "process"
+
+    @staticmethod
+    def _clear() -> bool:
+        try:
+            with open(_CLEAR_REFS, "w") as fh:
+                fh.write("5")
+            return True
+        except OSError:
+            return False
+
+    def reset(self) -> None:
+        if self.resettable:
+            self._clear()
+
+    def peak(self) -> int:
+        """Bytes."""
+        try:
+            with open(_STATUS) as fh:
+                for line in fh:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) * 1024  # kB
+        except OSError:
+            pass
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # kB on Linux
+
+
+def nvml_used_bytes(local_rank: int, pid: int | None = None) -> int | None:
+    """GPU memory that NVML says this process (``pid``) uses on its device, or None where NVML
+    cannot tell (no pynvml, no driver, or a container that hides other PID namespaces)."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    pid = os.getpid() if pid is None else pid
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - NVMLError and its many subclasses
+        return None
+    try:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        index = local_rank
+        if visible and visible not in ("-1", ""):
+            ids = [v.strip() for v in visible.split(",")]
+            if local_rank < len(ids) and ids[local_rank].isdigit():
+                index = int(ids[local_rank])
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        used = None
+        for getter in ("nvmlDeviceGetComputeRunningProcesses",
+                       "nvmlDeviceGetGraphicsRunningProcesses"):
+            for proc in getattr(pynvml, getter)(handle):
+                if proc.pid == pid and proc.usedGpuMemory is not None:
+                    used = (used or 0) + int(proc.usedGpuMemory)
+        return used
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class WindowMemory:
+    """One rank's memory over each timed window: reset before it, read after it (both outside
+    the timed region). ``trainer`` may offer ``reset_peak_memory()`` and ``peak_memory()``
+    (a dict of the framework's own counters, bytes)."""
+
+    def __init__(self, trainer: Any, cuda: bool, local_rank: int) -> None:
+        self.trainer, self.cuda, self.local_rank = trainer, cuda, local_rank
+        self.rss = RssPeak()
+        self.windows: list[dict[str, Any]] = []
+
+    def before_window(self) -> None:
+        self.rss.reset()
+        reset = getattr(self.trainer, "reset_peak_memory", None)
+        if self.cuda and reset is not None:
+            reset()
+
+    def after_window(self) -> None:
+        entry: dict[str, Any] = {"host_rss_bytes": self.rss.peak()}
+        if self.cuda:
+            counters = getattr(self.trainer, "peak_memory", None)
+            entry.update(counters() if counters is not None else {})
+            used = nvml_used_bytes(self.local_rank)
+            if used is not None:
+                entry["nvml_used_bytes"] = used
+        entry["peak_bytes"] = judged(entry, self.cuda)
+        self.windows.append(entry)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"windows": self.windows, "device": "cuda" if self.cuda else "cpu",
+                "rss_scope": self.rss.scope,
+                "source": source(self.windows[-1] if self.windows else {}, self.cuda)}
+
+
+# The judged figure of a window, first available wins: NVML's (the same for every framework and
+# counting the context and workspaces), else the framework's reserved peak, else its allocated
+# peak; on CPU the peak RSS.
+_CUDA_ORDER = ("nvml_used_bytes", "reserved_peak_bytes", "allocated_peak_bytes")
+
+
+def judged(entry: dict[str, Any], cuda: bool) -> int | None:
+    if not cuda:
+        return int(entry["host_rss_bytes"])
+    for key in _CUDA_ORDER:
+        if entry.get(key) is not None:
+            return int(entry[key])
+    return None
+
+
+def source(entry: dict[str, Any], cuda: bool) -> str:
+    """Which figure ``judged`` took, for the report."""
+    if not cuda:
+        return "host_rss_bytes"
+    return next((key for key in _CUDA_ORDER if entry.get(key) is not None), "none")
+
+
+# What frameworks raise when an allocation fails. Types by name (no framework import here);
+# messages for errors raised as RuntimeError (torch on CPU, OneFlow) or aborts turned into text.
+_OOM_TYPES = {"MemoryError", "OutOfMemoryError", "ResourceExhaustedError"}
+_OOM_TEXT = ("out of memory", "not enough memory", "can't allocate memory",
+             "cannot allocate memory", "unable to allocate", "std::bad_alloc",
+             "resource_exhausted", "oom when allocating", "cuda_error_out_of_memory")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if any(cls.__name__ in _OOM_TYPES for cls in type(current).__mro__):
+            return True
+        text = str(current).lower()
+        if any(marker in text for marker in _OOM_TEXT):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+# -- --dlperf-memory-limit: a per-rank limit the OS enforces -------------------------------------
+
+def parse_size(raw: str) -> int:
+    """Bytes from ``1536M``, ``2G``, ``2GiB``, ``500000000`` (binary units: K/M/G/T are 1024^n)."""
+    text = str(raw).strip().upper().removesuffix("IB").removesuffix("B")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(text[-1:], 1)
+    number = text[:-1] if scale != 1 else text
+    try:
+        value = float(number) * scale
+    except ValueError:
+        raise ValueError(f"expected a size like 2G, 1536M or a byte count, got {raw!r}") from None
+    if value < 1 << 20:
+        raise ValueError(f"a memory limit under 1 MiB cannot hold a Python process, got {raw!r}")
+    return int(value)
+
+
+def limit_file(out_dir: str, rank: int) -> str:
+    return os.path.join(out_dir, f"rank-{rank}.memory-limit.json")
+
+
+def _cgroup_paths() -> dict[str, str]:
+    """This process's cgroup per hierarchy: "" for cgroup v2's, else the v1 controllers'."""
+    paths = {}
+    try:
+        with open("/proc/self/cgroup") as fh:
+            for line in fh:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                for name in controllers.split(",") if controllers else [""]:
+                    paths[name] = path
+    except OSError:
+        pass
+    return paths
+
+
+def _mounts() -> list[tuple[str, str, list[str]]]:
+    """(mount point, filesystem type, super options) of every cgroup mount."""
+    found = []
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            for line in fh:
+                head, _, tail = line.partition(" - ")
+                fstype, _, options = (tail.split() + ["", "", ""])[:3]
+                if fstype in ("cgroup", "cgroup2"):
+                    found.append((head.split()[4], fstype, options.split(",")))
+    except OSError:
+        pass
+    return found
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(value)
+
+
+def _cgroup_v2(limit: int, name: str) -> dict[str, Any] | None:
+    own = _cgroup_paths().get("")
+    for mount, fstype, _ in _mounts():
+        if fstype != "cgroup2" or own is None:
+            continue
+        parent = os.path.join(mount, own.lstrip("/"))
+        child = os.path.join(parent, name)
+        try:
+            os.mkdir(child)
+        except OSError:
+            continue
+        if not os.path.exists(os.path.join(child, "memory.max")):  # no memory controller here
+            os.rmdir(child)
+            continue
+        try:
+            _write(os.path.join(child, "memory.max"), str(limit))
+            if os.path.exists(os.path.join(child, "memory.swap.max")):
+                _write(os.path.join(child, "memory.swap.max"), "0")
+            _write(os.path.join(child, "cgroup.procs"), str(os.getpid()))
+        except OSError:
+            os.rmdir(child)
+            continue
+        return {"mechanism": "cgroup-v2", "path": child, "parent": parent}
+    return None
+
+
+def _cgroup_v1(limit: int, name: str) -> dict[str, Any] | None:
+    own = _cgroup_paths().get("memory")
+    for mount, fstype, options in _mounts():
+        if fstype != "cgroup" or "memory" not in options or own is None:
+            continue
+        parent = os.path.join(mount, own.lstrip("/"))
+        child = os.path.join(parent, name)
+        try:
+            os.mkdir(child)
+        except OSError:
+            continue
+        try:
+            _write(os.path.join(child, "memory.limit_in_bytes"), str(limit))
+            swap = os.path.join(child, "memory.memsw.limit_in_bytes")
+            if os.path.exists(swap):  # memory + swap: no escaping the limit into swap
+                _write(swap, str(limit))
+            _write(os.path.join(child, "cgroup.procs"), str(os.getpid()))
+        except OSError:
+            os.rmdir(child)
+            continue
+        return {"mechanism": "cgroup-v1", "path": child, "parent": parent}
+    return None
+
+
+def apply_limit(limit: int, out_dir: str, rank: int, batch_size: int = 0) -> dict[str, Any]:
+    """Confine this rank (and the processes it starts) to ``limit`` bytes, before any framework
+    is imported: a memory cgroup of its own (v2, else v1's memory controller), whose OOM killer
+    ends the rank when it goes over; else an address-space limit (``RLIMIT_AS``), under which
+    allocations fail with the framework's out-of-memory error (it counts virtual memory, which
+    runtimes reserve generously: a looser proxy). Written to ``limit_file`` first, so the
+    pytest side can tell an OOM kill from a crash."""
+    name = f"pytest-dlperf-{os.path.basename(os.path.dirname(os.path.abspath(out_dir)))}" \
+           f"-rank{rank}-{os.getpid()}"
+    applied = _cgroup_v2(limit, name) or _cgroup_v1(limit, name)
+    if applied is None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        applied = {"mechanism": "rlimit-as"}
+    applied.update(limit_bytes=limit, batch_size=batch_size)
+    import json
+
+    with open(limit_file(out_dir, rank), "w") as fh:
+        json.dump(applied, fh)
+    return applied
+
+
+def oom_kills(applied: dict[str, Any]) -> int:
+    """How many processes the limit's cgroup OOM killer ended (0 without a cgroup)."""
+    path = applied.get("path")
+    if not path:
+        return 0
+    name = "memory.events" if applied.get("mechanism") == "cgroup-v2" else "memory.oom_control"
+    try:
+        with open(os.path.join(path, name)) as fh:
+            for line in fh:
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def release(applied: dict[str, Any]) -> None:
+    """Remove the rank's cgroup once its processes have ended (best effort)."""
+    path = applied.get("path")
+    if path:
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass

@@ -1,0 +1,62 @@
+"""--dlperf-batch-size max's search on numbers alone: a memory that fits batches up to a limit."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_dlperf.batchsearch import BatchSearchError, Probe, search
+
+
+def memory(limit: int, calls: list[int]):  # noqa: ANN201 - a probe
+    def fits(batch: int) -> Probe:
+        calls.append(batch)
+        return Probe(batch, batch <= limit, 1.0, "" if batch <= limit else "out of memory")
+
+    return fits
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 37, 64, 65, 1000])
+@pytest.mark.parametrize("start", [1, 8, 50])
+def test_the_found_batch_fits_and_one_more_does_not(limit: int, start: int) -> None:
+    calls: list[int] = []
+    found = search(memory(limit, calls), start)
+    assert found.found == limit
+    assert limit in calls and limit + 1 in calls  # both sides of the edge were probed
+    assert len(calls) == len(set(calls))  # no batch probed twice
+
+
+def test_doubling_then_bisection_from_below() -> None:
+    calls: list[int] = []
+    found = search(memory(37, calls), 4)
+    assert calls == [4, 8, 16, 32, 64, 48, 40, 36, 38, 37]
+    assert found.seconds == 10.0 and not found.seeded
+
+
+def test_a_start_that_does_not_fit_halves_first() -> None:
+    calls: list[int] = []
+    assert search(memory(5, calls), 64).found == 5
+    assert calls[:5] == [64, 32, 16, 8, 4]
+
+
+def test_an_earlier_answer_settles_in_two_probes_when_nothing_changed() -> None:
+    calls: list[int] = []
+    found = search(memory(37, calls), 37, seeded=True)
+    assert (found.found, calls) == (37, [37, 38])
+
+
+def test_an_earlier_answer_still_finds_a_grown_limit() -> None:
+    calls: list[int] = []
+    assert search(memory(50, calls), 37, seeded=True).found == 50
+    assert calls[:2] == [37, 38]
+
+
+def test_even_batch_one_out_of_memory_is_an_error_naming_why() -> None:
+    with pytest.raises(BatchSearchError, match="even batch 1 ran out of memory: out of memory"):
+        search(memory(0, []), 8)
+
+
+def test_a_model_that_fits_everything_stops_at_the_cap() -> None:
+    calls: list[int] = []
+    found = search(memory(10**9, calls), 4, cap=100)
+    assert (found.found, found.capped) == (64, True)
+    assert max(calls) == 64

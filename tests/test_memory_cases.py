@@ -1,0 +1,197 @@
+"""Issue 16 through the plugin, with real torch ranks on CPU: peak memory judged against the
+baseline (a workload that grew fails as a memory regression), a rank slowed on purpose named as
+a straggler, FLOPs per sample counted and MFU asserted, and --dlperf-batch-size max searching
+under a memory limit the OS enforces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")  # at import: see test_own_model.py
+
+WORKLOADS = """
+import os
+import time
+
+import pytest
+import torch
+
+from pytest_dlperf import Parts, Workload
+
+WIDTH = 256
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self, rank, ballast_mb, delay_s):
+        super().__init__()
+        self.body = torch.nn.Linear(WIDTH, WIDTH)
+        self.head = torch.nn.Linear(WIDTH, 10)
+        self.rank, self.delay_s = rank, delay_s
+        # Resident all along, like a model that grew: every window's peak holds it.
+        self.register_buffer("ballast", torch.ones(ballast_mb * 2 ** 18))
+
+    def forward(self, x):
+        if self.rank == 1 and self.delay_s:  # a slow device, on rank 1 only
+            time.sleep(self.delay_s)
+        return self.head(torch.relu(self.body(x)))
+
+
+def mlp(ctx):
+    model = Mlp(ctx.rank, int(os.environ.get("BALLAST_MB", "0")),
+                float(os.environ.get("SLOW_RANK_S", "0")))
+    return Parts(model=model, inputs=torch.randn(ctx.batch_size, WIDTH),
+                 targets=lambda: torch.randint(0, 10, (ctx.batch_size,)))
+
+
+class Wide(torch.nn.Module):
+    # ~32 MiB of activations kept for backward per sample: memory grows with the batch in
+    # steps far larger than a process's own jitter.
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(1024, 1024)
+
+    def forward(self, x):
+        h = self.proj(x).unsqueeze(-1).expand(-1, -1, 4096).contiguous()
+        return torch.relu(h).mean(-1)[:, :10]
+
+
+def wide(ctx):
+    return Parts(model=Wide(), inputs=torch.randn(ctx.batch_size, 1024),
+                 targets=lambda: torch.randint(0, 10, (ctx.batch_size,)))
+
+
+MLP = Workload("mlp", recipes={"torch": mlp}, batch_size={"cpu": 32})
+WIDE = Workload("wide", recipes={"torch": wide}, batch_size={"cpu": 8})
+
+
+def test_mlp(cluster, throughput_meter):
+    throughput_meter.measure("torch", MLP)
+
+
+@pytest.mark.dlperf(min_mfu=0.5)
+def test_mfu(throughput_meter):
+    throughput_meter.measure("torch", MLP)
+
+
+def test_wide(throughput_meter):
+    found = os.environ.get("FOUND")
+    throughput_meter.measure("torch", WIDE, batch_size=int(found) if found else None)
+
+
+def test_wide_plus_one(throughput_meter):
+    throughput_meter.measure("torch", WIDE, batch_size=int(os.environ["FOUND"]) + 1)
+"""
+
+SHORT = ("-p", "no:cacheprovider", "--dlperf-warmup-steps", "2", "--dlperf-steps", "5",
+         "--dlperf-repeats", "2", "--dlperf-unstable-cv", "0.99", "--dlperf-baselines", "bl")
+
+
+def benches(path: Path) -> dict[str, dict]:  # type: ignore[type-arg]
+    return {b["name"]: b["extra_info"] for b in json.loads(path.read_text())["benchmarks"]}
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_a_workload_that_grew_fails_as_a_memory_regression(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_w=WORKLOADS)
+    run = (*SHORT, "--dlperf-launches", "2", "--devices-per-node", "1")
+    first = pytester.runpytest_subprocess(*run, "-k", "mlp or mfu", "--dlperf-update-baselines",
+                                          "--dlperf-json", "1.json", timeout=300)
+    first.assert_outcomes(passed=2)
+    recorded = benches(pytester.path / "1.json")["test_mlp[1n1d]"]
+    (rank,) = recorded["peak_memory_per_rank"]
+    assert rank["memory_source"] == "host_rss_bytes"
+    assert recorded["peak_memory_bytes"] == rank["peak_memory_bytes"] > 50 * 2 ** 20
+    baseline = json.loads(next((pytester.path / "bl").rglob("test_mlp-1n1d/*.json")).read_text())
+    memory = baseline["metrics"]["peak_memory_bytes"]
+    assert memory["higher_is_better"] is False and len(memory["launches"]) == 2
+    # Exactly what the counter finds in this MLP: both layers forward, the weight gradients of
+    # both, the input gradient of the second only (the batch itself needs none). 2 a multiply-add.
+    body, head = 256 * 256, 256 * 10
+    assert recorded["flops_per_sample"] == 2 * (2 * body + 3 * head)
+    assert recorded["flops_source"] == "FlopCounterMode (meta)"
+    assert recorded["achieved_flops_per_s"] == pytest.approx(
+        recorded["flops_per_sample"] * recorded["samples_per_s"])
+    assert recorded["mfu"] is None  # a CPU: no peak to take it against
+    first.stdout.fnmatch_lines(["*min_mfu 50.0% (@pytest.mark.dlperf) is not checked: this "
+                                "device's peak FLOP/s is unknown*--dlperf-peak-flops*"])
+
+    monkeypatch.setenv("BALLAST_MB", "300")  # the model now holds 300 MiB more
+    second = pytester.runpytest_subprocess(*run, "-k", "mlp", "--dlperf-json", "2.json",
+                                           timeout=300)
+    second.assert_outcomes(failed=1)
+    second.stdout.fnmatch_lines(["*MEMORY REGRESSION in test_w.py::test_mlp[[]1n1d[]]: peak "
+                                 "memory * MiB*the largest on rank 0 (node 0, local rank 0*"
+                                 "is above the threshold*baseline*memory tolerance 10.0%*"])
+    judged = benches(pytester.path / "2.json")["test_mlp[1n1d]"]
+    assert judged["memory_verdict"]["outcome"] == "regression"
+    assert judged["peak_memory_bytes"] - recorded["peak_memory_bytes"] > 250 * 2 ** 20
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_a_rank_slowed_on_purpose_is_named_and_min_mfu_fails_a_case_below_it(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_w=WORKLOADS)
+    monkeypatch.setenv("SLOW_RANK_S", "0.02")
+    result = pytester.runpytest_subprocess(
+        *SHORT, "--dlperf-launches", "1", "--devices-per-node", "2", "-k", "1n2d or mfu",
+        "--dlperf-peak-flops", "1P", "--dlperf-json", "r.json", timeout=300)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*MFU BELOW MINIMUM in test_w.py::test_mfu: MFU *% is below min_mfu 50.0%*"
+        "(277.5 kFLOP per sample x *samples/s per device) of --dlperf-peak-flops's "
+        "1.0 PFLOP/s fp32 dense peak*",
+        "*straggler in test_w.py::test_mlp[[]1n2d[]]: rank 1 (node 0, local rank 1, host *) "
+        "takes * ms a step of its own (forward and backward without the all-reduce)*"
+        "--dlperf-straggler-threshold 10%*"])
+    assert "rank 0 (node 0, local rank 0" not in result.stdout.str()
+    info = benches(pytester.path / "r.json")
+    ranks = info["test_mlp[1n2d]"]["peak_memory_per_rank"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert ranks[1]["own_step_s"] - ranks[0]["own_step_s"] > 0.015
+    assert info["test_mfu"]["mfu"] == pytest.approx(
+        info["test_mfu"]["achieved_flops_per_s"] / 1e15)
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_batch_size_max_finds_the_largest_batch_under_a_memory_limit(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_w=WORKLOADS)
+    run = (*SHORT, "--dlperf-launches", "1", "--devices-per-node", "1",
+           "--dlperf-memory-limit", "1G", "--dlperf-steps", "2", "--dlperf-repeats", "1",
+           "--dlperf-max-repeats", "1")
+    search = pytester.runpytest_subprocess(*run, "-k", "test_wide and not plus",
+                                           "--dlperf-batch-size", "max",
+                                           "--dlperf-update-baselines", "--dlperf-json",
+                                           "1.json", timeout=600)
+    search.assert_outcomes(passed=1)
+    info = benches(pytester.path / "1.json")["test_wide"]
+    found = info["batch_search"]["found"]
+    assert info["batch_size"] == found and info["batch_size_requested"] == "max"
+    assert info["fingerprint"]["batch_size"] == "max"
+    probes = {p["batch"]: p for p in info["batch_search"]["probes"]}
+    assert probes[found]["fits"] and not probes[found + 1]["fits"]
+    assert "ran out of memory" in probes[found + 1]["message"]
+    assert 2 <= found < 30, "the limit should bound this workload within a few dozen"
+    search.stdout.fnmatch_lines([f"*test_wide*max={found}*"])
+
+    # A later search starts from that answer: two probes when nothing changed.
+    again = pytester.runpytest_subprocess(*run, "-k", "test_wide and not plus",
+                                          "--dlperf-batch-size", "max", "--dlperf-json",
+                                          "2.json", timeout=600)
+    again.assert_outcomes(passed=1)
+    second = benches(pytester.path / "2.json")["test_wide"]["batch_search"]
+    assert second["seeded"] and second["start"] == found
+    assert [p["batch"] for p in second["probes"]] == [found, found + 1]
+
+    # Checked apart from the search: the found batch trains, one more runs out of memory
+    # (and is reported as such, with the batch).
+    monkeypatch.setenv("FOUND", str(found))
+    edge = pytester.runpytest_subprocess(*run, "-k", "test_wide", timeout=600)
+    edge.assert_outcomes(passed=1, failed=1)
+    edge.stdout.fnmatch_lines([
+        "*test_wide_plus_one out of memory on 1n1d: 1 of 1 ranks ran out of memory*",
+        f"*rank 0 ran out of memory at batch {found + 1} (per device)*"])
