@@ -169,18 +169,19 @@ def change_lines(reports: list[CaseReport]) -> list[str]:
         update = report.baseline_update()
         if update is None:
             continue
+        unit = f"{report.workload.unit}/s"
         new, old = update["new_median"], update["old_median"]
         if update["action"] == "kept":
             text = f"kept (exists; --dlperf-update-baselines=missing), measured {new:,.2f}"
         elif update["action"] == "added":
-            text = (f"added this run's launches: {old:,.2f} -> {new:,.2f} samples/s over "
+            text = (f"added this run's launches: {old:,.2f} -> {new:,.2f} {unit} over "
                     f"{update['launches']} launches of {update['runs']} run(s)")
         elif old is None:
-            text = f"{update['action']}: {new:,.2f} samples/s"
+            text = f"{update['action']}: {new:,.2f} {unit}"
             if update["backup"]:
                 text += f" (the unreadable old file is kept as {update['backup']})"
         else:
-            text = f"updated: {old:,.2f} -> {new:,.2f} samples/s ({new / old - 1:+.1%})"
+            text = f"updated: {old:,.2f} -> {new:,.2f} {unit} ({new / old - 1:+.1%})"
             if update["migrated_from"]:
                 text += f" (schema 1 file {update['migrated_from']} replaced)"
         lines.append(f"{report.case}: {text}  [{update['path']}]")

@@ -82,7 +82,7 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
     assert [run["launches"] for run in stored["runs"]] == [2]
     assert throughput["median"] == pytest.approx(sum(w[0] for w in throughput["launches"]) / 2)
     result.stdout.fnmatch_lines(["*pytest-dlperf: baselines changed in*",
-                                 "test_cases.py::test_pair[[]1n2d[]]: recorded: * samples/s*"])
+                                 "test_cases.py::test_pair[[]1n2d[]]: recorded: * images/s*"])
 
     # The results file is pytest-benchmark's format, and its own CLI reads it.
     data = json.loads((pytester.path / "r1.json").read_text())
@@ -166,7 +166,7 @@ def test_missing_baseline_passes_and_says_so_then_add_grows_it_and_another_machi
     result = run(pytester, "--devices-per-node", "1", "--dlperf-update-baselines=add")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["test_one.py::test_one: added this run's launches: * -> * "
-                                 "samples/s over 4 launches of 2 run(s)*"])
+                                 "images/s over 4 launches of 2 run(s)*"])
     (path,) = (pytester.path / "bl").rglob("*.json")
     stored = json.loads(path.read_text())
     assert [len(w) for w in stored["metrics"]["samples_per_s"]["launches"]] == [1, 1, 1, 1]
@@ -245,7 +245,7 @@ def test_an_unusable_baseline_fails_its_case_and_is_only_replaced_on_request(
     backup = path.with_name(path.name + ".bak")
     assert backup.read_text() == content
     assert json.loads(path.read_text())["schema_version"] == 3
-    result.stdout.fnmatch_lines([f"test_one.py::test_one: replaced-unreadable: * samples/s "
+    result.stdout.fnmatch_lines([f"test_one.py::test_one: replaced-unreadable: * images/s "
                                  f"(the unreadable old file is kept as {backup})*"])
 
 
