@@ -225,53 +225,40 @@ def _write(path: str, value: str) -> None:
         fh.write(value)
 
 
-def _cgroup_v2(limit: int, name: str) -> dict[str, Any] | None:
-    own = _cgroup_paths().get("")
-    for mount, fstype, _ in _mounts():
-        if fstype != "cgroup2" or own is None:
-            continue
-        parent = os.path.join(mount, own.lstrip("/"))
-        child = os.path.join(parent, name)
-        try:
-            os.mkdir(child)
-        except OSError:
-            continue
-        if not os.path.exists(os.path.join(child, "memory.max")):  # no memory controller here
-            os.rmdir(child)
-            continue
-        try:
-            _write(os.path.join(child, "memory.max"), str(limit))
-            if os.path.exists(os.path.join(child, "memory.swap.max")):
-                _write(os.path.join(child, "memory.swap.max"), "0")
-            _write(os.path.join(child, "cgroup.procs"), str(os.getpid()))
-        except OSError:
-            os.rmdir(child)
-            continue
-        return {"mechanism": "cgroup-v2", "path": child, "parent": parent}
-    return None
+# Per cgroup version: how to find the memory hierarchy, the limit file, and the swap file with
+# the value that keeps the rank from escaping its limit into swap.
+_CGROUPS = (
+    ("cgroup-v2", "cgroup2", "", None, "memory.max", ("memory.swap.max", "0")),
+    ("cgroup-v1", "cgroup", "memory", "memory", "memory.limit_in_bytes",
+     ("memory.memsw.limit_in_bytes", None)),  # memory + swap, to the same limit
+)
 
 
-def _cgroup_v1(limit: int, name: str) -> dict[str, Any] | None:
-    own = _cgroup_paths().get("memory")
-    for mount, fstype, options in _mounts():
-        if fstype != "cgroup" or "memory" not in options or own is None:
-            continue
-        parent = os.path.join(mount, own.lstrip("/"))
-        child = os.path.join(parent, name)
-        try:
-            os.mkdir(child)
-        except OSError:
-            continue
-        try:
-            _write(os.path.join(child, "memory.limit_in_bytes"), str(limit))
-            swap = os.path.join(child, "memory.memsw.limit_in_bytes")
-            if os.path.exists(swap):  # memory + swap: no escaping the limit into swap
-                _write(swap, str(limit))
-            _write(os.path.join(child, "cgroup.procs"), str(os.getpid()))
-        except OSError:
-            os.rmdir(child)
-            continue
-        return {"mechanism": "cgroup-v1", "path": child, "parent": parent}
+def _join_cgroup(limit: int, name: str) -> dict[str, Any] | None:
+    """Move this process into a new memory cgroup ``name`` under its own, limited to ``limit``
+    bytes: cgroup v2 where its memory controller is delegated, else v1's memory controller."""
+    own_paths = _cgroup_paths()
+    mounts = _mounts()
+    for mechanism, fstype, hierarchy, option, limit_file_name, (swap_name, swap) in _CGROUPS:
+        own = own_paths.get(hierarchy)
+        for mount, mount_type, options in mounts:
+            if mount_type != fstype or own is None or (option and option not in options):
+                continue
+            parent = os.path.join(mount, own.lstrip("/"))
+            child = os.path.join(parent, name)
+            try:
+                os.mkdir(child)
+            except OSError:
+                continue
+            try:  # (a v2 group without the memory controller has no limit file: refused here)
+                _write(os.path.join(child, limit_file_name), str(limit))
+                if os.path.exists(os.path.join(child, swap_name)):
+                    _write(os.path.join(child, swap_name), swap or str(limit))
+                _write(os.path.join(child, "cgroup.procs"), str(os.getpid()))
+            except OSError:
+                os.rmdir(child)
+                continue
+            return {"mechanism": mechanism, "path": child, "parent": parent}
     return None
 
 
@@ -284,7 +271,7 @@ def apply_limit(limit: int, out_dir: str, rank: int, batch_size: int = 0) -> dic
     pytest side can tell an OOM kill from a crash."""
     name = f"pytest-dlperf-{os.path.basename(os.path.dirname(os.path.abspath(out_dir)))}" \
            f"-rank{rank}-{os.getpid()}"
-    applied = _cgroup_v2(limit, name) or _cgroup_v1(limit, name)
+    applied = _join_cgroup(limit, name)
     if applied is None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         applied = {"mechanism": "rlimit-as"}
