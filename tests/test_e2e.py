@@ -11,6 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from baseline_files import scaled
+
 pytest.importorskip("torchvision")
 pytestmark = pytest.mark.usefixtures("subprocess_env")
 
@@ -44,16 +46,6 @@ def only_baseline(pytester: pytest.Pytester, case: str) -> Path:
     files = sorted((pytester.path / "bl" / "box" / "test_cases" / case).glob("*.json"))
     assert len(files) == 1, files
     return files[0]
-
-
-def scaled(stored: dict, factor: float, efficiency: float = 1.0, **extra: object) -> str:
-    """The baseline file with its throughput (and efficiency) samples scaled: a machine that
-    was that much faster (or better at scaling) when it was recorded. Peak memory as it was."""
-    factors = {"samples_per_s": factor, "scaling_efficiency": efficiency}
-    metrics = {name: {**m, "median": m["median"] * f,
-                      "launches": [[v * f for v in launch] for launch in m["launches"]]}
-               for name, m in stored["metrics"].items() for f in [factors.get(name, 1.0)]}
-    return json.dumps({**stored, "metrics": metrics, **extra})
 
 
 def test_two_process_training_records_compares_and_reports(pytester: pytest.Pytester) -> None:

@@ -1,7 +1,7 @@
 """scripts/nightly, as the nightly workflow runs it: two real nights on this machine. Night 1
 records the runner's baselines and passes; night 2 fails as a regression against a runner whose
-earlier nights were five times faster (its stored launches scaled, as test_e2e does). The
-committed baselines play no part."""
+earlier nights were five times faster (its stored launches scaled by baseline_files.scaled, as
+test_e2e does). The committed baselines play no part."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+from baseline_files import scaled
 
 REPO = Path(__file__).resolve().parents[1]
 # A short protocol (its own fingerprint): what is tested is the gate's flow, not the figures.
@@ -32,15 +34,6 @@ def night(tmp_path: Path) -> subprocess.CompletedProcess[str]:
                           text=True, env=env, timeout=900, stdin=subprocess.DEVNULL)
 
 
-def faster(stored: str, factor: float) -> str:
-    """The stored baseline with its throughput samples scaled by ``factor``."""
-    data = json.loads(stored)
-    metric = data["metrics"]["samples_per_s"]
-    metric["median"] *= factor
-    metric["launches"] = [[value * factor for value in launch] for launch in metric["launches"]]
-    return json.dumps(data, indent=2)
-
-
 def test_night_one_records_then_a_slower_night_two_fails(tmp_path: Path) -> None:
     first = night(tmp_path)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
@@ -49,7 +42,7 @@ def test_night_one_records_then_a_slower_night_two_fails(tmp_path: Path) -> None
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "First night for 1 case(s)" in summary and "**Passed**" in summary
     assert (tmp_path / "out" / "results.json").exists()
-    recorded = faster(stored[0].read_text(), 5)
+    recorded = scaled(json.loads(stored[0].read_text()), 5)
     stored[0].write_text(recorded)
 
     second = night(tmp_path)
