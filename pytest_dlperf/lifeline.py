@@ -5,14 +5,16 @@ caught, so each process in the chain asks the kernel to signal it when its paren
 parent-death signal, ``prctl(PR_SET_PDEATHSIG)``), link by link:
 
     pytest -> [network-namespace process] -> torchrun agent -> rank
+    pytest -> [network-namespace process] -> rank   (a one-rank case: no agent)
     pytest -> srun (SIGTERM: srun's own handling ends the step on every node) -> agent -> rank
 
 A process pytest starts goes through ``tethered``: a few lines of Python (no package import)
 that set the signal, check the parent did not die before that, and ``exec`` the real command in
 the same process. Ranks, started by torchrun's agent, call ``die_with_parent`` themselves before
 anything else; the shim told them which agent to expect (``DLPERF_LIFELINE_PID``), so a rank whose
-agent died while it was starting ends too. Elsewhere than Linux this does nothing: there only
-SIGTERM and Ctrl-C are covered.
+agent died while it was starting ends too. A rank started without an agent is the shim's process
+itself, tied already. Elsewhere than Linux this does nothing: there only SIGTERM and Ctrl-C are
+covered.
 """
 
 from __future__ import annotations

@@ -148,9 +148,11 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m pytest_dlperf.worker SPEC.json OUT_DIR", file=sys.stderr)
         return 2
-    # End with the agent that started this rank, whatever ends it (it ends with pytest).
+    # End with the agent that started this rank, whatever ends it (it ends with pytest). A rank
+    # started without an agent (a one-rank case) is the shim's own process: the shim tied it
+    # to its starter already, and the signal outlives the exec.
     parent = expected_parent()
-    if parent is not None:
+    if parent is not None and parent != os.getpid():
         die_with_parent(parent=parent)
     spec = json.loads(Path(argv[0]).read_text())
     out_dir = Path(argv[1])

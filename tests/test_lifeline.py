@@ -92,7 +92,8 @@ PHASES = {  # the protocol that puts a rank's third step in the phase
     "warm-up": ["--dlperf-warmup-steps", "1000000", "--dlperf-steps", "1"],
     "timed window": ["--dlperf-warmup-steps", "1", "--dlperf-steps", "1000000"],
 }
-SHAPES = {  # the case: 2 ranks on one node, or one rank on each of 2 nodes
+SHAPES = {  # the case: one rank alone, 2 ranks on one node, or one rank on each of 2 nodes
+    "1n1d": ["--devices-per-node", "1", "-k", "test_single and 1n1d"],
     "1n2d": ["--devices-per-node", "2", "-k", "test_single and 1n2d"],
     "2n1d": ["--nodes", "2", "--devices-per-node", "1", "-k", "test_scaling and 2n1d"],
 }
@@ -182,13 +183,19 @@ def assert_killing_ends_the_case(root: Path, args: list[str], marks: list[str],
     return commands
 
 
-@pytest.mark.parametrize("phase", PHASES)
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape, phase", [
+    ("1n1d", "warm-up"), ("1n1d", "timed window"), ("1n2d", "timed window"),
+    ("2n1d", "warm-up"), ("2n1d", "timed window"),
+    # (1n2d in its warm-up: test_the_next_run_removes_scratch_left_by_a_killed_run_only)
+])
 def test_sigkill_of_pytest_ends_the_case(marking: Path, shape: str, phase: str) -> None:
+    ranks = 1 if shape == "1n1d" else 2
     commands = assert_killing_ends_the_case(marking, SHAPES[shape] + PHASES[phase],
-                                            ["step3-rank0", "step3-rank1"], ranks=2)
-    # the agents ran in the private network namespace where the host offers one
+                                            [f"step3-rank{r}" for r in range(ranks)], ranks=ranks)
+    # the ranks ran in the private network namespace where the host offers one
     assert ("pytest_dlperf.launch.netns" in commands) == netns.available()
+    # a rank alone has no torchrun agent to rendezvous through: it starts alone
+    assert ("torch.distributed.run" in commands) == (ranks > 1)
 
 
 def test_sigkill_of_pytest_ends_a_hung_rank_that_ignores_sigterm(

@@ -3,6 +3,11 @@
 Each agent is a real ``torch.distributed.run`` process (the machinery behind ``torchrun``), so one
 host exercises the same rendezvous path a cluster uses. The agents start in their own sessions
 and the whole process tree is reaped afterwards, whatever happened.
+
+A case of one rank (1n1d) has nothing to rendezvous with: its rank starts alone, with the
+variables an agent would give it, and no agent. The agent's own ``import torch`` and start-up are
+2-3 s of every such launch on a 2-core host (README "Launch modes"); the rank trains and is timed
+the same way.
 """
 
 from __future__ import annotations
@@ -12,8 +17,8 @@ from typing import Any
 
 from ..topology import Topology
 from . import Launcher, netns
-from .processes import (agent_command, free_loopback_port, new_run_id, prepare, run_processes,
-                        worker_environment)
+from .processes import (agent_command, free_loopback_port, new_run_id, prepare, rank_command,
+                        run_processes, single_rank_environment, worker_environment)
 
 
 class LocalLauncher(Launcher):
@@ -30,15 +35,21 @@ class LocalLauncher(Launcher):
     def run(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
             timeout_s: float) -> list[dict[str, Any]]:
         spec_path, out_dir, tmp_dir = prepare(spec, run_dir)
-        # One node hosts the store itself and may let the OS pick the port.
-        port = 0 if topology.nodes == 1 else free_loopback_port()
-        run_id = new_run_id()
-        commands = [agent_command(topology, f"127.0.0.1:{port}", run_id, spec_path, out_dir,
-                                  timeout_s) for _ in range(topology.nodes)]
+        if topology.world_size == 1:
+            commands = [rank_command(spec.get("python"), spec_path, out_dir)]
+        else:
+            # One node hosts the store itself and may let the OS pick the port.
+            port = 0 if topology.nodes == 1 else free_loopback_port()
+            run_id = new_run_id()
+            commands = [agent_command(topology, f"127.0.0.1:{port}", run_id, spec_path, out_dir,
+                                      timeout_s) for _ in range(topology.nodes)]
         if self.isolation == "network-namespace":
             logs = [run_dir / f"agent-{i}.log" for i in range(topology.nodes)]
             commands = [netns.wrap(commands, logs, run_dir / "netns-plan.json")]
         # Every local node has this host's address.
         env = worker_environment(topology, tmp_dir, spec.get("python"), free_loopback_port(),
                                  nodes_share_host=topology.nodes > 1)
-        return run_processes(commands, env, run_dir, out_dir, topology.world_size, timeout_s)
+        if topology.world_size == 1:
+            env = single_rank_environment(env)
+        return run_processes(commands, env, run_dir, out_dir, topology.world_size, timeout_s,
+                             rank_itself=topology.world_size == 1)

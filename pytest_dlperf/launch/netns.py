@@ -16,6 +16,7 @@ import functools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,14 @@ def main(argv: list[str]) -> int:
         outcome = wait_all(procs, deadline=float("inf"))
     finally:
         kill_tree(procs)
+    if len(procs) == 1 and procs[0].returncode:
+        # One command (a rank that no agent started): end as it ended, so that the launcher
+        # can say how the rank did (its exit code, or the signal that killed it).
+        code = procs[0].returncode
+        if code < 0 and -code in signal.valid_signals():
+            signal.signal(-code, signal.SIG_DFL)
+            os.kill(os.getpid(), -code)
+        return code if code > 0 else 1
     return 0 if outcome == "ok" else 1
 
 

@@ -57,6 +57,25 @@ def agent_command(topology: Topology, endpoint: str, run_id: str, spec_path: Pat
     ]
 
 
+def rank_command(python: str | None, spec_path: Path, out_dir: Path) -> list[str]:
+    """The rank of a one-rank case, started without an agent (``python``: its interpreter,
+    else pytest's), as an agent would start it."""
+    return [python or sys.executable, "-u", "-m", "pytest_dlperf.worker", str(spec_path),
+            str(out_dir)]
+
+
+def single_rank_environment(env: dict[str, str]) -> dict[str, str]:
+    """``env`` (``worker_environment``'s) with what torchrun's agent gives its ranks, for a
+    world of one rank that no agent starts: its rank, world and node, and a free loopback
+    address for anything that still builds a process group of one."""
+    env = dict(env)
+    env.pop("PYTHON_EXEC", None)  # read by the agent only; rank_command names the interpreter
+    env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", GROUP_RANK="0",
+               ROLE_RANK="0", ROLE_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(free_loopback_port()))
+    return env
+
+
 def worker_environment(topology: Topology, tmp_dir: Path, python: str | None,
                        framework_port: int, nodes_share_host: bool) -> dict[str, str]:
     """What the agents (and so the ranks) inherit. ``python``: the ranks' interpreter, when not
@@ -184,9 +203,12 @@ def new_run_id() -> str:
 
 def run_processes(commands: list[list[str]], env: dict[str, str], run_dir: Path, out_dir: Path,
                   world_size: int, timeout_s: float,
-                  death_signal: int = signal.SIGKILL) -> list[dict[str, Any]]:
+                  death_signal: int = signal.SIGKILL,
+                  rank_itself: bool = False) -> list[dict[str, Any]]:
     """Start the commands, wait (bounded), reap their whole trees, collect every rank's JSON.
-    Each command gets ``death_signal`` if pytest dies without reaping it (``lifeline``)."""
+    Each command gets ``death_signal`` if pytest dies without reaping it (``lifeline``).
+    ``rank_itself``: the one command is rank 0 (or the network-namespace process around it,
+    which ends as it does), not an agent: its exit status is the rank's."""
     logs = [run_dir / f"launch-{i}.log" for i in range(len(commands))]
     procs: list[subprocess.Popen[bytes]] = []
     started = time.monotonic()
@@ -208,8 +230,10 @@ def run_processes(commands: list[list[str]], env: dict[str, str], run_dir: Path,
         kill_tree(procs, first=signal.SIGKILL if outcome == "ok" else signal.SIGTERM)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+    exits = ({0: procs[0].returncode} if rank_itself and procs
+             and procs[0].returncode not in (None, 0) and outcome != "ok" else {})
     return collect(out_dir, world_size, outcome, timeout_s,
-                   _tail(logs + sorted(run_dir.glob("agent-*.log"))))
+                   _tail(logs + sorted(run_dir.glob("agent-*.log"))), exits)
 
 
 def _oom_killed(out_dir: Path, world_size: int) -> dict[int, str]:
@@ -242,7 +266,9 @@ def _result_file(out_dir: Path, rank: int) -> Path:
 
 
 def collect(out_dir: Path, world_size: int, outcome: str, timeout_s: float,
-            log_tail: str) -> list[dict[str, Any]]:
+            log_tail: str, exits: dict[int, int] | None = None) -> list[dict[str, Any]]:
+    """Every rank's result, in rank order; else a ``LaunchError`` saying what went wrong.
+    ``exits``: exit statuses of ranks that no agent started (an agent's log says the others')."""
     results: dict[int, dict[str, Any]] = {}
     errors: dict[int, str] = {}
     kinds: set[str] = set()
@@ -272,7 +298,7 @@ def collect(out_dir: Path, world_size: int, outcome: str, timeout_s: float,
     elif outcome == "timeout":
         kind, summary = "timeout", f"timed out after {timeout_s:g} s; stuck ranks: {missing}"
     else:
-        kind, summary = "failed", _ended_without_result(missing, log_tail)
+        kind, summary = "failed", _ended_without_result(missing, log_tail, exits or {})
     raise LaunchError(summary, errors, missing, log_tail, kind)
 
 
@@ -282,10 +308,12 @@ _RANK_EXIT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank.*?\n\s*exitcode\s*:\s*
                         re.DOTALL)
 
 
-def _ended_without_result(missing: list[int], log_tail: str) -> str:
-    """Which ranks ended without writing a result, and how, as torchrun's log says."""
+def _ended_without_result(missing: list[int], log_tail: str, exits: dict[int, int]) -> str:
+    """Which ranks ended without writing a result, and how, as torchrun's log (or ``exits``,
+    for ranks started without an agent) says."""
     codes = {int(rank): int(code) for rank, code in _RANK_EXIT.findall(log_tail)
              if int(rank) in missing}
+    codes.update((rank, code) for rank, code in exits.items() if rank in missing)
     if not codes:
         return f"the launcher failed before ranks {missing} reported"
     parts = []
