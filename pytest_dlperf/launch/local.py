@@ -35,7 +35,8 @@ class LocalLauncher(Launcher):
     def run(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
             timeout_s: float) -> list[dict[str, Any]]:
         spec_path, out_dir, tmp_dir = prepare(spec, run_dir)
-        if topology.world_size == 1:
+        alone = topology.world_size == 1  # the rank itself, no agent
+        if alone:
             commands = [rank_command(spec.get("python"), spec_path, out_dir)]
         else:
             # One node hosts the store itself and may let the OS pick the port.
@@ -47,9 +48,10 @@ class LocalLauncher(Launcher):
             logs = [run_dir / f"agent-{i}.log" for i in range(topology.nodes)]
             commands = [netns.wrap(commands, logs, run_dir / "netns-plan.json")]
         # Every local node has this host's address.
-        env = worker_environment(topology, tmp_dir, spec.get("python"), free_loopback_port(),
-                                 nodes_share_host=topology.nodes > 1)
-        if topology.world_size == 1:
+        # (An agent reads the ranks' interpreter from the environment; rank_command names it.)
+        env = worker_environment(topology, tmp_dir, None if alone else spec.get("python"),
+                                 free_loopback_port(), nodes_share_host=topology.nodes > 1)
+        if alone:
             env = single_rank_environment(env)
         return run_processes(commands, env, run_dir, out_dir, topology.world_size, timeout_s,
-                             rank_itself=topology.world_size == 1)
+                             rank_itself=alone)

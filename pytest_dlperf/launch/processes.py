@@ -69,7 +69,6 @@ def single_rank_environment(env: dict[str, str]) -> dict[str, str]:
     world of one rank that no agent starts: its rank, world and node, and a free loopback
     address for anything that still builds a process group of one."""
     env = dict(env)
-    env.pop("PYTHON_EXEC", None)  # read by the agent only; rank_command names the interpreter
     env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", GROUP_RANK="0",
                ROLE_RANK="0", ROLE_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(free_loopback_port()))
