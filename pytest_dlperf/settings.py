@@ -46,6 +46,19 @@ def parse_fraction(raw: str) -> float:
     return value
 
 
+def parse_cv(raw: str) -> float:
+    """A coefficient of variation: like a fraction, but not bounded by 1 (n samples can vary by
+    up to sqrt(n) x their mean)."""
+    text = str(raw).strip()
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise ValueError("expected a coefficient of variation like 0.10 or 10%") from None
+    if not 0 <= value < float("inf"):
+        raise ValueError(f"expected a finite coefficient of variation >= 0 (0.10 = 10%), got {value}")
+    return value
+
+
 # The ``@pytest.mark.dlperf(...)`` keywords and their parsers.
 MARKER_KEYWORDS: dict[str, Callable[[str], Any]] = {"tolerance": parse_fraction,
                                                     "memory_tolerance": parse_fraction,
@@ -237,8 +250,9 @@ OPTIONS: tuple[Option, ...] = (
            "protocol's repeats (which turns it off). Default: 3 x repeats.",
            _optional(_int(1)), metavar="N"),
     Option("unstable_cv", "warn that a case is unstable when its repeats' coefficient of "
-           "variation (stdev / mean) exceeds this fraction. Default: 0.10.",
-           parse_fraction, 0.10, metavar="FRACTION"),
+           "variation (stdev / mean) exceeds this (0.10 or 10%; above 1 is allowed: n windows "
+           "can vary by up to sqrt(n) x their mean). Default: 0.10.",
+           parse_cv, 0.10, metavar="CV"),
     Option("compilers", "the compiler axis of tests that take the `compiler` fixture, "
            "comma-separated: eager, compiled (torch.compile for torch, XLA for TensorFlow). "
            "Default: eager on CPU (a compiled ResNet-50 step was slower than eager here and a "

@@ -21,10 +21,12 @@ pytestmark = pytest.mark.usefixtures("subprocess_env")
 TINY = ["-p", "no:cacheprovider", "--dlperf-warmup-steps", "1", "--dlperf-steps", "2",
         "--dlperf-repeats", "2", "--dlperf-launches", "2", "--dlperf-baselines", "bl",
         "--dlperf-machine", "box",
-        # Two tiny windows on a shared box: no "unstable" noise; and two ranks sharing its two
-        # cores with pytest run 20-30% apart now and then: no straggler warnings either (the
-        # straggler check has its own test, with a rank slowed on purpose).
-        "--dlperf-unstable-cv", "0.99", "--dlperf-straggler-threshold", "0.99"]
+        # Tiny windows on a shared box: no "unstable" noise (a coefficient of variation of 1000%:
+        # the MLP's 2-step windows have come out 106% apart, and 2 windows can reach 141%); and
+        # two ranks sharing its two cores with pytest run 20-30% apart now and then: no
+        # straggler warnings either (the straggler check has its own test, with a rank slowed
+        # on purpose).
+        "--dlperf-unstable-cv", "10", "--dlperf-straggler-threshold", "0.99"]
 
 PAIR = """
 import pytest

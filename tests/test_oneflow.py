@@ -141,7 +141,7 @@ def test_an_own_model_trains_eager_and_as_a_graph_on_two_ranks(
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--devices-per-node", "2",
         "--dlperf-python", f"oneflow={oneflow_python}", "--dlperf-compilers", "eager,compiled",
-        "-k", "1n2d", "--dlperf-json", "r.json", "--dlperf-unstable-cv", "0.99", timeout=400)
+        "-k", "1n2d", "--dlperf-json", "r.json", "--dlperf-unstable-cv", "10", timeout=400)
     result.assert_outcomes(passed=2)
     benches = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
     assert sorted(b["name"] for b in benches) == ["test_mlp[1n2d-compiled]", "test_mlp[1n2d-eager]"]
