@@ -5,7 +5,7 @@ caught, so each process in the chain asks the kernel to signal it when its paren
 parent-death signal, ``prctl(PR_SET_PDEATHSIG)``), link by link:
 
     pytest -> [network-namespace process] -> torchrun agent -> rank
-    pytest -> [network-namespace process] -> rank   (a one-rank case: no agent)
+    pytest -> [network-namespace process] -> rank   (one node's ranks: no agent)
     pytest -> srun (SIGTERM: srun's own handling ends the step on every node) -> agent -> rank
 
 A process pytest starts goes through ``tethered``: a few lines of Python (no package import)

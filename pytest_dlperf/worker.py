@@ -149,7 +149,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m pytest_dlperf.worker SPEC.json OUT_DIR", file=sys.stderr)
         return 2
     # End with the agent that started this rank, whatever ends it (it ends with pytest). A rank
-    # started without an agent (a one-rank case) is the shim's own process: the shim tied it
+    # started without an agent (one node's ranks) is the shim's own process: the shim tied it
     # to its starter already, and the signal outlives the exec.
     parent = expected_parent()
     if parent is not None and parent != os.getpid():

@@ -85,22 +85,34 @@ class DistEnv:
         )
 
 
+# Stores this rank hosts (rank 0 of ranks started without agents): the server lives as long as
+# its object, and the other ranks may still be reading from it when this rank has its answer.
+_HOSTED_STORES: list[Any] = []
+
+
 def exchange(dist: DistEnv, key: str, value: str, timeout_s: float = 600.0) -> list[str]:
-    """Every rank's ``value`` for ``key``, in rank order, swapped through the key-value store of
-    the torchrun agent that started this rank (its rendezvous store; every launch mode starts
-    agents). For frameworks that need all peers' addresses before they start (TensorFlow's
-    TF_CONFIG). torch is importable wherever torchrun is."""
+    """Every rank's ``value`` for ``key``, in rank order, swapped through the world's key-value
+    store: the store of the torchrun agent that started this rank (its rendezvous store), or,
+    for one node's ranks started without agents, the one rank 0 hosts on MASTER_ADDR:PORT (as
+    torch's env:// rendezvous does). For frameworks that need all peers' addresses before they
+    start (TensorFlow's TF_CONFIG). torch is importable wherever torchrun is."""
     import os
     from datetime import timedelta
 
     import torch.distributed as torch_dist
 
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-        raise RuntimeError("this rank was not started by a torchrun agent with a store "
-                           "(TORCHELASTIC_USE_AGENT_STORE); give every rank's address in the spec")
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    rank0_store = os.environ.get("DLPERF_STORE") == "rank0"
+    if not (agent_store or rank0_store):
+        raise RuntimeError("this rank was started neither by a torchrun agent with a store "
+                           "(TORCHELASTIC_USE_AGENT_STORE) nor by pytest-dlperf's local launcher "
+                           "(DLPERF_STORE=rank0); give every rank's address in the spec")
+    host = rank0_store and dist.rank == 0
     store = torch_dist.TCPStore(  # type: ignore[attr-defined]
         os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), dist.world_size,
-        is_master=False, timeout=timedelta(seconds=timeout_s))
+        is_master=host, timeout=timedelta(seconds=timeout_s))
+    if host:
+        _HOSTED_STORES.append(store)
     store.set(f"dlperf/{key}/{dist.rank}", value)
     keys = [f"dlperf/{key}/{rank}" for rank in range(dist.world_size)]
     store.wait(keys, timedelta(seconds=timeout_s))

@@ -1,13 +1,15 @@
 """A private network namespace for local mode, so nothing a case binds is reachable from outside.
 
 torch's TCPStore (the c10d rendezvous store and the agent's store) listens on every interface
-whatever address it is given. On Linux with unprivileged user namespaces, local mode therefore
-starts its agents inside ``unshare --user --map-root-user --net``: a namespace whose only
+whatever address it is given (so does the store rank 0 hosts when one node's ranks start without
+agents). On Linux with unprivileged user namespaces, local mode therefore starts its agents (or
+one node's ranks) inside ``unshare --user --map-root-user --net``: a namespace whose only
 interface is loopback. Where that is not allowed (some containers, other OSes) it runs them as
 they are and says so in the results (``rendezvous_isolation``).
 
 ``python -m pytest_dlperf.launch.netns PLAN.json`` is the process inside the namespace: it brings
-loopback up, starts every agent of the plan with its own log, and waits like the launcher does.
+loopback up, starts every command of the plan (agents, or ranks) with its own log, and waits like
+the launcher does.
 """
 
 from __future__ import annotations
@@ -16,13 +18,12 @@ import functools
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 from ..lifeline import die_with_parent, tethered
-from .processes import kill_tree, wait_all
+from .processes import EXITS_FILE, kill_tree, wait_all
 
 
 @functools.lru_cache(maxsize=1)
@@ -52,6 +53,7 @@ def main(argv: list[str]) -> int:
     die_with_parent(parent=plan["parent"])
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     procs: list[subprocess.Popen[bytes]] = []
+    ended: list[int | None] = []
     try:
         for command, log in zip(plan["commands"], plan["logs"]):
             with open(log, "wb") as fh:
@@ -59,16 +61,12 @@ def main(argv: list[str]) -> int:
                                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                               start_new_session=True))
         outcome = wait_all(procs, deadline=float("inf"))
+        ended = [p.poll() for p in procs]
     finally:
         kill_tree(procs)
-    if len(procs) == 1 and procs[0].returncode:
-        # One command (a rank that no agent started): end as it ended, so that the launcher
-        # can say how the rank did (its exit code, or the signal that killed it).
-        code = procs[0].returncode
-        if code < 0 and -code in signal.valid_signals():
-            signal.signal(-code, signal.SIG_DFL)
-            os.kill(os.getpid(), -code)
-        return code if code > 0 else 1
+        # How each command ended on its own (None: reaped here after another failed), for a
+        # launcher whose commands are the ranks themselves (no agent to say how they ended).
+        Path(argv[0]).with_name(EXITS_FILE).write_text(json.dumps(ended))
     return 0 if outcome == "ok" else 1
 
 

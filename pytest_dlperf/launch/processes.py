@@ -29,6 +29,11 @@ from . import LaunchError
 _SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
 # After one agent fails, how long the others get to notice and exit on their own.
 _FAILURE_GRACE_S = 10.0
+# "rank0": rank 0 hosts the world's store (ranks started without agents); unset under torchrun,
+# whose agent store the ranks use (TORCHELASTIC_USE_AGENT_STORE).
+STORE_VARIABLE = "DLPERF_STORE"
+# Where the network namespace's process writes the exit status of each command it ran.
+EXITS_FILE = "netns-exits.json"
 
 
 def free_loopback_port() -> int:
@@ -57,22 +62,32 @@ def agent_command(topology: Topology, endpoint: str, run_id: str, spec_path: Pat
     ]
 
 
-def rank_command(python: str | None, spec_path: Path, out_dir: Path) -> list[str]:
-    """The rank of a one-rank case, started without an agent (``python``: its interpreter,
-    else pytest's), as an agent would start it."""
-    return [python or sys.executable, "-u", "-m", "pytest_dlperf.worker", str(spec_path),
+def rank_command(python: str | None, spec_path: Path, out_dir: Path,
+                 rank: dict[str, str] | None = None) -> list[str]:
+    """A rank started without an agent (``python``: its interpreter, else pytest's), as an agent
+    would start it; ``rank``: the variables of this rank alone (``rank_variables``), set through
+    ``env`` so that every rank shares one environment and the command line says which it is."""
+    prefix = ["env", *(f"{k}={v}" for k, v in rank.items())] if rank else []
+    return [*prefix, python or sys.executable, "-u", "-m", "pytest_dlperf.worker", str(spec_path),
             str(out_dir)]
 
 
-def single_rank_environment(env: dict[str, str]) -> dict[str, str]:
-    """``env`` (``worker_environment``'s) with what torchrun's agent gives its ranks, for a
-    world of one rank that no agent starts: its rank, world and node, and a free loopback
-    address for anything that still builds a process group of one."""
+def one_node_environment(env: dict[str, str], topology: Topology) -> dict[str, str]:
+    """``env`` (``worker_environment``'s) with what torchrun's agent gives the ranks of a
+    one-node world that no agent starts: its size, and a free loopback address where rank 0
+    hosts the store everything rendezvouses through (torch's env:// process group, the
+    ``exchange`` of frameworks that need their peers' addresses)."""
     env = dict(env)
-    env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", GROUP_RANK="0",
-               ROLE_RANK="0", ROLE_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(free_loopback_port()))
+    size = str(topology.world_size)
+    env.update(WORLD_SIZE=size, LOCAL_WORLD_SIZE=size, ROLE_WORLD_SIZE=size, GROUP_RANK="0",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_loopback_port()),
+               **{STORE_VARIABLE: "rank0"})
     return env
+
+
+def rank_variables(rank: int) -> dict[str, str]:
+    """Rank ``rank``'s own variables in a one-node world that no agent starts."""
+    return {"RANK": str(rank), "LOCAL_RANK": str(rank), "ROLE_RANK": str(rank)}
 
 
 def worker_environment(topology: Topology, tmp_dir: Path, python: str | None,
@@ -203,11 +218,12 @@ def new_run_id() -> str:
 def run_processes(commands: list[list[str]], env: dict[str, str], run_dir: Path, out_dir: Path,
                   world_size: int, timeout_s: float,
                   death_signal: int = signal.SIGKILL,
-                  rank_itself: bool = False) -> list[dict[str, Any]]:
+                  ranks_themselves: bool = False) -> list[dict[str, Any]]:
     """Start the commands, wait (bounded), reap their whole trees, collect every rank's JSON.
     Each command gets ``death_signal`` if pytest dies without reaping it (``lifeline``).
-    ``rank_itself``: the one command is rank 0 (or the network-namespace process around it,
-    which ends as it does), not an agent: its exit status is the rank's."""
+    ``ranks_themselves``: command i is rank i, not an agent (or the one command is the network
+    namespace's process around them, which writes their exit statuses to ``EXITS_FILE``): a
+    rank that ends without a result is reported with its own exit status."""
     logs = [run_dir / f"launch-{i}.log" for i in range(len(commands))]
     procs: list[subprocess.Popen[bytes]] = []
     started = time.monotonic()
@@ -216,6 +232,7 @@ def run_processes(commands: list[list[str]], env: dict[str, str], run_dir: Path,
     previous = (signal.signal(signal.SIGTERM, _interrupt)
                 if threading.current_thread() is threading.main_thread() else None)
     outcome = "interrupted"
+    ended: list[int | None] = []  # the exit statuses of those that ended before the reaping
     try:
         for command, log in zip(commands, logs):
             with open(log, "wb") as fh:
@@ -225,14 +242,28 @@ def run_processes(commands: list[list[str]], env: dict[str, str], run_dir: Path,
                     env=env, start_new_session=True))
         outcome = wait_all(procs, started + timeout_s,
                            [_result_file(out_dir, rank) for rank in range(world_size)])
+        ended = [p.poll() for p in procs]
     finally:  # also on Ctrl-C: no worker outlives its case
         kill_tree(procs, first=signal.SIGKILL if outcome == "ok" else signal.SIGTERM)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-    exits = ({0: procs[0].returncode} if rank_itself and procs
-             and procs[0].returncode not in (None, 0) and outcome != "ok" else {})
+    exits = _rank_exits(ended, run_dir) if ranks_themselves and outcome != "ok" else {}
     return collect(out_dir, world_size, outcome, timeout_s,
-                   _tail(logs + sorted(run_dir.glob("agent-*.log"))), exits)
+                   _tail(logs + sorted(run_dir.glob("agent-*.log"))
+                         + sorted(run_dir.glob("rank-*.log"))), exits)
+
+
+def _rank_exits(ended: list[int | None], run_dir: Path) -> dict[int, int]:
+    """The non-zero exit statuses of ranks started as the commands themselves, by rank, of
+    those that ended on their own (not the ones reaped after another failed)."""
+    codes = ended
+    inner = run_dir / EXITS_FILE
+    if inner.exists():  # the network namespace's process ran them
+        try:
+            codes = json.loads(inner.read_text())
+        except ValueError:
+            codes = []
+    return {rank: code for rank, code in enumerate(codes) if code not in (None, 0)}
 
 
 def _oom_killed(out_dir: Path, world_size: int) -> dict[int, str]:
