@@ -1,5 +1,6 @@
 """Faults with real processes: a hanging worker, a node that never joins, a diverging loss,
-Ctrl-C during a case. Every one ends with the case's whole process tree gone."""
+Ctrl-C during a case, a rank killed by a signal. Every one ends with the case's whole process
+tree gone."""
 
 from __future__ import annotations
 
@@ -186,3 +187,43 @@ def test_a_tensorflow_worker_waiting_for_a_peer_that_never_starts_is_killed(
     (pytester.path / "fault_adapters" / "__init__.py").write_text("")
     (pytester.path / "fault_adapters" / "lonely_tf.py").write_text(LONELY_TF)
     assert_stuck_case_times_out_cleanly(pytester, "fault_adapters.lonely_tf", 20, within_s=120)
+
+
+CRASHING = """
+import os
+import signal
+
+import torch
+
+from pytest_dlperf import Parts, Workload
+
+
+def build(ctx):
+    if ctx.rank == 1:  # a crash in a framework's own code: no traceback, no result
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return Parts(model=torch.nn.Linear(8, 2), inputs=torch.randn(ctx.batch_size, 8),
+                 targets=lambda: torch.randint(0, 2, (ctx.batch_size,)))
+
+
+CRASH = Workload("crash", recipes={"torch": build}, batch_size={"cpu": 4})
+
+
+def test_crash(cluster, throughput_meter):
+    throughput_meter.measure("torch", CRASH)
+"""
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_a_rank_killed_by_a_signal_is_named_with_it_before_what_it_did_to_the_others(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_crash=CRASHING)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--devices-per-node", "2",
+                                           "-k", "1n2d", "--dlperf-warmup-steps", "1",
+                                           "--dlperf-steps", "2", "--dlperf-repeats", "1",
+                                           timeout=180)
+    result.assert_outcomes(failed=1)
+    # Rank 0 may fail on its peer's closed connection or end without a result of its own,
+    # depending on where the crash caught it; rank 1's end is named either way.
+    result.stdout.fnmatch_lines(["*test_crash[[]1n2d[]] failed on 1n2d: *rank 1 ended (killed by "
+                                 "SIGSEGV) without a result*"])
+    assert workers_under(pytester.path) == [] and no_case_processes_left()

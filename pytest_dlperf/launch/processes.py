@@ -325,6 +325,11 @@ def collect(out_dir: Path, world_size: int, outcome: str, timeout_s: float,
         summary = (f"{len(errors)} of {world_size} ranks ran out of memory"
                    if kind == "out_of_memory" else
                    f"{len(errors)} of {world_size} ranks failed ({kind})")
+        # A rank that died without a word (a crash in a framework's own code) is often why
+        # the others failed (a peer's connection closed): say how it ended first.
+        if missing and _exit_codes(missing, log_tail, exits or {}):
+            ended = _ended_without_result(missing, log_tail, exits or {}, log_shown=False)
+            summary = f"{ended}; {summary}"
     elif outcome == "timeout":
         kind, summary = "timeout", f"timed out after {timeout_s:g} s; stuck ranks: {missing}"
     else:
@@ -338,12 +343,20 @@ _RANK_EXIT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank.*?\n\s*exitcode\s*:\s*
                         re.DOTALL)
 
 
-def _ended_without_result(missing: list[int], log_tail: str, exits: dict[int, int]) -> str:
-    """Which ranks ended without writing a result, and how, as torchrun's log (or ``exits``,
-    for ranks started without an agent) says."""
+def _exit_codes(missing: list[int], log_tail: str, exits: dict[int, int]) -> dict[int, int]:
+    """The exit statuses of ``missing`` ranks: torchrun's log's, or ``exits`` (ranks started
+    without an agent)."""
     codes = {int(rank): int(code) for rank, code in _RANK_EXIT.findall(log_tail)
              if int(rank) in missing}
     codes.update((rank, code) for rank, code in exits.items() if rank in missing)
+    return codes
+
+
+def _ended_without_result(missing: list[int], log_tail: str, exits: dict[int, int],
+                          log_shown: bool = True) -> str:
+    """Which ranks ended without writing a result, and how, as torchrun's log (or ``exits``,
+    for ranks started without an agent) says."""
+    codes = _exit_codes(missing, log_tail, exits)
     if not codes:
         return f"the launcher failed before ranks {missing} reported"
     parts = []
@@ -353,4 +366,5 @@ def _ended_without_result(missing: list[int], log_tail: str, exits: dict[int, in
         parts.append(f"rank {rank} ended ({how}) without a result")
     rest = [r for r in missing if r not in codes]
     tail = f"; ranks {rest} did not report either" if rest else ""
-    return "; ".join(parts) + tail + " (the rank's own output is in the log below)"
+    return "; ".join(parts) + tail + (" (the rank's own output is in the log below)"
+                                       if log_shown else "")
