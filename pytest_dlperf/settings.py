@@ -35,12 +35,17 @@ def _int(minimum: int) -> Callable[[str], int]:
     return parse
 
 
-def parse_fraction(raw: str) -> float:
+def _number_or_percent(raw: str, example: str) -> float:
+    """``0.05`` or ``5%`` as 0.05; ``example`` says what was expected."""
     text = str(raw).strip()
     try:
-        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
     except ValueError:
-        raise ValueError("expected a fraction like 0.05 or a percentage like 5%") from None
+        raise ValueError(f"expected {example}") from None
+
+
+def parse_fraction(raw: str) -> float:
+    value = _number_or_percent(raw, "a fraction like 0.05 or a percentage like 5%")
     if not 0 <= value < 1:
         raise ValueError(f"expected a fraction in [0, 1) (0.05 = 5%), got {value}")
     return value
@@ -49,13 +54,10 @@ def parse_fraction(raw: str) -> float:
 def parse_cv(raw: str) -> float:
     """A coefficient of variation: like a fraction, but not bounded by 1 (n samples can vary by
     up to sqrt(n) x their mean)."""
-    text = str(raw).strip()
-    try:
-        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        raise ValueError("expected a coefficient of variation like 0.10 or 10%") from None
+    value = _number_or_percent(raw, "a coefficient of variation like 0.10 or 10%")
     if not 0 <= value < float("inf"):
-        raise ValueError(f"expected a finite coefficient of variation >= 0 (0.10 = 10%), got {value}")
+        raise ValueError(f"expected a finite coefficient of variation >= 0 (0.10 = 10%), "
+                         f"got {value}")
     return value
 
 

@@ -85,6 +85,9 @@ class DistEnv:
         )
 
 
+# Set to "rank0" by the local launcher for ranks it starts without agents: rank 0 hosts the
+# world's store on MASTER_ADDR:PORT (under torchrun, the agent's store serves instead).
+STORE_VARIABLE = "DLPERF_STORE"
 # Stores this rank hosts (rank 0 of ranks started without agents): the server lives as long as
 # its object, and the other ranks may still be reading from it when this rank has its answer.
 _HOSTED_STORES: list[Any] = []
@@ -102,11 +105,11 @@ def exchange(dist: DistEnv, key: str, value: str, timeout_s: float = 600.0) -> l
     import torch.distributed as torch_dist
 
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    rank0_store = os.environ.get("DLPERF_STORE") == "rank0"
+    rank0_store = os.environ.get(STORE_VARIABLE) == "rank0"
     if not (agent_store or rank0_store):
         raise RuntimeError("this rank was started neither by a torchrun agent with a store "
                            "(TORCHELASTIC_USE_AGENT_STORE) nor by pytest-dlperf's local launcher "
-                           "(DLPERF_STORE=rank0); give every rank's address in the spec")
+                           f"({STORE_VARIABLE}=rank0); give every rank's address in the spec")
     host = rank0_store and dist.rank == 0
     store = torch_dist.TCPStore(  # type: ignore[attr-defined]
         os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), dist.world_size,

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 import psutil
 
+from ..frameworks import STORE_VARIABLE
 from ..lifeline import tethered
 from ..topology import Topology
 from . import LaunchError
@@ -29,9 +30,6 @@ from . import LaunchError
 _SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
 # After one agent fails, how long the others get to notice and exit on their own.
 _FAILURE_GRACE_S = 10.0
-# "rank0": rank 0 hosts the world's store (ranks started without agents); unset under torchrun,
-# whose agent store the ranks use (TORCHELASTIC_USE_AGENT_STORE).
-STORE_VARIABLE = "DLPERF_STORE"
 # Where the network namespace's process writes the exit status of each command it ran.
 EXITS_FILE = "netns-exits.json"
 
@@ -299,6 +297,7 @@ def collect(out_dir: Path, world_size: int, outcome: str, timeout_s: float,
             log_tail: str, exits: dict[int, int] | None = None) -> list[dict[str, Any]]:
     """Every rank's result, in rank order; else a ``LaunchError`` saying what went wrong.
     ``exits``: exit statuses of ranks that no agent started (an agent's log says the others')."""
+    exits = exits or {}
     results: dict[int, dict[str, Any]] = {}
     errors: dict[int, str] = {}
     kinds: set[str] = set()
@@ -327,13 +326,13 @@ def collect(out_dir: Path, world_size: int, outcome: str, timeout_s: float,
                    f"{len(errors)} of {world_size} ranks failed ({kind})")
         # A rank that died without a word (a crash in a framework's own code) is often why
         # the others failed (a peer's connection closed): say how it ended first.
-        if missing and _exit_codes(missing, log_tail, exits or {}):
-            ended = _ended_without_result(missing, log_tail, exits or {}, log_shown=False)
+        if missing and _exit_codes(missing, log_tail, exits):
+            ended = _ended_without_result(missing, log_tail, exits, log_shown=False)
             summary = f"{ended}; {summary}"
     elif outcome == "timeout":
         kind, summary = "timeout", f"timed out after {timeout_s:g} s; stuck ranks: {missing}"
     else:
-        kind, summary = "failed", _ended_without_result(missing, log_tail, exits or {})
+        kind, summary = "failed", _ended_without_result(missing, log_tail, exits)
     raise LaunchError(summary, errors, missing, log_tail, kind)
 
 
