@@ -17,8 +17,10 @@ Runs in every training rank: standard library only (ranks may run under another 
 
 from __future__ import annotations
 
+import atexit
 import os
 import resource
+import time
 from typing import Any
 
 _CLEAR_REFS = "/proc/self/clear_refs"
@@ -225,40 +227,50 @@ def _write(path: str, value: str) -> None:
         fh.write(value)
 
 
-# Per cgroup version: how to find the memory hierarchy, the limit file, and the swap file with
-# the value that keeps the rank from escaping its limit into swap.
-_CGROUPS = (
-    ("cgroup-v2", "cgroup2", "", None, "memory.max", ("memory.swap.max", "0")),
-    ("cgroup-v1", "cgroup", "memory", "memory", "memory.limit_in_bytes",
-     ("memory.memsw.limit_in_bytes", None)),  # memory + swap, to the same limit
-)
+# Per cgroup version: how to find the memory hierarchy (filesystem type, the controller's name
+# in /proc/self/cgroup, the mount option), the limit file, and the swap file with the value that
+# keeps the rank from escaping its limit into swap (None: the same as the limit).
+_CGROUPS = {
+    "cgroup-v2": ("cgroup2", "", None, "memory.max", ("memory.swap.max", "0")),
+    "cgroup-v1": ("cgroup", "memory", "memory", "memory.limit_in_bytes",
+                  ("memory.memsw.limit_in_bytes", None)),  # memory + swap, to the same limit
+}
+
+
+def own_cgroups() -> list[tuple[str, str]]:
+    """(mechanism, directory) of this process's own cgroup in each hierarchy that could hold a
+    memory limit, in the order tried: cgroup v2's, then v1's memory controller's. A rank's
+    limited cgroup is made inside the one it started in."""
+    own_paths = _cgroup_paths()
+    mounts = _mounts()
+    found = []
+    for mechanism, (fstype, hierarchy, option, *_) in _CGROUPS.items():
+        own = own_paths.get(hierarchy)
+        for mount, mount_type, options in mounts:
+            if mount_type == fstype and own is not None and (not option or option in options):
+                found.append((mechanism, os.path.join(mount, own.lstrip("/"))))
+    return found
 
 
 def _join_cgroup(limit: int, name: str) -> dict[str, Any] | None:
     """Move this process into a new memory cgroup ``name`` under its own, limited to ``limit``
     bytes: cgroup v2 where its memory controller is delegated, else v1's memory controller."""
-    own_paths = _cgroup_paths()
-    mounts = _mounts()
-    for mechanism, fstype, hierarchy, option, limit_file_name, (swap_name, swap) in _CGROUPS:
-        own = own_paths.get(hierarchy)
-        for mount, mount_type, options in mounts:
-            if mount_type != fstype or own is None or (option and option not in options):
-                continue
-            parent = os.path.join(mount, own.lstrip("/"))
-            child = os.path.join(parent, name)
-            try:
-                os.mkdir(child)
-            except OSError:
-                continue
-            try:  # (a v2 group without the memory controller has no limit file: refused here)
-                _write(os.path.join(child, limit_file_name), str(limit))
-                if os.path.exists(os.path.join(child, swap_name)):
-                    _write(os.path.join(child, swap_name), swap or str(limit))
-                _write(os.path.join(child, "cgroup.procs"), str(os.getpid()))
-            except OSError:
-                os.rmdir(child)
-                continue
-            return {"mechanism": mechanism, "path": child, "parent": parent}
+    for mechanism, parent in own_cgroups():
+        *_, limit_file_name, (swap_name, swap) = _CGROUPS[mechanism]
+        child = os.path.join(parent, name)
+        try:
+            os.mkdir(child)
+        except OSError:
+            continue
+        try:  # (a v2 group without the memory controller has no limit file: refused here)
+            _write(os.path.join(child, limit_file_name), str(limit))
+            if os.path.exists(os.path.join(child, swap_name)):
+                _write(os.path.join(child, swap_name), swap or str(limit))
+            _write(os.path.join(child, "cgroup.procs"), str(os.getpid()))
+        except OSError:
+            os.rmdir(child)
+            continue
+        return {"mechanism": mechanism, "path": child, "parent": parent}
     return None
 
 
@@ -300,11 +312,39 @@ def oom_kills(applied: dict[str, Any]) -> int:
     return 0
 
 
+# Rank cgroups not yet removable: removed at the next release, or when this process exits.
+_PENDING: list[str] = []
+
+
 def release(applied: dict[str, Any]) -> None:
-    """Remove the rank's cgroup once its processes have ended (best effort)."""
+    """Remove the rank's cgroup once its processes were ended. A process killed a moment ago
+    can still be listed in it (cgroup v1 keeps it there until it is reaped, which for a rank is
+    init's job once its parent is gone), and until then the directory cannot be removed: such
+    a cgroup is retried at the next release and, waiting for it a few seconds at most, when
+    this (the pytest) process exits."""
+    _PENDING[:] = [path for path in _PENDING if not _removed(path)]
     path = applied.get("path")
-    if path:
-        try:
-            os.rmdir(path)
-        except OSError:
-            pass
+    if path and not _removed(path):
+        _PENDING.append(path)
+
+
+def _removed(path: str) -> bool:
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        return True
+    except OSError:  # EBUSY: a process is still in it
+        return False
+    return True
+
+
+def _release_pending(timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        _PENDING[:] = [path for path in _PENDING if not _removed(path)]
+        if not _PENDING or time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
+
+
+atexit.register(_release_pending)

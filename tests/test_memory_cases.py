@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_dlperf import memory
+
 torch = pytest.importorskip("torch")  # at import: see test_own_model.py
 
 WORKLOADS = """
@@ -92,6 +94,12 @@ SHORT = ("-p", "no:cacheprovider", "--dlperf-warmup-steps", "2", "--dlperf-steps
          "--dlperf-repeats", "2", "--dlperf-unstable-cv", "10", "--dlperf-baselines", "bl")
 
 
+def limit_cgroups() -> set[Path]:
+    """The rank cgroups --dlperf-memory-limit made under this process's own (ranks start in it)."""
+    return {child for _, own in memory.own_cgroups()
+            for child in Path(own).glob("pytest-dlperf-*")}
+
+
 def benches(path: Path) -> dict[str, dict]:  # type: ignore[type-arg]
     return {b["name"]: b["extra_info"] for b in json.loads(path.read_text())["benchmarks"]}
 
@@ -109,8 +117,8 @@ def test_a_workload_that_grew_fails_as_a_memory_regression(
     assert rank["memory_source"] == "host_rss_bytes"
     assert recorded["peak_memory_bytes"] == rank["peak_memory_bytes"] > 50 * 2 ** 20
     baseline = json.loads(next((pytester.path / "bl").rglob("test_mlp-1n1d/*.json")).read_text())
-    memory = baseline["metrics"]["peak_memory_bytes"]
-    assert memory["higher_is_better"] is False and len(memory["launches"]) == 2
+    peak = baseline["metrics"]["peak_memory_bytes"]
+    assert peak["higher_is_better"] is False and len(peak["launches"]) == 2
     # Exactly what the counter finds in this MLP: both layers forward, the weight gradients of
     # both, the input gradient of the second only (the batch itself needs none). 2 a multiply-add.
     body, head = 256 * 256, 256 * 10
@@ -164,6 +172,7 @@ def test_a_rank_slowed_on_purpose_is_named_and_min_mfu_fails_a_case_below_it(
 def test_batch_size_max_finds_the_largest_batch_under_a_memory_limit(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makepyfile(test_w=WORKLOADS)
+    cgroups = limit_cgroups()
     run = (*SHORT, "--dlperf-launches", "1", "--devices-per-node", "1",
            "--dlperf-memory-limit", "1G", "--dlperf-steps", "2", "--dlperf-repeats", "1",
            "--dlperf-max-repeats", "1")
@@ -199,3 +208,5 @@ def test_batch_size_max_finds_the_largest_batch_under_a_memory_limit(
     edge.stdout.fnmatch_lines([
         "*test_wide_plus_one out of memory on 1n1d: 1 of 1 ranks ran out of memory*",
         f"*rank 0 ran out of memory at batch {found + 1} (per device)*"])
+    # Every rank's cgroup is removed once its launch ended, OOM-killed or not.
+    assert limit_cgroups() == cgroups
