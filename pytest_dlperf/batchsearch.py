@@ -12,6 +12,8 @@ from typing import Any, Callable
 # The largest batch the search tries: past it, the case says the search hit the cap (a model
 # that fits any batch is not probing memory).
 MAX_BATCH = 1 << 16
+# How many times the measurement may step down from a found batch that ran out of memory there.
+MAX_RETREATS = 2
 
 
 class BatchSearchError(RuntimeError):
@@ -24,10 +26,11 @@ class Probe:
     fits: bool
     seconds: float = 0.0
     message: str = ""  # why it did not fit (the rank's out-of-memory error, first line)
+    stage: str = "probe"  # or "measurement": the protocol's run at a found batch
 
     def to_json(self) -> dict[str, Any]:
         return {"batch": self.batch, "fits": self.fits, "seconds": round(self.seconds, 3),
-                "message": self.message}
+                "message": self.message, "stage": self.stage}
 
 
 @dataclass
@@ -41,6 +44,22 @@ class Search:
     @property
     def seconds(self) -> float:
         return sum(p.seconds for p in self.probes)
+
+    def retreat(self, seconds: float, message: str) -> int:
+        """The measurement at ``found`` ran out of memory although a probe there fitted: at the
+        edge, a batch does not fit every time (allocators, threads, fragmentation move memory
+        by more than a sample's share). Record it and step one down (its probe fitted, or a
+        larger one did), at most ``MAX_RETREATS`` times; the new ``found``."""
+        self.probes.append(Probe(self.found, False, seconds, message, stage="measurement"))
+        retreats = sum(p.stage == "measurement" for p in self.probes)
+        if self.found <= 1 or retreats > MAX_RETREATS:
+            tried = ", ".join(str(p.batch) for p in self.probes if p.stage == "measurement")
+            raise BatchSearchError(
+                f"the search found {self.found + retreats - 1}, but the measurement ran out of "
+                f"memory at batch {tried} (its probes had fitted): memory use is not steady "
+                f"here; the last: {message}")
+        self.found -= 1
+        return self.found
 
     def to_json(self) -> dict[str, Any]:
         return {"found": self.found, "start": self.start, "seeded": self.seeded,

@@ -39,6 +39,20 @@ PROBE_STEPS = 3
 _NOT_MEMORY = ("framework_version", "python", "accelerator_stack", "protocol", "batch_size")
 
 
+class _OutOfMemoryAtTheEdge(Exception):
+    """A measurement at a batch the search found ran out of memory."""
+
+    def __init__(self, seconds: float, message: str) -> None:
+        super().__init__(message)
+        self.seconds, self.message = seconds, message
+
+
+def _first_line(exc: LaunchError) -> str:
+    """The first line of the first rank's error (an out-of-memory one says the batch)."""
+    first = next(iter(exc.rank_errors.values()), exc.summary)
+    return first.strip().splitlines()[0][:300]
+
+
 class DLPerfWarning(pytest.PytestWarning):
     """A case passed but something about its figures deserves a look."""
 
@@ -97,16 +111,27 @@ class ThroughputMeter:
         if searching:
             self._batch_search = self._search_batch(framework, version, chosen, sized, recipe)
             sized = replace(sized, batch_size=self._batch_search.found)
-        spec = self._spec(framework, chosen, sized, recipe)
         policy = self._policy(None)
-        flops_key = self._flops_key(chosen, sized)
-        counted = self.state.flops_counts.get(flops_key)
-        if (counted is None and chosen.flops_per_sample is None
-                and frameworks.recipe_key(framework) == "torch"):
-            spec = replace(spec, count_flops=True)  # rank 0 of the first launch counts
-        launched_at = time.time()
-        self._rank_flops = None
-        result, env = self._launches(spec, [policy.windows_per_launch] * policy.launches)
+        while True:
+            spec = self._spec(framework, chosen, sized, recipe)
+            flops_key = self._flops_key(chosen, sized)
+            counted = self.state.flops_counts.get(flops_key)
+            if (counted is None and chosen.flops_per_sample is None
+                    and frameworks.recipe_key(framework) == "torch"):
+                spec = replace(spec, count_flops=True)  # rank 0 of the first launch counts
+            launched_at = time.time()
+            self._rank_flops = None
+            try:
+                result, env = self._launches(spec, [policy.windows_per_launch] * policy.launches,
+                                             at_the_edge=self._batch_search is not None)
+                break
+            except _OutOfMemoryAtTheEdge as edge:
+                assert self._batch_search is not None
+                try:
+                    found = self._batch_search.retreat(edge.seconds, edge.message)
+                except BatchSearchError as exc:
+                    self._fail(f"--dlperf-batch-size max: {exc}")
+                sized = replace(sized, batch_size=found)
         spec = replace(spec, count_flops=False)
         flops = self._flops(chosen, sized, flops_key)
         fp = self._fingerprint(self.cluster.topology, framework, version, env, sized)
@@ -210,23 +235,30 @@ class ThroughputMeter:
                         batch_size=sized.batch_size, sizes=dict(sized.sizes), recipe=recipe
                         ).with_(memory_limit=self.state.settings.memory_limit)
 
-    def _launches(self, spec: RankSpec, windows: list[int]) -> tuple[Result, dict[str, Any]]:
-        """One launch of the case per entry of ``windows``, each timing that many windows."""
+    def _launches(self, spec: RankSpec, windows: list[int], *,
+                  at_the_edge: bool = False) -> tuple[Result, dict[str, Any]]:
+        """One launch of the case per entry of ``windows``, each timing that many windows.
+        ``at_the_edge``: the batch is one a search found; running out of memory raises
+        ``_OutOfMemoryAtTheEdge`` (the caller steps down) instead of failing the case."""
         result: Result | None = None
         env: dict[str, Any] = {}
         for index, count in enumerate(windows):
             launched = replace(spec, protocol=replace(spec.protocol, repeats=count),
                                count_flops=spec.count_flops and index == 0)
-            one, env = self._run(self.cluster, launched)
+            one, env = self._run(self.cluster, launched, at_the_edge=at_the_edge)
             result = one if result is None else result.extended(one)
         assert result is not None, "at least one launch"
         return result, env
 
-    def _run(self, cluster: Cluster, spec: RankSpec) -> tuple[Result, dict[str, Any]]:
+    def _run(self, cluster: Cluster, spec: RankSpec, *,
+             at_the_edge: bool = False) -> tuple[Result, dict[str, Any]]:
         started = time.perf_counter()
         try:
             ranks = cluster.run(spec)
         except LaunchError as exc:
+            if at_the_edge and exc.kind == "out_of_memory":
+                raise _OutOfMemoryAtTheEdge(time.perf_counter() - started,
+                                            _first_line(exc)) from exc
             fail(f"pytest-dlperf: {self.case} {exc.kind.replace('_', ' ')} on "
                  f"{cluster.topology.id}: {exc}")
         env = dict(ranks[0]["environment"])
@@ -263,8 +295,7 @@ class ThroughputMeter:
                     fail(f"pytest-dlperf: {self.case}: the batch-size search's probe at batch "
                          f"{batch} failed, and not for lack of memory, on "
                          f"{self.cluster.topology.id}: {exc}")
-                first = next(iter(exc.rank_errors.values()), exc.summary)
-                return Probe(batch, False, seconds, first.strip().splitlines()[0][:300])
+                return Probe(batch, False, seconds, _first_line(exc))
             return Probe(batch, True, time.perf_counter() - started)
 
         try:

@@ -60,3 +60,28 @@ def test_a_model_that_fits_everything_stops_at_the_cap() -> None:
     found = search(memory(10**9, calls), 4, cap=100)
     assert (found.found, found.capped) == (64, True)
     assert max(calls) == 64
+
+
+def test_a_measurement_out_of_memory_at_the_found_batch_steps_one_down_and_says_so() -> None:
+    found = search(memory(37, []), 4)
+    assert found.retreat(12.5, "out of memory at 37") == 36
+    assert found.found == 36
+    last = found.probes[-1].to_json()
+    assert last == {"batch": 37, "fits": False, "seconds": 12.5, "message": "out of memory at 37",
+                    "stage": "measurement"}
+    assert found.seconds == 10 * 1.0 + 12.5  # the measurement's time counts as the search's
+
+
+def test_memory_that_is_not_steady_stops_the_retreat_with_the_batches_tried() -> None:
+    found = search(memory(37, []), 4)
+    found.retreat(1.0, "oom")
+    found.retreat(1.0, "oom")
+    with pytest.raises(BatchSearchError, match=r"found 37, but the measurement ran out of memory "
+                                               r"at batch 37, 36, 35 .*not steady.*oom"):
+        found.retreat(1.0, "oom")
+
+
+def test_no_retreat_below_batch_one() -> None:
+    found = search(memory(1, []), 1)
+    with pytest.raises(BatchSearchError, match="found 1, but .* at batch 1 "):
+        found.retreat(1.0, "oom")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_dlperf import memory
+from pytest_dlperf.measure import PROBE_STEPS
 
 torch = pytest.importorskip("torch")  # at import: see test_own_model.py
 
@@ -59,10 +60,16 @@ def wide(ctx):
         def __init__(self):
             super().__init__()
             self.proj = torch.nn.Linear(1024, 1024)
+            self.calls = 0
 
         def forward(self, x):
+            self.calls += 1
+            if self.calls > int(os.environ.get("GROW_AFTER", "0")) > 0:
+                # From then on, train one sample more than the batch: what memory at the edge
+                # does when it is not steady (more than a probe's steps see).
+                x = torch.cat([x, x[:1]])
             h = self.proj(x).unsqueeze(-1).expand(-1, -1, 4096).contiguous()
-            return torch.relu(h).mean(-1)[:, :10]
+            return torch.relu(h).mean(-1)[:ctx.batch_size, :10]
 
     return Parts(model=Wide(), inputs=torch.randn(ctx.batch_size, 1024),
                  targets=lambda: torch.randint(0, 10, (ctx.batch_size,)))
@@ -191,14 +198,24 @@ def test_batch_size_max_finds_the_largest_batch_under_a_memory_limit(
     assert 2 <= found < 30, "the limit should bound this workload within a few dozen"
     search.stdout.fnmatch_lines([f"*test_wide*max={found}*"])
 
-    # A later search starts from that answer: two probes when nothing changed.
+    # A later search starts from that answer: two probes when nothing changed. Here the
+    # workload trains one sample more than its batch after a probe's steps (memory at the edge
+    # that is not steady): the measurement at the found batch runs out of memory, and steps
+    # down to one less, which it measures.
+    monkeypatch.setenv("GROW_AFTER", str(PROBE_STEPS))
     again = pytester.runpytest_subprocess(*run, "-k", "test_wide and not plus",
                                           "--dlperf-batch-size", "max", "--dlperf-json",
                                           "2.json", timeout=600)
     again.assert_outcomes(passed=1)
-    second = benches(pytester.path / "2.json")["test_wide"]["batch_search"]
-    assert second["seeded"] and second["start"] == found
-    assert [p["batch"] for p in second["probes"]] == [found, found + 1]
+    second = benches(pytester.path / "2.json")["test_wide"]
+    searched = second["batch_search"]
+    assert searched["seeded"] and searched["start"] == found
+    assert [(p["batch"], p["fits"], p["stage"]) for p in searched["probes"]] == [
+        (found, True, "probe"), (found + 1, False, "probe"), (found, False, "measurement")]
+    assert f"ran out of memory at batch {found}" in searched["probes"][-1]["message"]
+    assert searched["found"] == second["batch_size"] == found - 1
+    again.stdout.fnmatch_lines([f"*test_wide*max={found - 1}*"])
+    monkeypatch.delenv("GROW_AFTER")
 
     # Checked apart from the search: the found batch trains, one more runs out of memory
     # (and is reported as such, with the batch).
