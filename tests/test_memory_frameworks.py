@@ -1,0 +1,109 @@
+"""Issue 16 for TensorFlow and OneFlow, through the plugin with real ranks on CPU:
+--dlperf-batch-size max searches under a memory limit the OS enforces, each probe a fresh launch
+of that framework, and the case is measured at the batch found (test_memory_cases.py does the
+same, and more, for torch)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+# A module of its own, with no pytest in it: OneFlow's ranks run under a Python without pytest.
+RECIPES = """
+from pytest_dlperf import Parts, Workload
+
+# Each sample keeps ~30-50 MiB for backward (its 1024 features tiled 4096 times, then ReLU):
+# memory grows with the batch in steps far larger than a process's own jitter.
+
+
+def tf_wide(ctx):
+    import keras
+    import tensorflow as tf
+
+    inputs = keras.Input((1024,))
+    h = keras.layers.Dense(1024)(inputs)
+    h = keras.ops.tile(keras.ops.expand_dims(h, -1), [1, 1, 4096])
+    outputs = keras.layers.Dense(10)(keras.ops.mean(keras.ops.relu(h), -1))
+    return Parts(model=keras.Model(inputs, outputs),
+                 inputs=tf.random.normal((ctx.batch_size, 1024)),
+                 targets=lambda: tf.random.uniform((ctx.batch_size,), 0, 10, tf.int32))
+
+
+def of_wide(ctx):
+    import oneflow as flow
+
+    class Wide(flow.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = flow.nn.Linear(1024, 1024)
+            self.head = flow.nn.Linear(1024, 10)
+
+        def forward(self, x):
+            h = self.proj(x).unsqueeze(-1).repeat(1, 1, 4096)
+            return self.head(flow.relu(h).mean(-1))
+
+    return Parts(model=Wide(), inputs=flow.randn(ctx.batch_size, 1024),
+                 targets=lambda: flow.randint(0, 10, (ctx.batch_size,)))
+
+
+WIDE = Workload("wide", recipes={"tensorflow": tf_wide, "oneflow": of_wide},
+                batch_size={"cpu": 8})
+"""
+
+TESTS = """
+import pytest
+
+from wide_recipes import WIDE
+
+
+@pytest.mark.parametrize("framework", ["tensorflow", "oneflow"])
+def test_wide(framework, throughput_meter):
+    throughput_meter.measure(framework, WIDE)
+"""
+
+
+@pytest.fixture
+def framework_args(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    """What the child run needs for this framework; skips where it is not installed."""
+    framework = request.param
+    if framework == "oneflow":
+        python = request.getfixturevalue("oneflow_python")
+        return ("--dlperf-python", f"oneflow={python}")
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("TensorFlow is not installed in pytest's interpreter (scripts/setup)")
+    return ()
+
+
+@pytest.mark.usefixtures("subprocess_env")
+@pytest.mark.parametrize("framework_args", ["tensorflow", "oneflow"], indirect=True)
+def test_batch_size_max_searches_each_frameworks_own_memory(
+        pytester: pytest.Pytester, framework_args: tuple[str, ...],
+        request: pytest.FixtureRequest) -> None:
+    framework = request.node.callspec.id
+    pytester.makepyfile(wide_recipes=RECIPES, test_w=TESTS)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--devices-per-node", "1", "-k", framework, *framework_args,
+        "--dlperf-warmup-steps", "2", "--dlperf-steps", "2", "--dlperf-repeats", "1",
+        "--dlperf-max-repeats", "1", "--dlperf-launches", "1", "--dlperf-unstable-cv", "10",
+        "--dlperf-baselines", "bl", "--dlperf-batch-size", "max",
+        "--dlperf-memory-limit", "512M", "--dlperf-json", "r.json", timeout=400)
+    result.assert_outcomes(passed=1)
+    (bench,) = json.loads(Path(pytester.path / "r.json").read_text())["benchmarks"]
+    info = bench["extra_info"]
+    assert info["fingerprint"]["framework"] == framework
+    assert info["fingerprint"]["batch_size"] == "max"
+    searched = info["batch_search"]
+    found = searched["found"]
+    assert info["batch_size"] == found
+    # The edge, each side a fresh launch of this framework's ranks: the found batch trained,
+    # one more was ended for lack of memory (the cgroup's OOM killer, or the framework's own
+    # error under an address-space limit), and was reported as such.
+    probes = {p["batch"]: p for p in searched["probes"] if p["stage"] == "probe"}
+    assert probes[found]["fits"] and not probes[found + 1]["fits"]
+    assert f"ran out of memory at batch {found + 1}" in probes[found + 1]["message"]
+    assert 2 <= found < 30, "512 MiB should bound this workload within a few dozen"
+    assert info["peak_memory_bytes"] > 0 and info["samples_per_s"] > 0
+    result.stdout.fnmatch_lines([f"*test_wide*{framework}*max={found}*"])
