@@ -117,8 +117,12 @@ class ThroughputMeter:
             flops_key = self._flops_key(chosen, sized)
             counted = self.state.flops_counts.get(flops_key)
             if (counted is None and chosen.flops_per_sample is None
-                    and frameworks.recipe_key(framework) == "torch"):
-                spec = replace(spec, count_flops=True)  # rank 0 of the first launch counts
+                    and frameworks.recipe_key(framework) == "torch"
+                    and not self.state.settings.memory_limit):
+                # Rank 0 of the first launch counts. Not under a memory limit: counting builds
+                # the model once more (BERT's on the CPU), memory the probes of a batch search
+                # did not use; a subprocess counts then, as for the other frameworks.
+                spec = replace(spec, count_flops=True)
             launched_at = time.time()
             self._rank_flops = None
             try:
