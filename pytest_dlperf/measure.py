@@ -449,16 +449,7 @@ class ThroughputMeter:
 
     def _record(self, report: CaseReport, policy: decide.Policy) -> Change | None:
         result = report.result
-        metrics = {THROUGHPUT: Metric(result.launches, result.median, True,
-                                      f"{report.workload.unit}/s")}
-        if report.efficiency is not None and report.reference is not None:
-            samples = decide.efficiencies(result.samples_per_s, report.reference,
-                                          report.topology.world_size)
-            metrics[EFFICIENCY] = Metric(split(samples, result.windows_per_launch),
-                                         report.efficiency, True, "fraction")
-        if result.memory_bytes:
-            launches = result.memory_launches
-            metrics[MEMORY] = Metric(launches, _median_of_launches(launches), False, "bytes")
+        metrics = report_metrics(report)
         recorded = _recorded(report)
         run = Run(recorded["datetime"], recorded["commit"], recorded["dirty"],
                   len(result.windows_per_launch))
@@ -510,6 +501,24 @@ def _params_json(callspec: Any) -> dict[str, Any]:
             value = repr(value)
         out[name] = value
     return out
+
+
+def report_metrics(report: CaseReport) -> dict[str, Metric]:
+    """A case's figures as the baseline (and the history) keep them: every window's, by launch.
+    Throughput always; scaling efficiency of a multi-device case with its 1n1d reference; peak
+    memory where the ranks measured it."""
+    result = report.result
+    metrics = {THROUGHPUT: Metric(result.launches, result.median, True,
+                                  f"{report.workload.unit}/s")}
+    if report.efficiency is not None and report.reference is not None:
+        samples = decide.efficiencies(result.samples_per_s, report.reference,
+                                      report.topology.world_size)
+        metrics[EFFICIENCY] = Metric(split(samples, result.windows_per_launch),
+                                     report.efficiency, True, "fraction")
+    if result.memory_bytes:
+        launches = result.memory_launches
+        metrics[MEMORY] = Metric(launches, _median_of_launches(launches), False, "bytes")
+    return metrics
 
 
 def _median_of_launches(launches: list[list[float]]) -> float:

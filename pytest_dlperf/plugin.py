@@ -47,7 +47,10 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Launcher, hardware, device type and devices per node are settled here, before anything
     is collected: a request the host cannot meet is a usage error naming the flag."""
-    session.config.stash[STATE].start(dict(os.environ))
+    state = session.config.stash[STATE]
+    state.start(dict(os.environ))
+    if not _under_xdist(session.config):
+        state.open_history(settings_mod.source_of(session.config, "history"))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -145,9 +148,12 @@ def throughput_meter(request: pytest.FixtureRequest, cluster: Cluster,
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session.config.stash.get(STATE, None)
-    if (state is not None and state.settings.json is not None and state.is_reporter
-            and not _under_xdist(session.config)):
+    if state is None or not state.is_reporter or _under_xdist(session.config):
+        return
+    if state.settings.json is not None:
         write_json_atomic(state.settings.json, results_json(state.reports))
+    if not state.save_history() and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
@@ -177,3 +183,5 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             terminalreporter.write_line(line)
     if state.settings.json is not None:
         terminalreporter.write_line(f"results written to {state.settings.json}")
+    if state.history_line is not None:
+        terminalreporter.write_line(f"pytest-dlperf: history: {state.history_line}")

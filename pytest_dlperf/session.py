@@ -20,6 +20,7 @@ import pytest
 
 from .baselines import BaselineStore
 from .flops import FlopsCount
+from .history import History, HistoryError, case_row, run_record, save_unsaved
 from .launch import Launcher, detect, get_launcher
 from .lifeline import claim, sweep
 from .report import CaseReport
@@ -53,6 +54,8 @@ class SessionState:
     siblings: dict[SiblingKey, dict[str, str]] = field(default_factory=dict)
     # FLOPs per sample, counted once per workload, recipe and sizes in a session.
     flops_counts: dict[str, FlopsCount] = field(default_factory=dict)
+    history: History | None = None  # --dlperf-history, opened by the reporting process
+    history_line: str | None = None  # what became of this run in it, for the summary
     _started: SessionSetup | None = None
 
     # -- pytest_sessionstart --------------------------------------------------------------
@@ -199,7 +202,47 @@ class SessionState:
         key, _ = _sibling_key(node)
         return self.siblings.get(key, {}).get(topology.id) if key is not None else None
 
+    def open_history(self, source: str) -> None:
+        """Open (create, upgrade) ``--dlperf-history`` before anything trains: a store that
+        cannot take this run is a usage error now, not a lost run at the end."""
+        if self.settings.history is None or not self.is_reporter:
+            return
+        try:
+            self.history = History.open(self.settings.history)
+        except HistoryError as exc:
+            raise pytest.UsageError(f"pytest-dlperf: bad value for {source}: {exc}") from None
+
+    def save_history(self) -> bool:
+        """Append this session's cases to the history; False when the store failed it (the
+        run is then kept in a file beside the baselines, and ``history_line`` says how to add
+        it later)."""
+        if self.history is None or not self.reports:
+            return True
+        from pytest_benchmark.utils import get_commit_info
+
+        from .measure import report_metrics
+
+        run = run_record(self.settings.machine, self.settings.protocol.to_json(),
+                         get_commit_info())
+        cases = [case_row(report, report_metrics(report)) for report in self.reports]
+        try:
+            run_id = self.history.append(run, cases)
+        except HistoryError as exc:
+            stamp = run["started_at"].strftime("%Y%m%dT%H%M%SZ")
+            kept = self.settings.baselines.parent / f"dlperf-history-unsaved-{stamp}.json"
+            save_unsaved(kept, run, cases)
+            self.history_line = (
+                f"could not append this run to the history: {exc}. Its {len(cases)} case(s) "
+                f"are kept in {kept}: `python -m pytest_dlperf.history add {kept} URL` "
+                "appends them once the store is back")
+            return False
+        self.history_line = (f"appended run {run_id} ({len(cases)} case(s)) to "
+                             f"{self.history.shown}")
+        return True
+
     def close(self) -> None:
+        if self.history is not None:
+            self.history.close()
         if self._started is not None:
             shutil.rmtree(self._started.work_root, ignore_errors=True)
 

@@ -146,6 +146,19 @@ def _path(raw: str) -> str:
     return str(raw)
 
 
+def _history(raw: str) -> str:
+    text = str(raw).strip()
+    if not text:
+        raise ValueError("expected a path (an SQLite file, .dlperf/history.db) or a "
+                         "postgresql:// URL")
+    if "://" in text:
+        scheme = text.split("://", 1)[0].lower()
+        if not scheme.startswith(("postgresql", "postgres", "sqlite")):
+            raise ValueError(f"a {scheme}:// URL is not a store this knows: give a path (an "
+                             "SQLite file) or a postgresql:// URL")
+    return text
+
+
 def parse_pythons(raw: str) -> dict[str, str]:
     """``oneflow=/opt/of/bin/python,foo=...`` -> {framework: interpreter path}."""
     pythons: dict[str, str] = {}
@@ -281,6 +294,11 @@ OPTIONS: tuple[Option, ...] = (
            _path, "baselines", metavar="DIR"),
     Option("json", "write the results (pytest-benchmark's JSON format) to this file.",
            _optional(_path), metavar="PATH"),
+    Option("history", "append every case's samples, fingerprint, commit, branch, date and host "
+           "to this history store: a path is an SQLite file (.dlperf/history.db), a "
+           "postgresql://user@host/db URL a shared PostgreSQL server. Its change points judge "
+           "the nightly gate and `python -m pytest_dlperf.report html` plots it. Default: none.",
+           _optional(_history), metavar="URL"),
     Option("nodes", "nodes in the cluster; -m multinode cases sweep 1, 2, 4, ... up to it. "
            "Default: 1.", _int(1), 1, aliases=("--nodes",), metavar="N"),
     Option("devices_per_node", "devices (GPUs; on CPU, worker processes) per node. Default: every "
@@ -339,6 +357,7 @@ class Settings:
     machine: str
     baselines: Path
     json: Path | None
+    history: str | None  # an absolute SQLite path or a database URL
     nodes: int
     devices_per_node: int | None
     device: str
@@ -359,6 +378,11 @@ def _raw(config: pytest.Config, opt: Option) -> tuple[Any, str, Path | None]:
         where = config.inipath or "the ini file"
         return ini, f"ini key {opt.dest} = {ini!r} in {where}", config.rootpath
     return opt.default, "the default", config.rootpath
+
+
+def source_of(config: pytest.Config, name: str) -> str:
+    """Where option ``name``'s value came from, as messages name it."""
+    return _raw(config, next(o for o in OPTIONS if o.name == name))[1]
 
 
 def _max_repeats(config: pytest.Config, value: int | None, proto: protocol_mod.Protocol) -> int:
@@ -394,6 +418,10 @@ def resolve(config: pytest.Config) -> Settings:
         if values[name] is not None:
             path = Path(values[name]).expanduser()
             values[name] = path if path.is_absolute() else (bases[name] or Path.cwd()) / path
+    if values["history"] is not None and "://" not in values["history"]:
+        path = Path(values["history"]).expanduser()
+        values["history"] = str(path if path.is_absolute()
+                                else (bases["history"] or Path.cwd()) / path)
     if values["python"] is not None:
         values["python"] = _interpreters(config, values["python"], bases["python"] or Path.cwd())
     _check_outputs(config, values)

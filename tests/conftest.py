@@ -153,3 +153,83 @@ def oneflow_python() -> str:
     if not os.access(path, os.X_OK):
         pytest.skip(f"no OneFlow interpreter at {path}: run scripts/setup-oneflow")
     return str(path)
+
+
+# -- a real PostgreSQL server, for the history store's tests -----------------------------------
+
+def _postgres_bin() -> Path | None:
+    """The newest Debian PostgreSQL's binaries (apt-get install postgresql), or None."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"),
+                   key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit()
+                   else 0)
+    return found[-1].parent if found else None
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """A PostgreSQL server of its own in a temporary folder (initdb, pg_ctl), on a free port
+    of 127.0.0.1 with trust authentication; its URL without a database. Skips saying why where
+    the server cannot start. Run as the ``postgres`` user when this is root (the server
+    refuses root)."""
+    import pwd
+    import shutil
+    import socket
+    import subprocess
+    import tempfile
+
+    bin_dir = _postgres_bin()
+    if bin_dir is None:
+        pytest.skip("no PostgreSQL server binaries (/usr/lib/postgresql/*/bin): "
+                    "apt-get install postgresql")
+    prefix: list[str] = []
+    owner = None
+    if os.geteuid() == 0:
+        try:
+            owner = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and there is no postgres user to run the server as")
+        prefix = ["runuser", "-u", "postgres", "--"]
+    # Not under pytest's temporary folder: its parents are root's alone (mode 700), and the
+    # server runs as postgres.
+    folder = Path(tempfile.mkdtemp(prefix="dlperf-postgres-"))
+    data, log = folder / "data", folder / "server.log"
+    if owner is not None:
+        shutil.chown(folder, owner.pw_uid, owner.pw_gid)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*prefix, *args], capture_output=True, text=True, timeout=120)
+
+    try:
+        init = run(str(bin_dir / "initdb"), "-D", str(data), "--auth=trust", "-U", "postgres",
+                   "--no-sync", "-E", "UTF8")
+        if init.returncode != 0:
+            pytest.skip(f"initdb failed: {init.stderr.strip()[-500:]}")
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        options = f"-p {port} -k {folder} -h 127.0.0.1 -c fsync=off -c max_connections=50"
+        start = run(str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", options,
+                    "-w", "-t", "60", "start")
+        if start.returncode != 0:
+            said = log.read_text()[-500:] if log.exists() else ""
+            pytest.skip(f"the PostgreSQL server did not start: {start.stderr.strip()[-300:]} "
+                        f"{said}")
+        try:
+            yield f"postgresql://postgres@127.0.0.1:{port}"
+        finally:
+            run(str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> str:
+    """A fresh, empty database on the session's server for this test."""
+    import uuid
+
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(f"{postgres_server}/postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return f"{postgres_server}/{name}"
