@@ -96,7 +96,7 @@ def one_launch(args: argparse.Namespace) -> dict[str, Any]:
 def collect(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
     others = [lv for lv in args.levels if lv != 0]
-    zero = args.launches // 2
+    zero = args.launches // 2 if others else args.launches  # --levels 0: unchanged only
     order = [0.0] * zero + [others[i % len(others)] for i in range(args.launches - zero)]
     rng.shuffle(order)
     launches, started = [], time.perf_counter()

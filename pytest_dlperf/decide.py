@@ -11,6 +11,7 @@ from typing import Sequence
 import statistics
 
 from .baselines import Baseline
+from .changepoints import Step
 from .protocol import RankFigures, split
 from .report import CaseReport
 from .stats import (IMPROVEMENT, INCONCLUSIVE, NO_BASELINE, REGRESSION, Verdict, compare,
@@ -143,6 +144,10 @@ def decide(report: CaseReport, policy: Policy) -> Decision:
     if memory is not None and memory.outcome == REGRESSION:
         decision.failure = memory_regression_message(report, memory)
         return decision
+    step = report.history_blocking
+    if step is not None:
+        decision.failure = change_point_message(report, step)
+        return decision
     for what, v in ((f"{report.workload.unit}/s", verdict), ("scaling efficiency", efficiency),
                     ("peak memory", memory)):
         if v is not None and v.outcome == INCONCLUSIVE:
@@ -176,6 +181,16 @@ def decide(report: CaseReport, policy: Policy) -> Decision:
             f"({verdict.measured:,.2f} vs {verdict.baseline:,.2f} {report.workload.unit}/s; "
             f"{verdict.evidence}); consider --dlperf-update-baselines")
     return decision
+
+
+def change_point_message(report: CaseReport, step: Step) -> str:
+    """A step for the worse in the case's history that this run sits after, unaccepted."""
+    return (f"pytest-dlperf: CHANGE POINT in {report.case}: {step.describe()}. The history has "
+            f"{report.history_runs} runs of this case and fingerprint, the last "
+            f"{step.runs_since} (this one included) after the step, and none of them recorded "
+            f"the baseline (this run's own verdict: "
+            f"{report.verdict.outcome}). Find the commit that caused it, or accept the new "
+            "level by recording the baseline once (--dlperf-update-baselines)")
 
 
 def no_baseline_message(report: CaseReport) -> str:

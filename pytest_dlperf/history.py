@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_S = 60.0
 # The store's version; the tables it owns all start with the prefix, so a shared database's own
 # tables are never touched.
@@ -45,9 +45,20 @@ class HistoryError(Exception):
     """The history store cannot be used; the message names it and the problem."""
 
 
+# Baseline actions that accept what the run measured as the case's new level (``add`` only
+# grows an existing baseline with more launches; ``kept`` left it alone).
+ACCEPTING = ("recorded", "updated", "replaced-unreadable")
+
+
+def _v1_to_v2(conn: "Connection") -> None:
+    """Schema 2: each case row says what the run did to its baseline (NULL in older rows: they
+    did not say, so they accept no step)."""
+    conn.exec_driver_sql(f"ALTER TABLE {PREFIX}cases ADD COLUMN baseline_action VARCHAR(32)")
+
+
 # step -> the function that takes a store at schema ``step`` to ``step + 1`` (in the
 # transaction that records the new version).
-MIGRATIONS: dict[int, Callable[["Connection"], None]] = {}
+MIGRATIONS: dict[int, Callable[["Connection"], None]] = {1: _v1_to_v2}
 
 
 def _sqlalchemy() -> Any:
@@ -89,6 +100,9 @@ def _tables(sa: Any) -> tuple[Any, ...]:
         sa.Column("model", sa.String(255), nullable=False),
         sa.Column("unit", sa.String(64), nullable=False),
         sa.Column("verdict", sa.String(64)),
+        # What the run did to the case's baseline (baselines.Change.action), if anything: a
+        # step in the history is accepted once a run from it on recorded the baseline.
+        sa.Column("baseline_action", sa.String(32)),
         sa.Index(f"{PREFIX}cases_series", "case_key", "fingerprint_id"))
     samples = sa.Table(
         f"{PREFIX}samples", meta,
@@ -126,13 +140,19 @@ def engine_url(raw: str, base: Path | None = None) -> str:
 class Point:
     """One run of one case: its samples of one metric, by launch."""
 
-    run_id: int
+    run_id: int | None  # None: this session's run, not stored yet
     started_at: dt.datetime
     commit_id: str | None
     branch: str | None
     host: str
     verdict: str | None
     launches: list[list[float]] = field(default_factory=list)
+    baseline_action: str | None = None  # what the run did to the case's baseline
+
+    @property
+    def baseline_recorded(self) -> bool:
+        """The run recorded the case's baseline: what it measured is the accepted level."""
+        return self.baseline_action in ACCEPTING
 
     @property
     def median(self) -> float:
@@ -156,13 +176,18 @@ class History:
     # -- opening ------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, raw: str, base: Path | None = None) -> "History":
+    def open(cls, raw: str, base: Path | None = None, create: bool = True) -> "History":
+        """``create=False`` (a reader: the report) refuses a store that does not exist yet
+        instead of creating it."""
         sa = _sqlalchemy()
         url = engine_url(raw, base)
         parsed = sa.engine.make_url(url)
         shown = parsed.render_as_string(hide_password=True)
         if parsed.get_backend_name() == "sqlite":
             shown = parsed.database or shown
+            if not create and not (parsed.database and Path(parsed.database).is_file()):
+                raise HistoryError(f"{shown}: no such file; give the path or URL that "
+                                   "--dlperf-history wrote to")
             engine = cls._sqlite_engine(sa, url, parsed.database)
         else:
             try:
@@ -172,7 +197,7 @@ class History:
                                    "install 'pytest-dlperf[history]'") from None
         history = cls(engine, shown)
         try:
-            history._prepare()
+            history._prepare(create)
         finally:
             # No connection kept open through hours of training: a server may drop idle
             # ones, and the write at the end opens its own.
@@ -199,7 +224,7 @@ class History:
         sa.event.listen(engine, "begin", write_lock_first)
         return engine
 
-    def _prepare(self) -> None:
+    def _prepare(self, create: bool = True) -> None:
         """Create the schema in an empty store, upgrade an older one; refuse what is not one
         of ours or is newer."""
         sa = self._sa
@@ -209,6 +234,10 @@ class History:
                     conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
                 names = set(sa.inspect(conn).get_table_names())
                 ours = {n for n in names if n.startswith(PREFIX)}
+                if not ours and not create:
+                    raise HistoryError(f"{self.shown} holds no pytest-dlperf history (no "
+                                       f"{PREFIX} tables); give the store --dlperf-history "
+                                       "wrote to")
                 if not ours:
                     self._meta.create_all(conn)
                     conn.execute(self._store_meta.insert(),
@@ -259,7 +288,7 @@ class History:
         """One run and its cases in one transaction; the run's id. ``run``: started_at
         (aware datetime), commit_id, branch, dirty, host, machine, plugin_version, protocol
         (dict). Each case: case_key, fingerprint (dict), fingerprint_id, framework, model,
-        unit, verdict, metrics ({name: launches of windows})."""
+        unit, verdict, baseline_action (optional), metrics ({name: launches of windows})."""
         sa = self._sa
         try:
             with self.engine.begin() as conn:
@@ -274,7 +303,8 @@ class History:
                         fingerprint_id=case["fingerprint_id"],
                         fingerprint=json.dumps(case["fingerprint"], sort_keys=True),
                         framework=case["framework"], model=case["model"], unit=case["unit"],
-                        verdict=case.get("verdict"))).inserted_primary_key
+                        verdict=case.get("verdict"),
+                        baseline_action=case.get("baseline_action"))).inserted_primary_key
                     assert key is not None
                     case_id = key[0]
                     rows = [{"case_id": case_id, "metric": metric, "launch": li, "window": wi,
@@ -296,7 +326,8 @@ class History:
         sa = self._sa
         runs, cases, samples = self._runs, self._cases, self._samples
         query = (sa.select(runs.c.id, runs.c.started_at, runs.c.commit_id, runs.c.branch,
-                           runs.c.host, cases.c.verdict, samples.c.launch, samples.c.window,
+                           runs.c.host, cases.c.verdict, cases.c.baseline_action,
+                           samples.c.launch, samples.c.window,
                            samples.c.value)
                  .join(cases, cases.c.run_id == runs.c.id)
                  .join(samples, samples.c.case_id == cases.c.id)
@@ -304,15 +335,20 @@ class History:
                         samples.c.metric == metric)
                  .order_by(runs.c.started_at, runs.c.id, samples.c.launch, samples.c.window))
         points: dict[int, Point] = {}
-        with self.engine.connect() as conn:
-            for row in conn.execute(query):
-                point = points.get(row.id)
-                if point is None:
-                    point = points[row.id] = Point(row.id, _aware(row.started_at), row.commit_id,
-                                                   row.branch, row.host, row.verdict)
-                while len(point.launches) <= row.launch:
-                    point.launches.append([])
-                point.launches[row.launch].append(float(row.value))
+        try:
+            with self.engine.connect() as conn:
+                rows = list(conn.execute(query))
+        except sa.exc.DBAPIError as exc:
+            raise HistoryError(self._problem(exc)) from None
+        for row in rows:
+            point = points.get(row.id)
+            if point is None:
+                point = points[row.id] = Point(row.id, _aware(row.started_at), row.commit_id,
+                                               row.branch, row.host, row.verdict,
+                                               baseline_action=row.baseline_action)
+            while len(point.launches) <= row.launch:
+                point.launches.append([])
+            point.launches[row.launch].append(float(row.value))
         return list(points.values())
 
     def keys(self) -> list[dict[str, Any]]:
@@ -363,8 +399,11 @@ def run_record(machine: str, protocol: dict[str, Any], commit: dict[str, Any],
               or commit.get("branch"))
     if branch in ("(unknown)", "HEAD"):
         branch = None
+    commit_id = commit.get("id")
+    if commit_id == "unversioned":  # pytest-benchmark's word for "not in a git checkout"
+        commit_id = None
     return {"started_at": started_at or dt.datetime.now(dt.timezone.utc),
-            "commit_id": commit.get("id") or os.environ.get("GITHUB_SHA"),
+            "commit_id": commit_id or os.environ.get("GITHUB_SHA"),
             "branch": branch, "dirty": commit.get("dirty"), "host": socket.gethostname(),
             "machine": machine, "plugin_version": __version__, "protocol": protocol}
 
@@ -378,6 +417,7 @@ def case_row(report: Any, metrics: dict[str, Any]) -> dict[str, Any]:
             "fingerprint_id": fingerprint_id(report.fingerprint),
             "framework": report.framework, "model": str(report.fingerprint.get("model")),
             "unit": report.workload.unit, "verdict": report.verdict.outcome,
+            "baseline_action": report.baseline_action,
             "metrics": {name: metric.launches for name, metric in metrics.items()}}
 
 

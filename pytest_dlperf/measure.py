@@ -186,6 +186,9 @@ class ThroughputMeter:
         if self.cluster.launcher.is_reporter:
             if decide.records(policy, baseline is not None):
                 report.baseline_change = self._record(report, policy)
+            unread = self.state.judge_history(report)
+            if unread is not None:
+                self.node.warn(DLPerfWarning(unread))
             self.state.reports.append(report)
         self._conclude(report, policy)
         return report

@@ -1,7 +1,8 @@
 """Reporting: the per-case record, the results file in pytest-benchmark's JSON format, and the
 summary table (terminal or Markdown) rendered from that same JSON.
 
-``python -m pytest_dlperf.report results.json`` prints the table as Markdown, for a CI job summary.
+``python -m pytest_dlperf.report results.json`` prints the table as Markdown, for a CI job summary;
+``python -m pytest_dlperf.report html STORE -o DIR`` writes the history's page (``htmlreport``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from .baselines import Change
 from .batchsearch import Search
+from .changepoints import Step
 from .flops import FlopsCount, Peak
 from .protocol import Protocol, Result
 from .stats import Verdict
@@ -60,6 +62,11 @@ class CaseReport:
     machine: str = ""  # --dlperf-machine: whose baselines judge this case
     other_machines: list[str] = field(default_factory=list)  # with a baseline of this case
     unnamed_baselines: str | None = None  # this case's baselines from before machines were named
+    # --dlperf-history: runs of this case and fingerprint in it (this one included), the steps
+    # of each metric over them, and the one tonight sits after unaccepted (it fails the case).
+    history_runs: int | None = None
+    history_steps: list[Step] = field(default_factory=list)
+    history_blocking: Step | None = None
 
     @property
     def baseline_action(self) -> str | None:
@@ -75,6 +82,10 @@ class CaseReport:
             if other is not None and other.outcome in ("regression", "inconclusive"):
                 what = f"{name} {other.outcome}"
                 text = what if text == "pass" else f"{text}, {what}"
+        step = self.history_blocking
+        if step is not None:
+            what = f"{step.name} step {step.point.change:+.1%}"
+            text = what if text == "pass" else f"{text}, {what}"
         return text
 
     def benchmark_entry(self) -> dict[str, Any]:
@@ -144,6 +155,11 @@ class CaseReport:
                 "verdict": {**self.verdict.to_json(), "text": self.verdict_text},
                 "baseline_update": self.baseline_update(),
                 "baseline_path": self.baseline_path,
+                "history": None if self.history_runs is None else {
+                    "runs": self.history_runs,
+                    "steps": [step.to_json() for step in self.history_steps],
+                    "blocking": (self.history_steps.index(self.history_blocking)
+                                 if self.history_blocking is not None else None)},
                 "fingerprint": self.fingerprint,
                 "environment": self.environment,
             },
@@ -332,8 +348,49 @@ def markdown_table(table: list[list[str]], header: list[str] = HEADER) -> list[s
     return lines
 
 
+def html_main(argv: list[str]) -> int:
+    from .changepoints import MAX_PVALUE
+    from .history import History, HistoryError
+    from .htmlreport import write
+
+    parser = argparse.ArgumentParser(
+        prog="python -m pytest_dlperf.report html",
+        description="Write a static page of a history store (--dlperf-history) into a folder: "
+                    "trends with their change points, scaling, frameworks side by side, "
+                    "DLPerf's tables. It opens from disk; nothing is fetched at view time.")
+    parser.add_argument("history", help="the store: an SQLite file's path or a postgresql:// "
+                                        "URL, as given to --dlperf-history")
+    parser.add_argument("-o", "--out", type=Path, default=Path("dlperf-report"),
+                        help="the folder to write (index.html and plots/); default dlperf-report")
+    parser.add_argument("--title", default="pytest-dlperf history")
+    parser.add_argument("--change-pvalue", type=float, default=MAX_PVALUE,
+                        help=f"a step counts at or below this p (default {MAX_PVALUE})")
+    args = parser.parse_args(argv)
+    if not 0 < args.change_pvalue < 1:
+        parser.error(f"--change-pvalue: expected a p-value between 0 and 1, got "
+                     f"{args.change_pvalue}")
+    try:
+        store = History.open(args.history, create=False)
+    except HistoryError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        index = write(store, args.out, args.title, args.change_pvalue)
+    except HistoryError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        store.close()
+    print(f"wrote {index}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     import json
+
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["html"]:
+        return html_main(argv[1:])
 
     parser = argparse.ArgumentParser(prog="python -m pytest_dlperf.report",
                                      description="Print a pytest-dlperf results file as a table.")
@@ -348,12 +405,57 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.results} is not a pytest-dlperf results file: {exc!r}", file=sys.stderr)
         return 2
     render = markdown_table if args.format == "markdown" else text_table
+    failing = regressed(data["benchmarks"])
+    if failing:
+        print(f"Regressed ({len(failing)}):\n")
+        print("\n".join(failing) + "\n")
     print("\n".join(render(table)) if table else "No pytest-dlperf cases ran.")
     if pivot is not None:
         header, side_by_side = pivot_rows(pivot)
         print("\nFrameworks side by side:\n")
         print("\n".join(render(side_by_side, header)))
+    history = history_lines(data["benchmarks"])
+    if history:
+        print("\nChange points in the history (--dlperf-history):\n")
+        print("\n".join(history))
     return 0
+
+
+def regressed(benchmarks: list[dict[str, Any]]) -> list[str]:
+    """The cases that failed on their figures: a regression of throughput, scaling efficiency
+    or peak memory, or a step down in their history."""
+    lines = []
+    for bench in benchmarks:
+        info = bench["extra_info"]
+        what = [name for name, verdict in (("throughput", info["verdict"]),
+                                           ("scaling efficiency", info.get("efficiency_verdict")),
+                                           ("peak memory", info.get("memory_verdict")))
+                if verdict and verdict.get("outcome") == "regression"]
+        history = info.get("history") or {}
+        if history.get("blocking") is not None:
+            what.append("history: " + history["steps"][history["blocking"]]["text"])
+        if what:
+            lines.append(f"- `{info['case']}`: {'; '.join(what)}")
+    return lines
+
+
+def history_lines(benchmarks: list[dict[str, Any]]) -> list[str]:
+    """Per case judged with --dlperf-history: its steps, the one that failed it marked."""
+    lines = []
+    for bench in benchmarks:
+        info = bench["extra_info"]
+        history = info.get("history")
+        if not history or not history["steps"]:
+            continue
+        for i, step in enumerate(history["steps"]):
+            if i == history["blocking"]:
+                state = "**fails this run** (not accepted)"
+            elif step["accepted"]:
+                state = "accepted (a run since recorded the baseline)"
+            else:
+                state = "for the worse" if step["worse"] else "for the better"
+            lines.append(f"- `{info['case']}` ({history['runs']} runs): {step['text']}: {state}")
+    return lines
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ before anything is collected.
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
+import socket
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +22,7 @@ import pytest
 
 from .baselines import BaselineStore
 from .flops import FlopsCount
-from .history import History, HistoryError, case_row, run_record, save_unsaved
+from .history import History, HistoryError, Point, case_row, run_record, save_unsaved
 from .launch import Launcher, detect, get_launcher
 from .lifeline import claim, sweep
 from .report import CaseReport
@@ -56,6 +58,8 @@ class SessionState:
     flops_counts: dict[str, FlopsCount] = field(default_factory=dict)
     history: History | None = None  # --dlperf-history, opened by the reporting process
     history_line: str | None = None  # what became of this run in it, for the summary
+    history_started_at: dt.datetime | None = None  # this run's date in the history
+    _commit: dict[str, Any] | None = None  # git's commit, branch and dirty flag, read once
     _started: SessionSetup | None = None
 
     # -- pytest_sessionstart --------------------------------------------------------------
@@ -211,6 +215,54 @@ class SessionState:
             self.history = History.open(self.settings.history)
         except HistoryError as exc:
             raise pytest.UsageError(f"pytest-dlperf: bad value for {source}: {exc}") from None
+        self.history_started_at = dt.datetime.now(dt.timezone.utc)
+
+    @property
+    def commit(self) -> dict[str, Any]:
+        if self._commit is None:
+            from pytest_benchmark.utils import get_commit_info
+
+            self._commit = get_commit_info()
+        return self._commit
+
+    def judge_history(self, report: CaseReport) -> str | None:
+        """Put this run at the end of the case's series in the history and find the steps of
+        each of its metrics (``report.history_*``); a warning to show when the store could not
+        be read (the case is then judged without its history)."""
+        if self.history is None:
+            return None
+        from .baselines import MEMORY, THROUGHPUT
+        from .changepoints import blocking, steps
+        from .measure import report_metrics
+        from .topology import fingerprint_id
+
+        run = run_record(self.settings.machine, {}, self.commit, self.history_started_at)
+        key, found, runs = fingerprint_id(report.fingerprint), [], 0
+        first_blocking = None
+        for name, metric in report_metrics(report).items():
+            try:
+                points = self.history.series(report.case, key, name)
+            except HistoryError as exc:
+                return (f"pytest-dlperf: could not read {report.case}'s history, so its change "
+                        f"points were not checked: {exc}")
+            finally:
+                # No connection held through the next case's training: a server may drop
+                # idle ones, and the write at the end opens its own.
+                self.history.close()
+            points.append(Point(None, run["started_at"], run["commit_id"], run["branch"],
+                                socket.gethostname(), report.verdict.outcome, metric.launches,
+                                report.baseline_action))
+            if name == THROUGHPUT:
+                runs = len(points)
+            these = steps(points, name, metric.unit, metric.higher_is_better,
+                          self.settings.change_pvalue)
+            found += these
+            smallest = (self.settings.memory_tolerance if name == MEMORY
+                        else self.settings.change_min)
+            first_blocking = first_blocking or blocking(these, smallest)
+        report.history_runs, report.history_steps = runs, found
+        report.history_blocking = first_blocking
+        return None
 
     def save_history(self) -> bool:
         """Append this session's cases to the history; False when the store failed it (the
@@ -218,12 +270,10 @@ class SessionState:
         it later)."""
         if self.history is None or not self.reports:
             return True
-        from pytest_benchmark.utils import get_commit_info
-
         from .measure import report_metrics
 
         run = run_record(self.settings.machine, self.settings.protocol.to_json(),
-                         get_commit_info())
+                         self.commit, self.history_started_at)
         cases = [case_row(report, report_metrics(report)) for report in self.reports]
         try:
             run_id = self.history.append(run, cases)

@@ -146,6 +146,16 @@ def _path(raw: str) -> str:
     return str(raw)
 
 
+def _pvalue(raw: str) -> float:
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise ValueError("expected a p-value like 0.001") from None
+    if not 0 < value < 1:
+        raise ValueError(f"expected a p-value between 0 and 1 (exclusive), got {value}")
+    return value
+
+
 def _history(raw: str) -> str:
     text = str(raw).strip()
     if not text:
@@ -299,6 +309,15 @@ OPTIONS: tuple[Option, ...] = (
            "postgresql://user@host/db URL a shared PostgreSQL server. Its change points judge "
            "the nightly gate and `python -m pytest_dlperf.report html` plots it. Default: none.",
            _optional(_history), metavar="URL"),
+    Option("change_pvalue", "with --dlperf-history: the p-value at or below which a step in a "
+           "case's history counts (Student's t-test between the runs either side of it); a run "
+           "after a step for the worse that no run since accepted by recording the baseline "
+           "fails. Lower finds fewer false steps and needs more nights to find a real one "
+           "(README 'Change points'). Default: 0.001.", _pvalue, 0.001, metavar="P"),
+    Option("change_min", "with --dlperf-history: the smallest step of throughput or scaling "
+           "efficiency that fails a run, as a fraction (0.01) or percentage (1%); smaller "
+           "significant steps are reported only. Peak memory's is --dlperf-memory-tolerance. "
+           "Default: 0.01.", parse_fraction, 0.01, metavar="FRACTION"),
     Option("nodes", "nodes in the cluster; -m multinode cases sweep 1, 2, 4, ... up to it. "
            "Default: 1.", _int(1), 1, aliases=("--nodes",), metavar="N"),
     Option("devices_per_node", "devices (GPUs; on CPU, worker processes) per node. Default: every "
@@ -358,6 +377,8 @@ class Settings:
     baselines: Path
     json: Path | None
     history: str | None  # an absolute SQLite path or a database URL
+    change_pvalue: float  # a step in the history counts at or below it
+    change_min: float  # the smallest throughput / efficiency step that fails a run
     nodes: int
     devices_per_node: int | None
     device: str

@@ -115,8 +115,8 @@ def test_a_newer_store_is_refused_and_left_as_it_was(store_url: str) -> None:
         conn.execute(sa.text("UPDATE dlperf_meta SET value = '7' WHERE key = 'schema_version'"))
     store.close()
     with pytest.raises(HistoryError, match="schema version 7, newer than this pytest-dlperf's "
-                                           "1: a newer pytest-dlperf wrote it. It is left as it "
-                                           "is; upgrade pytest-dlperf"):
+                                           f"{history_mod.SCHEMA_VERSION}: a newer pytest-dlperf "
+                                           "wrote it. It is left as it is; upgrade pytest-dlperf"):
         History.open(store_url)
     with store.engine.connect() as conn:  # nothing was written
         version = conn.execute(sa.text("SELECT value FROM dlperf_meta")).scalar()
@@ -160,10 +160,10 @@ def test_an_older_store_is_upgraded_in_place_keeping_its_runs(
         upgraded.append(1)
         conn.execute(sa.text("ALTER TABLE dlperf_runs ADD COLUMN ci_url TEXT"))
 
-    monkeypatch.setattr(history_mod, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(history_mod.MIGRATIONS, 1, add_a_column)
+    monkeypatch.setattr(history_mod, "SCHEMA_VERSION", history_mod.SCHEMA_VERSION + 1)
+    monkeypatch.setitem(history_mod.MIGRATIONS, history_mod.SCHEMA_VERSION - 1, add_a_column)
     store = History.open(store_url)
-    assert store.schema_version() == 2 and upgraded == [1]
+    assert store.schema_version() == history_mod.SCHEMA_VERSION and upgraded == [1]
     History.open(store_url)  # already there: not run again
     assert upgraded == [1]
     with store.engine.connect() as conn:
@@ -243,6 +243,15 @@ def test_two_runs_through_the_plugin_append_two_points(pytester: pytest.Pytester
     assert points[0].started_at < points[1].started_at
     memory = store.series(key["case_key"], key["fingerprint_id"], "peak_memory_bytes")
     assert len(memory) == 2 and all(v > 0 for p in memory for v in p.values)
+    if importlib.util.find_spec("matplotlib") is None:
+        return
+    # the page, built from this store (tests/test_htmlreport.py checks it in depth)
+    page = subprocess.run([sys.executable, "-m", "pytest_dlperf.report", "html", store_url,
+                           "-o", str(pytester.path / "page")], capture_output=True, text=True,
+                          cwd=REPO, timeout=300)
+    assert page.returncode == 0, page.stderr
+    index = (pytester.path / "page" / "index.html").read_text()
+    assert key["case_key"] in index and "2 runs, newest" in index
 
 
 STORE_GOES_AWAY = """
@@ -284,3 +293,23 @@ def test_a_run_the_store_cannot_take_is_kept_and_added_later(pytester: pytest.Py
     assert key["case_key"].endswith("test_h.py::test_one")
     (point,) = History.open(str(again)).series(key["case_key"], key["fingerprint_id"])
     assert len(point.values) == 2
+
+
+def test_a_schema_1_store_gets_the_baseline_action_column_and_keeps_its_runs(
+        store_url: str) -> None:
+    """The real migration 1 -> 2: a store as schema 1 made it (no baseline_action column, its
+    version 1) is upgraded when opened; its old runs accept no step, new ones say what they
+    did to the baseline."""
+    import sqlalchemy as sa
+
+    History.open(store_url).append(a_run(0), [a_case(100.0)])
+    engine = sa.create_engine(history_mod.engine_url(store_url))
+    with engine.begin() as conn:  # back to what schema 1 wrote
+        conn.execute(sa.text("ALTER TABLE dlperf_cases DROP COLUMN baseline_action"))
+        conn.execute(sa.text("UPDATE dlperf_meta SET value = '1' WHERE key = 'schema_version'"))
+    store = History.open(store_url)
+    assert store.schema_version() == 2
+    store.append(a_run(1), [{**a_case(90.0), "baseline_action": "recorded"}])
+    points = store.series("test_w.py::test_mlp[1n1d]", "cpu__torch__abc")
+    assert [(p.median, p.baseline_action, p.baseline_recorded) for p in points] == [
+        (101.25, None, False), (91.25, "recorded", True)]

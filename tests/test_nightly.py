@@ -1,7 +1,8 @@
 """scripts/nightly, as the nightly workflow runs it: two real nights on this machine. Night 1
 records the runner's baselines and passes; night 2 fails as a regression against a runner whose
 earlier nights were a hundred times faster (its stored launches scaled by baseline_files.scaled, as
-test_e2e does). The committed baselines play no part."""
+test_e2e does). Both nights go into the runner's history. The committed baselines play no
+part."""
 
 from __future__ import annotations
 
@@ -52,3 +53,22 @@ def test_night_one_records_then_a_slower_night_two_fails(tmp_path: Path) -> None
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "**Failed**" in summary and "First night" not in summary
     assert stored[0].read_text() == recorded  # a failing night never moves the baseline
+    # both nights are in the runner's history, kept beside its baselines
+    from pytest_dlperf.history import History
+
+    (db,) = (tmp_path / "runner-store").rglob("history.db")
+    # in the runner's own folder of the store, beside its baselines
+    assert db.parent.parent == tmp_path / "runner-store" and db.parent in stored[0].parents
+    history = History.open(str(db))
+    (key,) = history.keys()
+    assert key["runs"] == 2 and key["case_key"].endswith("[1n1d-fp32-eager]")
+    assert [p.baseline_action for p in history.series(key["case_key"], key["fingerprint_id"])
+            ] == ["recorded", None]
+    assert "history in " + str(db) in second.stderr
+    # the summary says what regressed first, and the history's page is in the artifact's folder
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert ("Regressed (1):\n\n- `perf_tests/test_resnet50_torch.py::test_resnet50_v15"
+            "[1n1d-fp32-eager]`: throughput") in summary
+    assert "The history's page is `report/index.html` in this job's artifact." in summary
+    assert "test_resnet50_v15[1n1d-fp32-eager]" in (tmp_path / "out" / "report" /
+                                                   "index.html").read_text()

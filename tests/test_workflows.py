@@ -196,3 +196,15 @@ def test_every_action_is_pinned(path: Path) -> None:
     assert uses, f"{path.name} uses no actions"
     unpinned = [ref for ref in uses if not PINNED_USES.match(ref)]
     assert not unpinned, f"unpinned actions in {path.name}: {unpinned}"
+
+
+def test_nightly_summary_links_the_uploaded_page(nightly: Workflow) -> None:
+    """The job summary links the artifact (results and the history's page): the summary step
+    runs after the upload and takes its URL through env, never interpolated into the script."""
+    steps = all_steps(nightly)
+    (upload,) = uses_steps(nightly, "actions/upload-artifact")
+    (summary,) = [s for s in run_steps(nightly) if "GITHUB_STEP_SUMMARY" in s["run"]]
+    assert steps.index(upload) < steps.index(summary)
+    assert summary["env"]["ARTIFACT_URL"] == f"${{{{ steps.{upload['id']}.outputs.artifact-url }}}}"
+    assert "${{" not in summary["run"] and "ARTIFACT_URL" in summary["run"]
+

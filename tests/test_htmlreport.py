@@ -1,0 +1,165 @@
+"""The history's HTML page (python -m pytest_dlperf.report html): built from a real store, opened
+in a real headless Chromium (Debian's chromium, driven by Playwright), which must show it with no
+console error and every figure drawn. Skipped, saying why, where Chromium or Playwright is
+missing (.ci/run installs both)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_dlperf.history import History
+
+pytest.importorskip("sqlalchemy")
+pytest.importorskip("matplotlib")
+REPO = Path(__file__).resolve().parents[1]
+RESNET = "perf_tests/test_resnet50_{fw}.py::test_resnet50_v15[{topo}-fp32-eager]"
+
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.skip("no Chromium on this machine (apt-get install chromium; .ci/run installs it)")
+
+
+def fingerprint(fw: str, nodes: int, devices: int) -> dict[str, object]:
+    return {"device_type": "cpu", "device_model": "AMD EPYC", "nodes": nodes,
+            "devices_per_node": devices, "framework": fw, "framework_version": "1.0",
+            "precision": "fp32", "model": "resnet50_v1.5", "batch_size": 2, "image_size": 64,
+            "protocol": "quick", "python": "3.11", "machine": "box",
+            "threads_per_worker": 2 // (nodes * devices) or 1}
+
+
+def seed(url: str, nights: int = 24, step_at: int = 18) -> History:
+    """Nights of two frameworks on 1n1d, 1n2d and 2n2d: torch's 1n1d case 8% slower from night
+    ``step_at`` on (its commit "bad..."), nothing else changing."""
+    rng = random.Random(4)
+    store = History.open(url)
+    speed = {"torch": 14.0, "tensorflow": 9.0}
+    scale = {(1, 1): 1.0, (1, 2): 1.7, (2, 2): 3.1}
+    start = dt.datetime(2026, 10, 1, 3, tzinfo=dt.timezone.utc)
+    for n in range(nights):
+        commit = ("bad" if n == step_at else f"{n:03x}") + "0" * 37
+        cases = []
+        for fw, base in speed.items():
+            for (nodes, devices), factor in scale.items():
+                topo = f"{nodes}n{devices}d"
+                level = base * factor * (0.92 if fw == "torch" and topo == "1n1d"
+                                         and n >= step_at else 1.0)
+                launches = [[level * (1 + rng.gauss(0, 0.01)) for _ in range(2)]
+                            for _ in range(3)]
+                fp = fingerprint(fw, nodes, devices)
+                from pytest_dlperf.topology import fingerprint_id
+
+                cases.append({"case_key": RESNET.format(fw=fw, topo=topo), "fingerprint": fp,
+                              "fingerprint_id": fingerprint_id(fp), "framework": fw,
+                              "model": "resnet50_v1.5", "unit": "images", "verdict": "pass",
+                              "baseline_action": "recorded" if n == 0 else None,
+                              "metrics": {"samples_per_s": launches}})
+        store.append({"started_at": start + dt.timedelta(days=n), "commit_id": commit,
+                      "branch": "main", "dirty": False, "host": "runner-1", "machine": "box",
+                      "plugin_version": "0", "protocol": {"name": "quick"}}, cases)
+    return store
+
+
+def build(url: str, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest_dlperf.report", "html", url, "-o",
+                           str(out), "--title", "nightly"], capture_output=True, text=True,
+                          cwd=REPO, timeout=300)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "history.db")
+    return str(request.getfixturevalue("postgres_url"))
+
+
+def test_the_page_has_every_case_its_step_and_the_scaling_and_framework_figures(
+        store_url: str, tmp_path: Path) -> None:
+    seed(store_url)
+    out = tmp_path / "page"
+    done = build(store_url, out)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"wrote {out / 'index.html'}"
+    page = (out / "index.html").read_text()
+    for fw in ("torch", "tensorflow"):
+        for topo in ("1n1d", "1n2d", "2n2d"):
+            assert RESNET.format(fw=fw, topo=topo) in page
+    # the one real step, with its commit, marked on its own trend and listed under it
+    assert len(re.findall(r"images/s dropped [78]\.\d% [^<]* at commit bad0000 \(run 19, night "
+                          r"of 2026-10-19\)", page)) == 2  # in "Needs a look" and under its trend
+    assert page.count("sits after a step for the worse") == 1
+    trends = sorted((out / "plots").glob("trend-*.svg"))
+    assert len(trends) == 6
+    marked = [p for p in trends if "at bad0000" in p.read_text()]
+    assert len(marked) == 1 and "torch" in marked[0].name and "1n1d" in marked[0].name
+    # scaling per model and framework, the framework comparison, DLPerf's table with speedups
+    assert sorted(p.name for p in (out / "plots").glob("scaling-*.svg")) == [
+        "scaling-resnet50-v1-5-tensorflow.svg", "scaling-resnet50-v1-5-torch.svg"]
+    assert [p.name for p in (out / "plots").glob("frameworks-*.svg")] == [
+        "frameworks-resnet50-v1-5.svg"]
+    assert re.search(r"<td>2n2d</td><td>fp32, batch 2</td><td>27\.\d\d \(3\.\d\dx\)</td>", page)
+    # self-contained: every reference is a file in the folder, nothing from the network
+    refs = re.findall(r'(?:src|href)="([^"#][^"]*)"', page)
+    assert refs and all((out / ref).is_file() for ref in refs)
+    # "Needs a look" links to the one case that sits after its step, which comes first
+    (anchor,) = re.findall(r'<h2>Needs a look</h2>\s*<ul><li><a href="#([^"]+)">', page)
+    assert f'id="{anchor}"' in page and "torch" in anchor and "1n1d" in anchor
+    assert page.index(f'id="{anchor}"') < page.index("test_resnet50_tensorflow.py::")
+    assert "http://" not in page and "https://" not in page
+
+
+def test_bad_stores_are_refused_by_name_and_nothing_is_created(tmp_path: Path) -> None:
+    missing = tmp_path / "nope" / "history.db"
+    done = build(str(missing), tmp_path / "page")
+    assert done.returncode == 2
+    assert f"error: {missing}: no such file; give the path or URL that --dlperf-history " \
+           "wrote to" in done.stderr
+    assert not missing.parent.exists() and not (tmp_path / "page").exists()
+    other = tmp_path / "other.db"
+    import sqlite3
+
+    sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.commit()
+    done = build(str(other), tmp_path / "page")
+    assert done.returncode == 2 and "holds no pytest-dlperf history" in done.stderr
+
+
+def test_headless_chromium_shows_the_page_with_no_console_error(tmp_path: Path) -> None:
+    browser_path = chromium()
+    sync_api = pytest.importorskip("playwright.sync_api")
+    url = str(tmp_path / "history.db")
+    seed(url)
+    out = tmp_path / "page"
+    assert build(url, out).returncode == 0
+    problems: list[str] = []
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=browser_path,
+                                    args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.on("requestfailed", lambda r: problems.append(f"failed: {r.url}"))
+        page.goto((out / "index.html").as_uri(), wait_until="load")
+        images = page.eval_on_selector_all(
+            "img", "imgs => imgs.map(i => [i.getAttribute('src'), i.complete, i.naturalWidth,"
+                   " i.getBoundingClientRect().height])")
+        title = page.title()
+        shot = tmp_path / "report.png"
+        page.screenshot(path=str(shot), full_page=True)
+        browser.close()
+    assert problems == []
+    assert title == "nightly"
+    assert len(images) == 6 + 2 + 1  # trends, scaling, frameworks
+    assert all(complete and width > 100 and height > 100
+               for _, complete, width, height in images), images
+    assert shot.stat().st_size > 50_000
