@@ -174,9 +174,9 @@ class Step:
         night of 2026-11-20; the run before: commit 9f8e7d6)"."""
         verb = "rose" if self.point.change > 0 else "dropped"
         label = self.unit if self.metric == "samples_per_s" else self.name
-        return (f"{label} {verb} {abs(self.point.change):.1%} "
-                f"({_figure(self.point.before, self.unit)} -> {_figure(self.point.after, self.unit)}"
-                f", p={self.point.pvalue:.2g}) at {_where(self.first)}; the run before: "
+        before, after = (_figure(v, self.unit) for v in (self.point.before, self.point.after))
+        return (f"{label} {verb} {abs(self.point.change):.1%} ({before} -> {after}, "
+                f"p={self.point.pvalue:.2g}) at {_where(self.first)}; the run before: "
                 f"{_commit(self.last_before)}")
 
     def to_json(self) -> dict[str, Any]:

@@ -52,7 +52,8 @@ class Series:
 
     @property
     def devices(self) -> int:
-        return int(self.fingerprint.get("nodes", 1)) * int(self.fingerprint.get("devices_per_node", 1))
+        fp = self.fingerprint
+        return int(fp.get("nodes", 1)) * int(fp.get("devices_per_node", 1))
 
     @property
     def topology(self) -> str:
@@ -134,12 +135,15 @@ def trend_plot(plt: Any, series: Series, path: Path) -> None:
     plt.close(fig)
 
 
-def scaling_groups(all_series: list[Series]) -> dict[tuple[str, str], dict[str, list[tuple[int, float]]]]:
+Line = list[tuple[int, float]]  # (devices, speedup), 1 device first
+
+
+def scaling_groups(all_series: list[Series]) -> dict[tuple[str, str], dict[str, Line]]:
     """(model, framework) -> a line per configuration: (devices, speedup) points, 1 first."""
     by_config: dict[tuple[Any, ...], list[Series]] = {}
     for s in all_series:
         by_config.setdefault((s.model, s.framework, s.key_without(_TOPOLOGY)), []).append(s)
-    out: dict[tuple[str, str], dict[str, list[tuple[int, float]]]] = {}
+    out: dict[tuple[str, str], dict[str, Line]] = {}
     for (model, framework, _), members in by_config.items():
         single = [s for s in members if s.devices == 1]
         if not single or len(members) < 2:
@@ -150,8 +154,8 @@ def scaling_groups(all_series: list[Series]) -> dict[tuple[str, str], dict[str, 
     return out
 
 
-def scaling_plot(plt: Any, model: str, framework: str,
-                 lines: dict[str, list[tuple[int, float]]], path: Path) -> None:
+def scaling_plot(plt: Any, model: str, framework: str, lines: dict[str, Line],
+                 path: Path) -> None:
     fig, ax = plt.subplots(figsize=(4.2, 3.2))
     most = max(d for line in lines.values() for d, _ in line)
     ax.plot([1, most], [1, most], "--", color="#7f8c8d", label="ideal")
