@@ -25,6 +25,11 @@ the one the plugin gives a single worker: every usable core.
   torchrun elastic agent -> ``pytest_dlperf.worker`` -> torch adapter -> meter. Its per-window
   samples/s come from the ``--dlperf-json`` results file.
 
+``--live-progress`` compares the plugin with itself instead: a run showing live progress (no
+``-q``: rank 0 appends every warm-up step and window to its progress file, pytest's thread follows
+it and prints a line per window) against a run under ``-q`` (no progress file at all), with the
+same alternation. Its ratio is what the live progress costs the timed windows.
+
 ``--framework tensorflow`` does the same for TensorFlow: the hand side is a plain ``tf.function``
 SGD step written here around the adapter's Keras ResNet-50 v1.5 (the workload definition; Keras
 ships only v1), waiting for each window's last loss; the plugin side is ``measure("tensorflow")``.
@@ -60,6 +65,7 @@ from typing import Any
 GOAL = 0.99
 NUM_CLASSES = 1000
 HAND, PLUGIN = "hand", "plugin"
+QUIET, LIVE = "quiet", "live"  # --live-progress: the plugin under -q, and showing progress
 
 
 # --------------------------------------------------------------------------- by hand (subprocess)
@@ -233,7 +239,8 @@ def test_case(throughput_meter):
 """
 
 
-def run_plugin(args: argparse.Namespace, work: Path, index: int) -> dict[str, Any]:
+def run_plugin(args: argparse.Namespace, work: Path, index: int,
+               live: bool = False) -> dict[str, Any]:
     test = work / "test_overhead.py"
     if args.model == "mlp":
         test.write_text(MLP_TEST_FILE.format(batch=args.batch_size, width=args.width))
@@ -241,14 +248,21 @@ def run_plugin(args: argparse.Namespace, work: Path, index: int) -> dict[str, An
         test.write_text(TEST_FILE.format(framework=args.framework, batch=args.batch_size,
                                          size=args.image_size))
     out_json = work / f"results-{index}.json"
-    cmd = [sys.executable, "-m", "pytest", str(test), "-q", "-p", "no:cacheprovider",
+    # -q turns the live progress off; without it (output to a pipe here) rank 0 writes every
+    # warm-up step and window to its progress file and pytest prints a line per window.
+    cmd = [sys.executable, "-m", "pytest", str(test), *([] if live else ["-q"]),
+           "-p", "no:cacheprovider",
            # A test naming only throughput_meter is one fp32 case; "not amp" guards against an
            # amp axis, should the fixture ever sweep it.
            "-k", "not amp", "--dlperf-device", "cpu", "--devices-per-node", "1",
            "--dlperf-warmup-steps", str(args.warmup), "--dlperf-steps", str(args.steps),
            "--dlperf-repeats", str(args.repeats), "--dlperf-json", str(out_json),
            "--dlperf-baselines", str(work / "b")]
-    run_checked(cmd, clean_env(args.threads), cwd=work)
+    output = run_checked(cmd, clean_env(args.threads), cwd=work)
+    shown = output.count(": window ")
+    if shown != (args.repeats if live else 0):
+        raise RuntimeError(f"expected {args.repeats if live else 0} live window lines, got "
+                           f"{shown}:\n{output[-2000:]}")
     benches = json.loads(out_json.read_text())["benchmarks"]
     if len(benches) != 1:
         raise RuntimeError(f"expected one case in {out_json}, got {len(benches)}")
@@ -289,19 +303,21 @@ class Side:
         return statistics.median(self.windows)
 
 
-def order(round_index: int) -> tuple[str, str]:
+def order(round_index: int, first: str = HAND, second: str = PLUGIN) -> tuple[str, str]:
     """hand, plugin | plugin, hand | hand, plugin ...: each side runs first every other round."""
-    return (HAND, PLUGIN) if round_index % 2 == 0 else (PLUGIN, HAND)
+    return (first, second) if round_index % 2 == 0 else (second, first)
 
 
 def run_rounds(args: argparse.Namespace) -> dict[str, Side]:
-    sides = {HAND: Side(HAND), PLUGIN: Side(PLUGIN)}
+    first, second = (QUIET, LIVE) if args.live_progress else (HAND, PLUGIN)
+    sides = {first: Side(first), second: Side(second)}
     with tempfile.TemporaryDirectory(prefix="dlperf-overhead-") as tmp:
         work = Path(tmp)
         for r in range(args.rounds):
-            for name in order(r):
+            for name in order(r, first, second):
                 started = time.perf_counter()
-                run = run_hand(args) if name == HAND else run_plugin(args, work, r)
+                run = (run_hand(args) if name == HAND
+                       else run_plugin(args, work, r, live=name == LIVE))
                 sides[name].add(run)
                 rates = ", ".join(f"{x:.2f}" for x in run["samples_per_s"])
                 took = time.perf_counter() - started
@@ -311,7 +327,7 @@ def run_rounds(args: argparse.Namespace) -> dict[str, Side]:
 
 
 def report(args: argparse.Namespace, sides: dict[str, Side]) -> None:
-    hand, plugin = sides[HAND], sides[PLUGIN]
+    hand, plugin = sides.values()
     print()
     print(f"command: {shlex.join([sys.executable, *sys.argv])}")
     print(f"machine: {cpu_model()}, {usable_cores()} usable cores; "
@@ -336,7 +352,7 @@ def report(args: argparse.Namespace, sides: dict[str, Side]) -> None:
     ratio = plugin.median / hand.median
     print()
     verdict = "PASS" if ratio >= GOAL else "BELOW"
-    print(f"ratio plugin/hand: {ratio:.4f} (goal >= {GOAL}): {verdict}")
+    print(f"ratio {plugin.name}/{hand.name}: {ratio:.4f} (goal >= {GOAL}): {verdict}")
     floor_s = meter_floor()
     step_s = args.batch_size / hand.median
     print(f"meter floor: {floor_s * 1e9:.0f} ns per step with a no-op step; against this "
@@ -376,6 +392,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="the MLP's input width (hidden: 4x; default 256)")
     parser.add_argument("--framework", choices=("torch", "tensorflow"), default="torch",
                         help="which framework both sides train (default torch)")
+    parser.add_argument("--live-progress", action="store_true",
+                        help="compare the plugin with live progress shown (a line per window, "
+                             "rank 0 writing its phases) against the plugin under -q (none), "
+                             "instead of the plugin against the hand loop")
     parser.add_argument("--hand-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=usable_cores(), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

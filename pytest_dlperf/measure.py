@@ -16,7 +16,7 @@ from . import decide, frameworks
 from . import flops as flops_mod
 from .baselines import (EFFICIENCY, MEMORY, THROUGHPUT, Baseline, BaselineError, Change, Metric,
                         Run)
-from .launch import Cluster, LaunchError
+from .launch import Cluster, LaunchError, Watch
 from .models import builtin
 from .batchsearch import BatchSearchError, Probe, Search, search
 from .protocol import Protocol, Result, aggregate, launch_size, split
@@ -156,7 +156,8 @@ class ThroughputMeter:
         verdict, efficiency, memory = judge(result)
         while more := decide.more_launches(verdict, efficiency, len(result.window_s), policy,
                                            memory):
-            result = result.extended(self._launches(spec, more)[0])
+            result = result.extended(
+                self._launches(spec, more, extra=len(result.windows_per_launch))[0])
             verdict, efficiency, memory = judge(result)
         callspec = getattr(self.node, "callspec", None)
         report = CaseReport(
@@ -242,26 +243,37 @@ class ThroughputMeter:
                         batch_size=sized.batch_size, sizes=dict(sized.sizes), recipe=recipe
                         ).with_(memory_limit=self.state.settings.memory_limit)
 
-    def _launches(self, spec: RankSpec, windows: list[int], *,
-                  at_the_edge: bool = False) -> tuple[Result, dict[str, Any]]:
+    def _launches(self, spec: RankSpec, windows: list[int], *, at_the_edge: bool = False,
+                  extra: int = 0) -> tuple[Result, dict[str, Any]]:
         """One launch of the case per entry of ``windows``, each timing that many windows.
         ``at_the_edge``: the batch is one a search found; running out of memory raises
-        ``_OutOfMemoryAtTheEdge`` (the caller steps down) instead of failing the case."""
+        ``_OutOfMemoryAtTheEdge`` (the caller steps down) instead of failing the case.
+        ``extra``: these launches come after that many, for an inconclusive verdict."""
         result: Result | None = None
         env: dict[str, Any] = {}
         for index, count in enumerate(windows):
             launched = replace(spec, protocol=replace(spec.protocol, repeats=count),
                                count_flops=spec.count_flops and index == 0)
-            one, env = self._run(self.cluster, launched, at_the_edge=at_the_edge)
+            label = (f"extra launch {index + 1}/{len(windows)} (inconclusive after {extra})"
+                     if extra else f"launch {index + 1}/{len(windows)}")
+            one, env = self._run(self.cluster, launched, at_the_edge=at_the_edge, label=label)
             result = one if result is None else result.extended(one)
         assert result is not None, "at least one launch"
         return result, env
 
-    def _run(self, cluster: Cluster, spec: RankSpec, *,
-             at_the_edge: bool = False) -> tuple[Result, dict[str, Any]]:
+    def _watch(self, label: str) -> Watch | None:
+        """Live progress of one launch (``progress.LiveLine``), labelled with this case; None
+        where nothing is shown (-q): the ranks then write no progress at all."""
+        live = self.state.live
+        if live is None or live.mode is None:
+            return None
+        return lambda path: live.watch(path, self.node.name, label)
+
+    def _run(self, cluster: Cluster, spec: RankSpec, *, at_the_edge: bool = False,
+             label: str = "launch") -> tuple[Result, dict[str, Any]]:
         started = time.perf_counter()
         try:
-            ranks = cluster.run(spec)
+            ranks = cluster.run(spec, self._watch(label))
         except LaunchError as exc:
             if at_the_edge and exc.kind == "out_of_memory":
                 raise _OutOfMemoryAtTheEdge(time.perf_counter() - started,
@@ -295,7 +307,7 @@ class ThroughputMeter:
             spec = replace(spec, protocol=probe_protocol)
             started = time.perf_counter()
             try:
-                self.cluster.run(spec)
+                self.cluster.run(spec, self._watch(f"batch-size probe {batch}"))
             except LaunchError as exc:
                 seconds = time.perf_counter() - started
                 if exc.kind != "out_of_memory":
@@ -421,7 +433,7 @@ class ThroughputMeter:
             return None
         single = replace(spec, optimizer=spec.optimizer.for_batch_ratio(
             1 / self.cluster.world_size))
-        return self._run(self.cluster.at(topology), single)[0].median
+        return self._run(self.cluster.at(topology), single, label="1n1d reference")[0].median
 
     def _accelerator_stack(self, topology: Topology, env: dict[str, Any]) -> str | None:
         if topology.device_type != "cuda":

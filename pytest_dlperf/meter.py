@@ -45,13 +45,16 @@ def measure(
     after_window: Callable[[int], None] | None = None,
     before_window: Callable[[int], None] | None = None,
     epoch: Callable[[], float] = time.time,
+    progress: Callable[[str, int, int, float | None], None] | None = None,
 ) -> Measurement:
     """Run the warm-up once, then ``protocol.repeats`` windows of ``protocol.steps`` steps.
 
     Each window starts and ends on a synchronized device, so queued work from the warm-up or the
     previous window is never counted in (or left out of) the next one. ``after_window`` runs
     outside the timed region (a loss check reads device memory and would itself synchronize),
-    and so does ``before_window`` (resetting peak-memory counters).
+    and so does ``before_window`` (resetting peak-memory counters). So does ``progress``
+    (phase, index from 1, total, a window's seconds or None): after each warm-up step, and
+    after each window once its clock has stopped.
     """
     started = clock()
     first_step_s = 0.0
@@ -60,6 +63,8 @@ def measure(
         if index == 0:
             synchronize()
             first_step_s = clock() - started
+        if progress is not None:
+            progress("warmup", index + 1, protocol.warmup_steps, None)
     synchronize()
     result = Measurement(warmup_s=clock() - started, timed_from=epoch(),
                          first_step_s=first_step_s)
@@ -74,4 +79,6 @@ def measure(
         if after_window is not None:
             after_window(index)
             synchronize()
+        if progress is not None:
+            progress("window", index + 1, protocol.repeats, result.windows[-1].elapsed_s)
     return result

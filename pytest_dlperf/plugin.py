@@ -17,6 +17,7 @@ from .baselines import BaselineStore
 from .jsonio import write_json_atomic
 from .launch import Cluster
 from .measure import DLPerfWarning, ThroughputMeter
+from .progress import LiveLine
 from .report import (change_lines, frameworks_side_by_side, pivot_rows, results_json, rows,
                      text_table)
 from .session import SessionState
@@ -51,6 +52,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     state.start(dict(os.environ))
     if not _under_xdist(session.config):
         state.open_history(settings_mod.source_of(session.config, "history"))
+        if state.is_reporter:
+            state.live = LiveLine(session.config)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -25,6 +25,7 @@ from .flops import FlopsCount
 from .history import History, HistoryError, Point, case_row, run_record, save_unsaved
 from .launch import Launcher, detect, get_launcher
 from .lifeline import claim, sweep
+from .progress import LiveLine
 from .report import CaseReport
 from .settings import Settings
 from .topology import Hardware, Topology, detect_hardware, make_topology
@@ -59,6 +60,7 @@ class SessionState:
     history: History | None = None  # --dlperf-history, opened by the reporting process
     history_line: str | None = None  # what became of this run in it, for the summary
     history_started_at: dt.datetime | None = None  # this run's date in the history
+    live: LiveLine | None = None  # live progress of the running case (reporting process)
     _commit: dict[str, Any] | None = None  # git's commit, branch and dirty flag, read once
     _started: SessionSetup | None = None
 

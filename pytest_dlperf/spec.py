@@ -87,6 +87,7 @@ class RankSpec:
     workers: list[str] | None = None  # TensorFlow: every rank's host:port, when known upfront
     count_flops: bool = False  # rank 0 counts the torch recipe's FLOPs per sample first
     memory_limit: int | None = None  # bytes per rank, enforced by the OS (--dlperf-memory-limit)
+    progress: str | None = None  # rank 0 appends its phases to this file (live progress)
 
     @property
     def compiled(self) -> bool:

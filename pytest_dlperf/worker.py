@@ -24,6 +24,7 @@ from .jsonio import write_json_atomic
 from .lifeline import die_with_parent, expected_parent
 from .memory import WindowMemory, apply_limit, is_out_of_memory
 from .meter import measure
+from .progress import RankProgress
 from .spec import RankSpec
 from .workload import WorkloadError, load_recipe
 
@@ -56,6 +57,10 @@ def run(spec: RankSpec | dict[str, Any], dist: DistEnv) -> dict[str, Any]:
         from .flops import count_in_rank
 
         flops = count_in_rank(spec)
+    live = (RankProgress(spec.progress, spec.batch_size * dist.world_size, spec.unit)
+            if spec.progress and dist.rank == 0 else None)
+    if live is not None:
+        live.event("started")
     trainer = build(spec, dist)
     losses: list[float] = []
     memory = WindowMemory(trainer, spec.device_type == "cuda", dist.local_rank)
@@ -68,14 +73,20 @@ def run(spec: RankSpec | dict[str, Any], dist: DistEnv) -> dict[str, Any]:
             raise Diverged(f"rank {dist.rank}: loss is {loss} after timed window {window}")
 
     try:
-        measurement = measure(protocol, trainer.step, trainer.synchronize, after_window=check_loss,
-                              before_window=lambda window: memory.before_window())
+        measurement = measure(
+            protocol, trainer.step, trainer.synchronize, after_window=check_loss,
+            before_window=lambda window: memory.before_window(),
+            progress=None if live is None else (
+                lambda phase, index, total, elapsed: live.event(phase, index, total, elapsed,
+                                                                protocol.steps)))
         local = local_step_s(trainer, protocol.steps) if dist.world_size > 1 else None
         # The rank's interpreter, which the fingerprint records (not pytest's: OneFlow's ranks
         # run under their own).
         environment = {"python": platform.python_version(), **trainer.environment()}
     finally:
         trainer.close()
+        if live is not None:
+            live.close()
     return {
         "rank": dist.rank,
         "node_rank": dist.node_rank,

@@ -8,12 +8,16 @@ already-launched jobs in their own modules), and returns every rank's JSON resul
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..spec import RankSpec
 from ..topology import Topology
+
+# Follows rank 0's progress file at the path for as long as the context lasts.
+Watch = Callable[[Path], AbstractContextManager[None]]
 
 
 @dataclass
@@ -150,18 +154,26 @@ class Cluster:
     def backend(self) -> str:
         return self.topology.backend
 
-    def run(self, spec: RankSpec) -> list[dict[str, Any]]:
-        """Run the worker on every rank; each run gets a fresh folder, removed afterwards."""
+    def run(self, spec: RankSpec, watch: Watch | None = None) -> list[dict[str, Any]]:
+        """Run the worker on every rank; each run gets a fresh folder, removed afterwards.
+        ``watch``: follows rank 0's progress file (``progress.LiveLine.watch``) while the
+        ranks run; not in external mode, where this process is a rank itself."""
+        import contextlib
         import shutil
         import tempfile
 
         self.work_root.mkdir(parents=True, exist_ok=True)
         run_dir = Path(tempfile.mkdtemp(prefix=f"{self.topology.id}-", dir=self.work_root))
         try:
+            live = watch is not None and self.launcher.name != "external"
+            progress = run_dir / "progress.jsonl"
             placed = spec.with_(threads=self.topology.threads_per_worker,
                                 device_type=self.topology.device_type,
-                                python=self.pythons.get(spec.framework))
-            return self.launcher.run(placed.to_json(), self.topology, run_dir, self.timeout_s)
+                                python=self.pythons.get(spec.framework),
+                                progress=str(progress) if live else None)
+            with (watch(progress) if live and watch is not None else contextlib.nullcontext()):
+                return self.launcher.run(placed.to_json(), self.topology, run_dir,
+                                         self.timeout_s)
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
 
