@@ -300,9 +300,12 @@ def read(path: Path) -> Baseline:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        # The parser ran out of text (mid-string or past the last character): cut off, most
-        # likely by a write that did not finish (which atomic writes prevent) or a bad copy.
-        truncated = bool(text.strip()) and (exc.pos >= len(text.rstrip())
+        # The parser ran out of text (mid-string, past the last character, or in a number cut
+        # inside its exponent, where it stops before the "e"): cut off, most likely by a write
+        # that did not finish (which atomic writes prevent) or a bad copy.
+        rest = text.rstrip()[exc.pos:]
+        cut_number = bool(rest) and set(rest) <= set("0123456789.eE+-")
+        truncated = bool(text.strip()) and (exc.pos >= len(text.rstrip()) or cut_number
                                             or exc.msg.startswith("Unterminated string"))
         problem = "truncated (it ends mid-document)" if truncated else "not valid JSON"
         raise BaselineError(f"baseline file {path}: {problem} ({exc}); fix it, delete it, or "
