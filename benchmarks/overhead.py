@@ -259,14 +259,14 @@ def run_plugin(args: argparse.Namespace, work: Path, index: int,
            "--dlperf-repeats", str(args.repeats), "--dlperf-json", str(out_json),
            "--dlperf-baselines", str(work / "b")]
     output = run_checked(cmd, clean_env(args.threads), cwd=work)
-    shown = output.count(": window ")
-    if shown != (args.repeats if live else 0):
-        raise RuntimeError(f"expected {args.repeats if live else 0} live window lines, got "
-                           f"{shown}:\n{output[-2000:]}")
     benches = json.loads(out_json.read_text())["benchmarks"]
     if len(benches) != 1:
         raise RuntimeError(f"expected one case in {out_json}, got {len(benches)}")
     info = benches[0]["extra_info"]
+    shown, windows = output.count(": window "), len(info["samples_per_s_repeats"])
+    if shown != (windows if live else 0):
+        raise RuntimeError(f"expected {windows if live else 0} live window lines, got "
+                           f"{shown}:\n{output[-2000:]}")
     if info["precision"] != "fp32" or info["topology"]["world_size"] != 1:
         raise RuntimeError(f"expected one fp32 process, got {info['precision']} on "
                            f"{info['topology']['id']}")
