@@ -53,7 +53,9 @@ def measure(
     previous window is never counted in (or left out of) the next one. ``after_window`` runs
     outside the timed region (a loss check reads device memory and would itself synchronize),
     and so does ``before_window`` (resetting peak-memory counters). So does ``progress``
-    (phase, index from 1, total, a window's seconds or None): after each warm-up step, and
+    (phase, index from 1, total, a window's seconds or None), and only where the device has
+    just been synchronized, so it never runs beside queued work (OneFlow's nn.Graph, CUDA):
+    after the first warm-up step (where compilation happens), at the end of the warm-up, and
     after each window once its clock has stopped.
     """
     started = clock()
@@ -63,9 +65,11 @@ def measure(
         if index == 0:
             synchronize()
             first_step_s = clock() - started
-        if progress is not None:
-            progress("warmup", index + 1, protocol.warmup_steps, None)
+            if progress is not None:
+                progress("warmup", 1, protocol.warmup_steps, None)
     synchronize()
+    if progress is not None and protocol.warmup_steps > 1:
+        progress("warmup", protocol.warmup_steps, protocol.warmup_steps, None)
     result = Measurement(warmup_s=clock() - started, timed_from=epoch(),
                          first_step_s=first_step_s)
     for index in range(protocol.repeats):

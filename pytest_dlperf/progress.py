@@ -2,10 +2,10 @@
 it and shows them.
 
 The rank side (``RankProgress``, standard library only) writes one JSON line per event: started
-(rendezvous and model build under way), each warm-up step, each timed window with its
-samples/s. Every write happens where the meter is not timing: between warm-up steps, and after a
-window's clock has stopped (``meter.measure``'s ``progress`` hook), so the windows carry no extra
-work (``benchmarks/overhead.py`` measures it).
+(rendezvous and model build under way), the first warm-up step and the warm-up's end, each timed
+window with its samples/s. Every write happens where the meter is not timing and the device has
+just been synchronized (``meter.measure``'s ``progress`` hook), so the windows carry no extra
+work and no write runs beside queued asynchronous work (``benchmarks/overhead.py`` measures it).
 
 The pytest side (``LiveLine``) follows the file from a thread of the pytest process while the
 launch runs (the ranks are other processes), and shows:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
-import socket
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -252,7 +251,7 @@ class SessionState:
                 # idle ones, and the write at the end opens its own.
                 self.history.close()
             points.append(Point(None, run["started_at"], run["commit_id"], run["branch"],
-                                socket.gethostname(), report.verdict.outcome, metric.launches,
+                                run["host"], report.verdict.outcome, metric.launches,
                                 report.baseline_action))
             if name == THROUGHPUT:
                 runs = len(points)

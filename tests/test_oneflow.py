@@ -15,6 +15,20 @@ import pytest
 from snippets import run_snippet
 
 
+def run_graph_case(pytester: pytest.Pytester, *args: str, timeout: float) -> pytest.RunResult:
+    """A pytest run with OneFlow nn.Graph cases, once more if a rank died of OneFlow 0.9.0's own
+    intermittent SIGSEGV in a graph's finish callback (README "OneFlow"; about 1 run in 10 of
+    these cases here, 2026-11-24): that crash is the framework's, not what these tests check.
+    Any other failure, and a second crash, stand."""
+    result = pytester.runpytest_subprocess(*args, timeout=timeout)
+    if result.ret != 0 and "ended (killed by SIGSEGV) without a result" in result.stdout.str():
+        import warnings
+
+        warnings.warn("OneFlow's nn.Graph SIGSEGV (third-party, README 'OneFlow'): ran again")
+        result = pytester.runpytest_subprocess(*args, timeout=timeout)
+    return result
+
+
 
 SPEC = """
 from pytest_dlperf.models import RESNET50
@@ -95,8 +109,8 @@ def test_cases_run_under_their_own_interpreter_and_skip_without_one(
     # Configured: two local nodes (one host address: OneFlow must see host-wide local ranks)
     # training an nn.Graph data-parallel under Python 3.10, beside torchrun's own store
     # (OneFlow's control plane on the launcher's spare port); AMP skips on CPU.
-    result = pytester.runpytest_subprocess(
-        *common, "--dlperf-python", f"oneflow={oneflow_python}", "--dlperf-compilers",
+    result = run_graph_case(
+        pytester, *common, "--dlperf-python", f"oneflow={oneflow_python}", "--dlperf-compilers",
         "compiled", "-k", "2n1d", "--dlperf-json", "r.json", timeout=400)
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*oneflow has no AMP on cpu*"])
@@ -138,10 +152,11 @@ def test_mlp(cluster, compiler, throughput_meter):
 def test_an_own_model_trains_eager_and_as_a_graph_on_two_ranks(
         pytester: pytest.Pytester, oneflow_python: str) -> None:
     pytester.makepyfile(test_own=OWN_MODEL)
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--devices-per-node", "2",
-        "--dlperf-python", f"oneflow={oneflow_python}", "--dlperf-compilers", "eager,compiled",
-        "-k", "1n2d", "--dlperf-json", "r.json", "--dlperf-unstable-cv", "10", timeout=400)
+    result = run_graph_case(
+        pytester, "-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--devices-per-node",
+        "2", "--dlperf-python", f"oneflow={oneflow_python}", "--dlperf-compilers",
+        "eager,compiled", "-k", "1n2d", "--dlperf-json", "r.json", "--dlperf-unstable-cv", "10",
+        timeout=400)
     result.assert_outcomes(passed=2)
     benches = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
     assert sorted(b["name"] for b in benches) == ["test_mlp[1n2d-compiled]", "test_mlp[1n2d-eager]"]
