@@ -240,16 +240,18 @@ class SessionState:
         run = run_record(self.settings.machine, {}, self.commit, self.history_started_at)
         key, found, runs = fingerprint_id(report.fingerprint), [], 0
         first_blocking = None
-        for name, metric in report_metrics(report).items():
-            try:
-                points = self.history.series(report.case, key, name)
-            except HistoryError as exc:
-                return (f"pytest-dlperf: could not read {report.case}'s history, so its change "
-                        f"points were not checked: {exc}")
-            finally:
-                # No connection held through the next case's training: a server may drop
-                # idle ones, and the write at the end opens its own.
-                self.history.close()
+        metrics = report_metrics(report)
+        try:
+            series = {name: self.history.series(report.case, key, name) for name in metrics}
+        except HistoryError as exc:
+            return (f"pytest-dlperf: could not read {report.case}'s history, so its change "
+                    f"points were not checked: {exc}")
+        finally:
+            # No connection held through the next case's training: a server may drop idle
+            # ones, and the write at the end opens its own.
+            self.history.close()
+        for name, metric in metrics.items():
+            points = series[name]
             points.append(Point(None, run["started_at"], run["commit_id"], run["branch"],
                                 run["host"], report.verdict.outcome, metric.launches,
                                 report.baseline_action))
