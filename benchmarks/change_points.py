@@ -53,8 +53,8 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_dlperf.changepoints import MIN_CHANGE, blocking, steps  # noqa: E402
-from pytest_dlperf.history import Point  # noqa: E402
+from pytest_dlperf.verdict.changepoints import MIN_CHANGE, blocking, steps  # noqa: E402
+from pytest_dlperf.store.history import Point  # noqa: E402
 
 WITHIN = (1, 3, 7)
 NEAR = 2  # nights between the true step and the one named, to count as found

@@ -11,7 +11,7 @@ Method.
 
 1. *Collect* (real training, real launches): ``--launches`` separate Python processes, one
    after another, each building the plugin's own torch trainer (ResNet-50 v1.5 in its CPU
-   profile, fp32, SGD) through ``pytest_dlperf.worker.build`` with the thread count a 1n1d case
+   profile, fp32, SGD) through ``pytest_dlperf.rank.worker.build`` with the thread count a 1n1d case
    gets (every core). Each process warms up, times 10 single steps to calibrate its own step
    time, and times ``--windows`` windows of ``--steps`` steps through the plugin's meter. Each
    launch is assigned one slowdown level (in a random order, so the machine's drift over the
@@ -49,9 +49,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_dlperf.decide import Policy, verdicts  # noqa: E402
-from pytest_dlperf.baselines import THROUGHPUT, Baseline, Metric  # noqa: E402
-from pytest_dlperf.stats import REGRESSION, coefficient_of_variation  # noqa: E402
+from pytest_dlperf.verdict.decide import Policy, verdicts  # noqa: E402
+from pytest_dlperf.store.baselines import THROUGHPUT, Baseline, Metric  # noqa: E402
+from pytest_dlperf.verdict.stats import REGRESSION, coefficient_of_variation  # noqa: E402
 
 GOAL_DETECTION, GOAL_FALSE_ALARMS = 0.95, 0.01
 
@@ -59,11 +59,11 @@ GOAL_DETECTION, GOAL_FALSE_ALARMS = 0.95, 0.01
 def one_launch(args: argparse.Namespace) -> dict[str, Any]:
     """One launch: what a rank of a 1n1d case does, with ``args.level`` percent injected."""
     from pytest_dlperf.frameworks import DistEnv
-    from pytest_dlperf.meter import measure
+    from pytest_dlperf.rank.timing import measure
     from pytest_dlperf.models import RESNET50
-    from pytest_dlperf.protocol import Protocol
-    from pytest_dlperf.spec import spec_for
-    from pytest_dlperf.worker import build
+    from pytest_dlperf.core.protocol import Protocol
+    from pytest_dlperf.core.spec import spec_for
+    from pytest_dlperf.rank.worker import build
 
     started = time.perf_counter()
     spec = spec_for("torch", RESNET50, protocol=Protocol(args.warmup, 1, 1), device_type="cpu")

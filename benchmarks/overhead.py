@@ -22,7 +22,7 @@ the one the plugin gives a single worker: every usable core.
   ``time.perf_counter``.
 - *Through the plugin*: ``pytest`` in a subprocess on a generated one-line test that calls
   ``throughput_meter.measure("torch", ...)``. That is the whole path a user gets: plugin ->
-  torchrun elastic agent -> ``pytest_dlperf.worker`` -> torch adapter -> meter. Its per-window
+  torchrun elastic agent -> ``pytest_dlperf.rank.worker`` -> torch adapter -> meter. Its per-window
   samples/s come from the ``--dlperf-json`` results file.
 
 ``--live-progress`` compares the plugin with itself instead: a run showing live progress (no
@@ -160,7 +160,7 @@ def hand_worker_tensorflow(args: argparse.Namespace) -> int:
             loss = step()
         loss.numpy()  # wait for the window's last step, as the meter does
         rates.append(args.batch_size * args.steps / (time.perf_counter() - begin))
-    assert "pytest_dlperf.meter" not in sys.modules and "pytest_dlperf.worker" not in sys.modules
+    assert "pytest_dlperf.rank.timing" not in sys.modules and "pytest_dlperf.rank.worker" not in sys.modules
     print(json.dumps({"samples_per_s": rates, "threads": args.threads,
                       "torch": f"tensorflow {tf.__version__}", "last_loss": float(loss)}))
     return 0
@@ -366,8 +366,8 @@ def meter_floor(steps: int = 200_000, repeats: int = 5) -> float:
     """Seconds the meter itself adds per step: its timed loop around a step that does nothing.
     Imported only here, so the hand-worker side never touches the plugin."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from pytest_dlperf.meter import measure
-    from pytest_dlperf.protocol import Protocol
+    from pytest_dlperf.rank.timing import measure
+    from pytest_dlperf.core.protocol import Protocol
 
     result = measure(Protocol(0, steps, repeats), lambda: None, lambda: None)
     return statistics.median(w.elapsed_s for w in result.windows) / steps

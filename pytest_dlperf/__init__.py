@@ -6,7 +6,7 @@ The public API for your own models is the workload (``Workload``, ``Parts``, ``B
 training ranks, possibly under another Python, and must not pull in pytest.
 """
 
-from .workload import SGD, AdamW, BuildContext, Parts, Workload, WorkloadError
+from .core.workload import SGD, AdamW, BuildContext, Parts, Workload, WorkloadError
 
 __all__ = ["SGD", "AdamW", "BuildContext", "Parts", "Workload", "WorkloadError"]
 __version__ = "0.1.0"

@@ -29,7 +29,7 @@ import json, sys
 import numpy as np
 import torch
 from pytest_dlperf.models.bert import BertShape, torch_model
-from pytest_dlperf.workload import BuildContext
+from pytest_dlperf.core.workload import BuildContext
 shape = BertShape(**json.loads(sys.argv[2]))
 batch, seq, predictions = 3, 16, 4
 torch.manual_seed(0)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_dlperf import topology
+from pytest_dlperf.core import topology
 
 from snippets import oneflow_interpreter
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_dlperf.workload import BuildContext, Parts
+from pytest_dlperf.core.workload import BuildContext, Parts
 
 IN, OUT, BATCH = 8, 4, 4
 # "big": gradients far above any clip bound; "zero": a loss with no gradient (only decay acts).

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_dlperf.baselines import (EFFICIENCY, LOCK_NAME, SCHEMA_VERSION, THROUGHPUT, Baseline,
+from pytest_dlperf.store.baselines import (EFFICIENCY, LOCK_NAME, SCHEMA_VERSION, THROUGHPUT, Baseline,
                                      BaselineError, BaselineStore, Metric, Run, parse,
                                      without_machine)
 
@@ -263,7 +263,7 @@ def test_update_reports_the_old_and_new_figures(tmp_path: Path) -> None:
 def test_a_lock_held_elsewhere_is_waited_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from filelock import FileLock
 
-    from pytest_dlperf import baselines
+    from pytest_dlperf.store import baselines
 
     monkeypatch.setattr(baselines, "LOCK_TIMEOUT_S", 0.2)
     store = BaselineStore(tmp_path)
@@ -284,7 +284,7 @@ UPDATER = textwrap.dedent("""
     from pathlib import Path
     sys.path.insert(0, sys.argv[3])
     from test_baselines import CASE, FP, _baseline
-    from pytest_dlperf.baselines import BaselineStore
+    from pytest_dlperf.store.baselines import BaselineStore
 
     root, who = Path(sys.argv[1]), int(sys.argv[2])
     store = BaselineStore(root)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_dlperf.batchsearch import BatchSearchError, Probe, search
+from pytest_dlperf.core.batchsearch import BatchSearchError, Probe, search
 
 
 def memory(limit: int, calls: list[int]):  # noqa: ANN201 - a probe

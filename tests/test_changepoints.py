@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_dlperf.changepoints import ChangePoint, blocking, detect, steps
-from pytest_dlperf.history import History, Point
+from pytest_dlperf.verdict.changepoints import ChangePoint, blocking, detect, steps
+from pytest_dlperf.store.history import History, Point
 
 from test_history import MLP, RUN, needs_torch
 

@@ -314,7 +314,7 @@ def _workers_of(path: Path) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
-        if "pytest_dlperf.worker" in cmdline and str(path) in cmdline:
+        if "pytest_dlperf.rank.worker" in cmdline and str(path) in cmdline:
             found.append(proc)
     return found
 

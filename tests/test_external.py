@@ -49,8 +49,8 @@ def expected_fingerprint() -> dict[str, object]:
 
     import torch
 
-    from pytest_dlperf.settings import default_machine
-    from pytest_dlperf.topology import detect_hardware, fingerprint, make_topology
+    from pytest_dlperf.plugin.settings import default_machine
+    from pytest_dlperf.core.topology import detect_hardware, fingerprint, make_topology
 
     topology = make_topology(detect_hardware(), 2, 1, "cpu", all_nodes_here=False)
     return fingerprint(topology, framework="torch", framework_version=torch.__version__,
@@ -63,7 +63,7 @@ def expected_fingerprint() -> dict[str, object]:
 @pytest.mark.usefixtures("subprocess_env")
 def test_rank_zero_judges_and_reports_and_the_other_rank_mirrors_it(
         pytester: pytest.Pytester) -> None:
-    from pytest_dlperf.baselines import Baseline, BaselineStore, Metric
+    from pytest_dlperf.store.baselines import Baseline, BaselineStore, Metric
 
     pytester.makepyfile(test_s=TEST)
     # Rank 0 alone owns the baselines; one 1000x faster than any real figure here. External mode

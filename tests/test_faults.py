@@ -18,9 +18,9 @@ import pytest
 
 from pytest_dlperf.launch import LaunchError, local, processes
 from pytest_dlperf.models import RESNET50
-from pytest_dlperf.protocol import Protocol
-from pytest_dlperf.spec import spec_for
-from pytest_dlperf.topology import Topology
+from pytest_dlperf.core.protocol import Protocol
+from pytest_dlperf.core.spec import spec_for
+from pytest_dlperf.core.topology import Topology
 
 pytest.importorskip("torchvision")
 
@@ -29,13 +29,13 @@ def workers_under(path: Path) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline", "status"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
-        if "pytest_dlperf.worker" in cmdline and str(path) in cmdline:
+        if "pytest_dlperf.rank.worker" in cmdline and str(path) in cmdline:
             found.append(proc)
     return found
 
 
 def no_case_processes_left() -> bool:
-    return not any("pytest_dlperf.worker" in " ".join(p.info["cmdline"] or [])
+    return not any("pytest_dlperf.rank.worker" in " ".join(p.info["cmdline"] or [])
                    for p in psutil.process_iter(["cmdline"]))
 
 

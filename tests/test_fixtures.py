@@ -173,7 +173,7 @@ def test_a_model_the_framework_lacks_fails_before_launch_naming_its_models(
 
 
 def test_real_detection_on_this_host_reports_cpu_without_nvml() -> None:
-    from pytest_dlperf.topology import detect_hardware
+    from pytest_dlperf.core.topology import detect_hardware
 
     hardware = detect_hardware()  # the real sources: pynvml raises without a driver here
     assert hardware.cpu_count >= 1 and hardware.cpu_model

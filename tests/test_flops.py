@@ -8,11 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_dlperf import flops
+from pytest_dlperf.core import units
+from pytest_dlperf.plugin import flops as pytest_flops
+from pytest_dlperf.rank import flops
+from pytest_dlperf.verdict import mfu
 from pytest_dlperf.models import BERT_BASE, RESNET50
 from pytest_dlperf.models.bert import BERT_BASE as SHAPE
-from pytest_dlperf.protocol import QUICK
-from pytest_dlperf.spec import spec_for
+from pytest_dlperf.core.protocol import QUICK
+from pytest_dlperf.core.spec import spec_for
 
 pytest.importorskip("torch")
 
@@ -20,7 +23,7 @@ pytest.importorskip("torch")
 def test_resnet50_v15_at_224_is_about_24_5_gflop_an_image(tmp_path: Path) -> None:
     spec = spec_for("torch", RESNET50, protocol=QUICK, device_type="cuda", batch_size=4)
     assert spec.sizes["image_size"] == 224
-    count = flops.count_in_subprocess(spec, tmp_path)
+    count = pytest_flops.count_in_subprocess(spec, tmp_path)
     assert count.source == "FlopCounterMode (meta)" and count.problem is None
     # 4.09 G multiply-adds forward (He et al.; v1.5's stride moved to the 3x3 conv adds ~0.1 G),
     # 2 FLOPs each, backward twice the forward (the first conv needs no input gradient).
@@ -40,7 +43,7 @@ def test_bert_base_pretraining_flops_match_the_arithmetic(tmp_path: Path) -> Non
     heads = (2 * h * h + 2 * h * 2  # pooler on [CLS], next-sentence classifier
              + 2 * m * h * h + 2 * m * h * vocab)  # MLM transform and decoder, masked positions
     forward = layers * per_layer + heads
-    count = flops.count_in_subprocess(spec, tmp_path)
+    count = pytest_flops.count_in_subprocess(spec, tmp_path)
     # transformers reads the attention mask's values (all ones: attention may skip it), which
     # the meta device has none of: counted on the CPU at batch 1 instead, and said so.
     assert count.source == "FlopCounterMode (cpu, batch 1)"
@@ -63,25 +66,25 @@ def test_bert_base_pretraining_flops_match_the_arithmetic(tmp_path: Path) -> Non
 ])
 def test_peaks_are_found_by_nvml_name(name: str | None, precision: str,
                                       peak: float | None) -> None:
-    found = flops.peak_for(name, precision)
+    found = mfu.peak_for(name, precision)
     assert (found.flops_per_s if found else None) == peak
 
 
 def test_the_users_peak_wins_and_tf32_counts_where_the_framework_allows_it() -> None:
-    override = flops.peak_for("NVIDIA H100 80GB HBM3", "bf16", override=2e15)
+    override = mfu.peak_for("NVIDIA H100 80GB HBM3", "bf16", override=2e15)
     assert override is not None and override.flops_per_s == 2e15
-    assert flops.math_precision("float32", {"tf32": True}) == "tf32"
-    assert flops.math_precision("float32", {"tf32": False}) == "fp32"
-    assert flops.math_precision("bfloat16", {"tf32": True}) == "bf16"
+    assert mfu.math_precision("float32", {"tf32": True}) == "tf32"
+    assert mfu.math_precision("float32", {"tf32": False}) == "fp32"
+    assert mfu.math_precision("bfloat16", {"tf32": True}) == "bf16"
 
 
 @pytest.mark.parametrize(("text", "value"), [("989.4T", 989.4e12), ("1P", 1e15),
                                              ("5e11", 5e11), ("250g", 250e9)])
 def test_flops_figures_parse_with_suffixes(text: str, value: float) -> None:
-    assert flops.parse_flops(text) == pytest.approx(value)
+    assert units.parse_flops(text) == pytest.approx(value)
 
 
 @pytest.mark.parametrize("text", ["fast", "-1T", "0"])
 def test_bad_flops_figures_say_what_is_expected(text: str) -> None:
     with pytest.raises(ValueError, match="FLOP/s"):
-        flops.parse_flops(text)
+        units.parse_flops(text)

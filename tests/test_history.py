@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_dlperf import history as history_mod
-from pytest_dlperf.history import History, HistoryError
+from pytest_dlperf.store import history as history_mod
+from pytest_dlperf.store.history import History, HistoryError
 
 pytest.importorskip("sqlalchemy")
 REPO = Path(__file__).resolve().parents[1]
@@ -63,7 +63,7 @@ def test_a_run_reads_back_with_every_window_by_launch(store_url: str) -> None:
 
 WRITER = """
 import datetime as dt, sys
-from pytest_dlperf.history import History
+from pytest_dlperf.store.history import History
 store = History.open(sys.argv[1])
 start = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
 for i in range(int(sys.argv[3])):
@@ -246,7 +246,7 @@ def test_two_runs_through_the_plugin_append_two_points(pytester: pytest.Pytester
     if importlib.util.find_spec("matplotlib") is None:
         return
     # the page, built from this store (tests/test_htmlreport.py checks it in depth)
-    page = subprocess.run([sys.executable, "-m", "pytest_dlperf.report", "html", store_url,
+    page = subprocess.run([sys.executable, "-m", "pytest_dlperf", "html", store_url,
                            "-o", str(pytester.path / "page")], capture_output=True, text=True,
                           cwd=REPO, timeout=300)
     assert page.returncode == 0, page.stderr
@@ -281,11 +281,11 @@ def test_a_run_the_store_cannot_take_is_kept_and_added_later(pytester: pytest.Py
     result.stdout.fnmatch_lines(["pytest-dlperf: history: could not append this run to the "
                                  "history: *history.db: unable to open database file. Its 1 "
                                  "case(s) are kept in *dlperf-history-unsaved-*.json: "
-                                 "`python -m pytest_dlperf.history add * URL` appends them once "
+                                 "`python -m pytest_dlperf history add * URL` appends them once "
                                  "the store is back"])
     (kept,) = pytester.path.glob("dlperf-history-unsaved-*.json")
     again = tmp_path / "back" / "history.db"
-    added = subprocess.run([sys.executable, "-m", "pytest_dlperf.history", "add", str(kept),
+    added = subprocess.run([sys.executable, "-m", "pytest_dlperf", "history", "add", str(kept),
                             str(again)], capture_output=True, text=True, cwd=REPO)
     assert added.returncode == 0, added.stderr
     assert "appended run 1 (1 case(s))" in added.stdout

@@ -1,4 +1,4 @@
-"""The history's HTML page (python -m pytest_dlperf.report html): built from a real store, opened
+"""The history's HTML page (python -m pytest_dlperf html): built from a real store, opened
 in a real headless Chromium (Debian's chromium, driven by Playwright), which must show it with no
 console error and every figure drawn. Skipped, saying why, where Chromium or Playwright is
 missing (.ci/run installs both)."""
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_dlperf.history import History
+from pytest_dlperf.store.history import History
 
 pytest.importorskip("sqlalchemy")
 pytest.importorskip("matplotlib")
@@ -58,7 +58,7 @@ def seed(url: str, nights: int = 24, step_at: int = 18) -> History:
                 launches = [[level * (1 + rng.gauss(0, 0.01)) for _ in range(2)]
                             for _ in range(3)]
                 fp = fingerprint(fw, nodes, devices)
-                from pytest_dlperf.topology import fingerprint_id
+                from pytest_dlperf.core.topology import fingerprint_id
 
                 cases.append({"case_key": RESNET.format(fw=fw, topo=topo), "fingerprint": fp,
                               "fingerprint_id": fingerprint_id(fp), "framework": fw,
@@ -72,7 +72,7 @@ def seed(url: str, nights: int = 24, step_at: int = 18) -> History:
 
 
 def build(url: str, out: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pytest_dlperf.report", "html", url, "-o",
+    return subprocess.run([sys.executable, "-m", "pytest_dlperf", "html", url, "-o",
                            str(out), "--title", "nightly"], capture_output=True, text=True,
                           cwd=REPO, timeout=300)
 

@@ -16,7 +16,7 @@ import psutil
 import pytest
 import torch  # noqa: F401  (imported before pytester runs, as the suite's hygiene asks)
 
-from pytest_dlperf import lifeline
+from pytest_dlperf.core import lifeline
 from pytest_dlperf.launch import netns, processes
 
 # How often each kill is tried (each attempt a fresh pytest, ~9 s): a race shows as a rare
@@ -142,7 +142,7 @@ def kill_during(root: Path, args: list[str], marks: list[str],
             time.sleep(0.1)
         time.sleep(0.5)  # well inside the phase
         case = case_processes(proc)
-        workers = [p for p in case if "pytest_dlperf.worker" in " ".join(p.cmdline())]
+        workers = [p for p in case if "pytest_dlperf.rank.worker" in " ".join(p.cmdline())]
         commands = "\n".join(" ".join(p.cmdline()) for p in case)
         assert len(workers) >= ranks, [" ".join(p.cmdline()) for p in case]
         # local mode's scratch is in TMPDIR; Slurm's under the rootdir, which every node sees

@@ -13,9 +13,9 @@ import psutil
 import pytest
 
 from pytest_dlperf.launch import LaunchError, local, netns
-from pytest_dlperf.protocol import Protocol
-from pytest_dlperf.spec import OptimizerSpec, RankSpec
-from pytest_dlperf.topology import Topology
+from pytest_dlperf.core.protocol import Protocol
+from pytest_dlperf.core.spec import OptimizerSpec, RankSpec
+from pytest_dlperf.core.topology import Topology
 
 pytest.importorskip("torch")
 

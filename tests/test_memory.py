@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_dlperf import memory
+from pytest_dlperf.core import cgroup, units
+from pytest_dlperf.rank import memory
 
 MiB = 2 ** 20
 REPO = Path(__file__).resolve().parents[1]
@@ -57,18 +58,18 @@ def test_frameworks_out_of_memory_errors_are_recognised() -> None:
                                             ("2GiB", 2 << 30), ("1.5g", 3 << 29),
                                             ("104857600", 100 * MiB)])
 def test_sizes_parse_in_binary_units(text: str, size: int) -> None:
-    assert memory.parse_size(text) == size
+    assert units.parse_size(text) == size
 
 
 @pytest.mark.parametrize("text", ["lots", "", "12X", "100K"])
 def test_bad_sizes_say_what_is_expected(text: str) -> None:
     with pytest.raises(ValueError, match="2G|1 MiB"):
-        memory.parse_size(text)
+        units.parse_size(text)
 
 
 ALLOCATE = """
 import json, sys
-from pytest_dlperf.memory import apply_limit
+from pytest_dlperf.core.cgroup import apply_limit
 applied = apply_limit(int(sys.argv[1]), sys.argv[2], 0, batch_size=7)
 print(json.dumps(applied), flush=True)
 try:
@@ -88,22 +89,22 @@ def test_a_rank_over_its_limit_is_stopped_by_the_os_and_the_kill_is_told_apart(
     done = subprocess.run([sys.executable, "-c", ALLOCATE, str(200 * MiB), str(out),
                            str(600 * MiB)], capture_output=True, text=True, env=env, timeout=60)
     applied = json.loads(done.stdout.splitlines()[0])
-    assert json.loads(Path(memory.limit_file(str(out), 0)).read_text()) == applied
+    assert json.loads(Path(cgroup.limit_file(str(out), 0)).read_text()) == applied
     assert applied["limit_bytes"] == 200 * MiB and applied["batch_size"] == 7
     assert "allocated" not in done.stdout
     if applied["mechanism"].startswith("cgroup"):
         assert done.returncode == -9  # the cgroup's OOM killer
-        assert memory.oom_kills(applied) >= 1
+        assert cgroup.oom_kills(applied) >= 1
         memory.release(applied)
         assert not Path(applied["path"]).exists()
     else:  # an address-space limit: the allocation itself fails
         assert (applied["mechanism"], done.returncode) == ("rlimit-as", 3)
-        assert memory.oom_kills(applied) == 0
+        assert cgroup.oom_kills(applied) == 0
 
     # Within the limit, nothing is killed.
     within = subprocess.run([sys.executable, "-c", ALLOCATE, str(400 * MiB), str(out),
                              str(100 * MiB)], capture_output=True, text=True, env=env, timeout=60)
     assert within.returncode == 0 and "allocated" in within.stdout
     applied = json.loads(within.stdout.splitlines()[0])
-    assert memory.oom_kills(applied) == 0
+    assert cgroup.oom_kills(applied) == 0
     memory.release(applied)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_dlperf import memory
-from pytest_dlperf.measure import PROBE_STEPS
+from pytest_dlperf.core import cgroup
+from pytest_dlperf.plugin.launches import PROBE_STEPS
 
 torch = pytest.importorskip("torch")  # at import: see test_own_model.py
 
@@ -103,7 +103,7 @@ SHORT = ("-p", "no:cacheprovider", "--dlperf-warmup-steps", "2", "--dlperf-steps
 
 def limit_cgroups() -> set[Path]:
     """The rank cgroups --dlperf-memory-limit made under this process's own (ranks start in it)."""
-    return {child for _, own in memory.own_cgroups()
+    return {child for _, own in cgroup.own_cgroups()
             for child in Path(own).glob("pytest-dlperf-*")}
 
 

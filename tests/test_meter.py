@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from pytest_dlperf.meter import measure
-from pytest_dlperf.protocol import Protocol, throughput
+from pytest_dlperf.rank.timing import measure
+from pytest_dlperf.core.protocol import Protocol, throughput
 
 
 class FakeClock:
@@ -113,9 +113,9 @@ def test_real_torch_window_agrees_with_an_outside_wall_clock() -> None:
     pytest.importorskip("torchvision")
     from pytest_dlperf.frameworks import DistEnv
     from pytest_dlperf.models import RESNET50
-    from pytest_dlperf.protocol import QUICK
-    from pytest_dlperf.spec import spec_for
-    from pytest_dlperf.worker import build
+    from pytest_dlperf.core.protocol import QUICK
+    from pytest_dlperf.core.spec import spec_for
+    from pytest_dlperf.rank.worker import build
 
     trainer = build(spec_for("torch", RESNET50, protocol=QUICK, device_type="cpu"),
                     DistEnv(0, 1, 0, 1, 0))

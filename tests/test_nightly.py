@@ -54,7 +54,7 @@ def test_night_one_records_then_a_slower_night_two_fails(tmp_path: Path) -> None
     assert "**Failed**" in summary and "First night" not in summary
     assert stored[0].read_text() == recorded  # a failing night never moves the baseline
     # both nights are in the runner's history, kept beside its baselines
-    from pytest_dlperf.history import History
+    from pytest_dlperf.store.history import History
 
     (db,) = (tmp_path / "runner-store").rglob("history.db")
     # in the runner's own folder of the store, beside its baselines

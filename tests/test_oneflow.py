@@ -32,8 +32,8 @@ def run_graph_case(pytester: pytest.Pytester, *args: str, timeout: float) -> pyt
 
 SPEC = """
 from pytest_dlperf.models import RESNET50
-from pytest_dlperf.protocol import QUICK
-from pytest_dlperf.spec import spec_for
+from pytest_dlperf.core.protocol import QUICK
+from pytest_dlperf.core.spec import spec_for
 spec = spec_for("oneflow", RESNET50, protocol=QUICK, device_type="cpu", compiler=COMPILER,
                 sizes={"image_size": 32})
 """
@@ -63,10 +63,10 @@ def test_a_window_waits_for_oneflow_to_finish_its_steps(oneflow_python: str, mod
     figures = run_snippet(oneflow_python, f"COMPILER = {mode!r}\n" + SPEC + """
 import json, time
 from pytest_dlperf.frameworks import DistEnv
-from pytest_dlperf.meter import measure
-from pytest_dlperf.protocol import Protocol
+from pytest_dlperf.rank.timing import measure
+from pytest_dlperf.core.protocol import Protocol
 
-from pytest_dlperf.worker import build
+from pytest_dlperf.rank.worker import build
 trainer = build(spec, DistEnv(0, 1, 0, 1, 0))
 for _ in range(3):
     trainer.step()

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from pytest_dlperf.settings import default_machine
+from pytest_dlperf.plugin.settings import default_machine
 
 SHOW_SETTINGS = """
 from pytest_dlperf.plugin import STATE
@@ -58,11 +58,11 @@ def test_the_default_machine_is_a_valid_stable_name() -> None:
     import subprocess
     import sys
 
-    from pytest_dlperf.settings import _machine_name
+    from pytest_dlperf.plugin.options import _machine_name
 
     name = default_machine()
     assert _machine_name(name) == name
-    again = subprocess.run([sys.executable, "-c", "from pytest_dlperf.settings import "
+    again = subprocess.run([sys.executable, "-c", "from pytest_dlperf.plugin.settings import "
                             "default_machine; print(default_machine())"],
                            capture_output=True, text=True, check=True).stdout.strip()
     assert again == name

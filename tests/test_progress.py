@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_dlperf.meter import measure
-from pytest_dlperf.protocol import Protocol
+from pytest_dlperf.rank.timing import measure
+from pytest_dlperf.core.protocol import Protocol
 
 from test_history import MLP, needs_torch
 

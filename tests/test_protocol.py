@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_dlperf import protocol
-from pytest_dlperf.protocol import Protocol, aggregate, resolve, throughput
+from pytest_dlperf.core import protocol
+from pytest_dlperf.core.protocol import Protocol, aggregate, resolve, throughput
 
 counts = st.integers(min_value=1, max_value=10_000)
 seconds = st.floats(min_value=1e-4, max_value=1e4, allow_nan=False)

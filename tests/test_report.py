@@ -7,12 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pytest_dlperf.protocol import QUICK, Result
-from pytest_dlperf.report import (CaseReport, markdown_table, pivot_rows, results_json, rows,
-                                  text_table)
-from pytest_dlperf.stats import compare
-from pytest_dlperf.topology import Topology
-from pytest_dlperf.workload import CaseWorkload, Precision
+from pytest_dlperf.core.protocol import QUICK, Result
+from pytest_dlperf.report.results import benchmark_entry, results_json
+from pytest_dlperf.report.tables import markdown_table, pivot_rows, rows, text_table
+from pytest_dlperf.verdict.record import CaseReport
+from pytest_dlperf.verdict.stats import compare
+from pytest_dlperf.core.topology import Topology
+from pytest_dlperf.core.workload import CaseWorkload, Precision
 
 
 def make_report(baseline: float | None) -> CaseReport:
@@ -32,7 +33,7 @@ def make_report(baseline: float | None) -> CaseReport:
 def test_rows_carry_dlperf_columns() -> None:
     scaled = make_report(12.5)
     scaled.speedup, scaled.efficiency = 1.7, 0.85
-    table = rows([make_report(12.5).benchmark_entry(), scaled.benchmark_entry()])
+    table = rows([benchmark_entry(make_report(12.5)), benchmark_entry(scaled)])
     assert table[0] == ["test_r.py::test_x[1n2d-amp]", "1 x 2", "amp(bfloat16)", "2",
                         "11.0 images/s", "10.0-12.0", "9.1%", "3/3L", "-", "-", "-", "12.5", "-12.0%", "inconclusive"]
     assert table[1][8] == "1.70 (85%)"
@@ -46,7 +47,7 @@ def test_rows_carry_dlperf_columns() -> None:
 
 
 def test_results_json_is_pytest_benchmark_shaped(tmp_path: Path) -> None:
-    data = results_json([make_report(None)])
+    data = results_json([make_report(None)], {"id": "0" * 40, "dirty": False})
     bench = data["benchmarks"][0]
     assert bench["stats"]["rounds"] == 3 and bench["stats"]["iterations"] == 2
     assert bench["stats"]["data"] == [0.4, 0.33335, 0.36365]  # seconds per step, per window
@@ -58,19 +59,20 @@ def test_results_json_is_pytest_benchmark_shaped(tmp_path: Path) -> None:
     assert bench["param"] == "1n2d-amp"
     assert bench["extra_info"]["unit"] == "images"
     assert bench["extra_info"]["sizes"] == {"image_size": 64}
-    assert "cpu" in data["machine_info"] and "id" in data["commit_info"]
+    assert "cpu" in data["machine_info"]
+    assert data["commit_info"] == {"id": "0" * 40, "dirty": False}  # the session's, as given
 
 
 def test_markdown_cli(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
-    path.write_text(json.dumps(results_json([make_report(8.0)])))
-    out = subprocess.run([sys.executable, "-m", "pytest_dlperf.report", str(path)],
+    path.write_text(json.dumps(results_json([make_report(8.0)], {})))
+    out = subprocess.run([sys.executable, "-m", "pytest_dlperf", "report", str(path)],
                          capture_output=True, text=True)
     assert out.returncode == 0
     assert "| test_r.py::test_x[1n2d-amp] | 1 x 2 | amp(bfloat16) | 2 | 11.0 images/s | 10.0-12.0 | 9.1% " \
         "| 3/3L | - |" in out.stdout
     assert "| +37.5% | improvement |" in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "pytest_dlperf.report", str(tmp_path / "no.json")],
+    bad = subprocess.run([sys.executable, "-m", "pytest_dlperf", "report", str(tmp_path / "no.json")],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "not a pytest-dlperf results file" in bad.stderr
 
@@ -82,7 +84,7 @@ def test_two_frameworks_are_put_side_by_side_per_case(tmp_path: Path) -> None:
     tf_case.result = Result(samples_per_s=[5.0, 6.0, 7.0], window_s=[1.6, 1.333, 1.143],
                             steps=2, global_batch=4, warmup_s=1.0, wall_s=9.0)
     tf_only.name = "test_x[1n1d-amp]"
-    data = results_json([torch_case, tf_case, tf_only])
+    data = results_json([torch_case, tf_case, tf_only], {})
     pivot = data["dlperf_frameworks_side_by_side"]
     assert pivot["frameworks"] == ["torch", "tensorflow"]
     first, second = pivot["rows"]
@@ -95,9 +97,9 @@ def test_two_frameworks_are_put_side_by_side_per_case(tmp_path: Path) -> None:
     assert table == [["test_x[1n2d-amp]", "1n2d", "amp(bfloat16)", "2", "images/s", "11.0",
                       "6.0 (0.40)"],
                      ["test_x[1n1d-amp]", "1n2d", "amp(bfloat16)", "2", "images/s", "-", "11.0"]]
-    assert results_json([torch_case])["dlperf_frameworks_side_by_side"] is None
+    assert results_json([torch_case], {})["dlperf_frameworks_side_by_side"] is None
     path = tmp_path / "r.json"
     path.write_text(json.dumps(data))
-    out = subprocess.run([sys.executable, "-m", "pytest_dlperf.report", str(path)],
+    out = subprocess.run([sys.executable, "-m", "pytest_dlperf", "report", str(path)],
                          capture_output=True, text=True)
     assert "| test_x[1n2d-amp] | 1n2d | amp(bfloat16) | 2 | images/s | 11.0 | 6.0 (0.40) |" in out.stdout

@@ -2,7 +2,7 @@
 
 An adapter is what is framework-specific and model-independent: process group, data-parallel
 wrapper, device placement, AMP, the compiler, synchronization. The model comes from the
-workload's recipe for that framework (``pytest_dlperf.workload``; ResNet-50's are in
+workload's recipe for that framework (``pytest_dlperf.core.workload``; ResNet-50's are in
 ``pytest_dlperf.models``). A framework module (``frameworks/<name>.py``) defines, without
 importing the framework at module level:
 
@@ -30,7 +30,6 @@ Adding a framework is adding one such module; nothing else dispatches on framewo
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import importlib.util
 from dataclasses import dataclass
 from types import ModuleType
@@ -148,78 +147,6 @@ def known_frameworks() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
 
 
-def installed_version(name: str, python: str | None = None) -> str | None:
-    """The framework's installed version, read from package metadata (no framework import), in
-    this interpreter or in ``python``'s. ``DISTRIBUTION`` may name several packages that
-    provide it (first installed wins)."""
-    distributions = load(name).DISTRIBUTION
-    names = (distributions,) if isinstance(distributions, str) else tuple(distributions)
-    if python is not None:
-        return _version_in(python, names)
-    for distribution in names:
-        try:
-            return importlib.metadata.version(distribution)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-_PROBE = """
-import importlib.metadata as m, sys
-for name in sys.argv[1:]:
-    try:
-        print(m.version(name)); break
-    except m.PackageNotFoundError:
-        pass
-"""
-
-
-def _version_in(python: str, distributions: tuple[str, ...]) -> str | None:
-    import subprocess
-
-    try:
-        done = subprocess.run([python, "-c", _PROBE, *distributions], capture_output=True,
-                              text=True, timeout=120, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise RuntimeError(f"cannot run {python}: {exc}") from None
-    if done.returncode != 0:
-        raise RuntimeError(f"{python} failed (exit {done.returncode}): "
-                           f"{done.stderr.strip()[-500:]}")
-    return done.stdout.strip() or None
-
-
-def recipe_for(name: str, workload: Any) -> Any:
-    """The ``RecipeReference`` of ``workload``'s recipe for adapter ``name``, checked on the
-    pytest side before any launch; None for an adapter that trains without recipes. A
-    ``LookupError`` names what exists when there is no recipe for it."""
-    from ..workload import recipe_reference
-
-    key = getattr(load(name), "RECIPE_FOR", None)
-    if key is None:
-        return None
-    recipe = workload.recipes.get(key)
-    if recipe is None:
-        from ..models import with_recipe
-
-        builtin = with_recipe(key)
-        raise LookupError(
-            f"{name} has no model {workload.name!r}: that workload has recipes for "
-            f"{', '.join(sorted(workload.recipes))} only (built-in models with a {key} recipe: "
-            f"{', '.join(builtin) or 'none'}); add recipes={{{key!r}: your_function}}")
-    return recipe_reference(recipe, f"workload {workload.name!r}, {key} recipe")
-
-
-def recipe_key(name: str) -> str | None:
-    """Which recipes adapter ``name`` builds from (None: it trains on its own)."""
-    return getattr(load(name), "RECIPE_FOR", None)
-
-
 def fresh(value: Any) -> Any:
     """A batch element as this step uses it: a callable gives fresh values every step."""
     return value() if callable(value) else value
-
-
-def install_hint(name: str) -> str:
-    """How to install the framework, as its adapter says (default: this package's extra)."""
-    hint = getattr(load(name), "INSTALL_HINT", None)
-    return str(hint) if hint else f"install it (pip install 'pytest-dlperf[{name}]')"

@@ -20,8 +20,8 @@ import contextlib
 import os
 from typing import Any, Callable, Iterator
 
-from ..spec import OptimizerSpec, RankSpec
-from ..workload import BuildContext, Parts
+from ..core.spec import OptimizerSpec, RankSpec
+from ..core.workload import BuildContext, Parts
 from . import DeviceUnavailable, DistEnv
 
 DISTRIBUTION = "oneflow"

@@ -16,8 +16,8 @@ import json
 import os
 from typing import Any, Callable
 
-from ..spec import OptimizerSpec, RankSpec
-from ..workload import BuildContext, Parts
+from ..core.spec import OptimizerSpec, RankSpec
+from ..core.workload import BuildContext, Parts
 from . import DeviceUnavailable, DistEnv, exchange, fresh
 
 # Either wheel provides the framework: "tensorflow" (CUDA) or "tensorflow-cpu".

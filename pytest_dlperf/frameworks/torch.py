@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator
 
-from ..spec import OptimizerSpec, RankSpec
-from ..workload import BuildContext, Parts
+from ..core.spec import OptimizerSpec, RankSpec
+from ..core.workload import BuildContext, Parts
 from . import DeviceUnavailable, DistEnv, fresh
 
 DISTRIBUTION = "torch"
@@ -174,7 +174,7 @@ class TorchTrainer:
                 cudnn=torch.backends.cudnn.version(),
                 nccl=".".join(map(str, torch.cuda.nccl.version())),
                 # TF32 in matrix products or convolutions (cuDNN's is on by default): an fp32
-                # case's MFU is then taken against the TF32 peak (pytest_dlperf.flops).
+                # case's MFU is then taken against the TF32 peak (pytest_dlperf.rank.flops).
                 tf32=bool(torch.backends.cuda.matmul.allow_tf32
                           or torch.backends.cudnn.allow_tf32),
             )

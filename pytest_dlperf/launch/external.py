@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ..frameworks import DistEnv
-from ..topology import Topology
-from . import LaunchError, Launcher
+from ..core.topology import Topology
+from .base import LaunchError, Launcher
 
 REQUIRED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -69,8 +69,8 @@ class ExternalLauncher(Launcher):
 
     def run(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
             timeout_s: float) -> list[dict[str, Any]]:
-        from ..worker import error_text
-        from ..worker import run as run_worker
+        from ..rank.worker import error_text
+        from ..rank.worker import run as run_worker
 
         if spec.get("python"):
             raise LaunchError(

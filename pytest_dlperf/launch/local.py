@@ -16,8 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..topology import Topology
-from . import Launcher, netns
+from ..core.topology import Topology
+from . import netns
+from .base import Launcher
 from .processes import (agent_command, free_loopback_port, new_run_id, one_node_environment,
                         prepare, rank_command, rank_variables, run_processes, worker_environment)
 

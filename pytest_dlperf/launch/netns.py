@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..lifeline import die_with_parent, tethered
+from ..core.lifeline import die_with_parent, tethered
 from .processes import EXITS_FILE, kill_tree, wait_all
 
 

@@ -22,9 +22,9 @@ from typing import Any, Sequence
 import psutil
 
 from ..frameworks import STORE_VARIABLE
-from ..lifeline import tethered
-from ..topology import Topology
-from . import LaunchError
+from ..core.lifeline import tethered
+from ..core.topology import Topology
+from .base import LaunchError
 
 # The package's parent directory: workers import the very same pytest_dlperf as the plugin.
 _SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -56,7 +56,7 @@ def agent_command(topology: Topology, endpoint: str, run_id: str, spec_path: Pat
         "--rdzv-conf", f"join_timeout={join_timeout}",
         "--max-restarts", "0",
         "--monitor-interval", "0.5",
-        "-m", "pytest_dlperf.worker", str(spec_path), str(out_dir),
+        "-m", "pytest_dlperf.rank.worker", str(spec_path), str(out_dir),
     ]
 
 
@@ -66,7 +66,7 @@ def rank_command(python: str | None, spec_path: Path, out_dir: Path,
     would start it; ``rank``: the variables of this rank alone (``rank_variables``), set through
     ``env`` so that every rank shares one environment and the command line says which it is."""
     prefix = ["env", *(f"{k}={v}" for k, v in rank.items())] if rank else []
-    return [*prefix, python or sys.executable, "-u", "-m", "pytest_dlperf.worker", str(spec_path),
+    return [*prefix, python or sys.executable, "-u", "-m", "pytest_dlperf.rank.worker", str(spec_path),
             str(out_dir)]
 
 
@@ -267,7 +267,7 @@ def _rank_exits(ended: list[int | None], run_dir: Path) -> dict[int, int]:
 def _oom_killed(out_dir: Path, world_size: int) -> dict[int, str]:
     """Ranks under --dlperf-memory-limit whose memory cgroup's OOM killer ended them (they
     die by SIGKILL, writing nothing); each rank's cgroup is removed here, its processes gone."""
-    from ..memory import limit_file, oom_kills, release
+    from ..core.cgroup import limit_file, oom_kills, release
 
     killed = {}
     for rank in range(world_size):
@@ -289,7 +289,7 @@ def _oom_killed(out_dir: Path, world_size: int) -> dict[int, str]:
 
 
 def _result_file(out_dir: Path, rank: int) -> Path:
-    """Where rank ``rank`` writes its result (``pytest_dlperf.worker.result_path``)."""
+    """Where rank ``rank`` writes its result (``pytest_dlperf.rank.worker.result_path``)."""
     return out_dir / f"rank-{rank}.json"
 
 

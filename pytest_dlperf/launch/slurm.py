@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..topology import Topology
-from ..lifeline import tethered
-from . import Launcher
+from ..core.topology import Topology
+from ..core.lifeline import tethered
+from .base import Launcher
 from .processes import agent_command, new_run_id, prepare, run_processes, worker_environment
 
 

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from ..workload import Workload
+from ..core.workload import Workload
 from .bert import WORKLOAD as BERT_BASE
 from .resnet50 import WORKLOAD as RESNET50
 

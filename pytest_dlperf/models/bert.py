@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..workload import AdamW, BuildContext, Parts, Workload, WorkloadError
+from ..core.workload import AdamW, BuildContext, Parts, Workload, WorkloadError
 
 PARAMETERS = 110_106_428  # BertForPreTraining(BertConfig()): what every framework's model has
 

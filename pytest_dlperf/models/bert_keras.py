@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Mapping
 
-from ..workload import BuildContext, Parts
+from ..core.workload import BuildContext, Parts
 from .bert import BERT_BASE, BertShape
 
 MASK_PENALTY = -10000.0  # added to the scores of masked-out keys

@@ -32,7 +32,7 @@ import math
 from types import SimpleNamespace
 from typing import Any
 
-from ..workload import BuildContext, Parts
+from ..core.workload import BuildContext, Parts
 from .bert import BERT_BASE, BertShape
 
 MASKED_SCORE = -10000.0  # added to the scores of masked keys: exp() of it is 0, and fp16 holds it

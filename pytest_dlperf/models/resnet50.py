@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..workload import SGD, BuildContext, Parts, Workload
+from ..core.workload import SGD, BuildContext, Parts, Workload
 
 NUM_CLASSES = 1000
 PARAMETERS = 25_557_032  # torchvision's resnet50: what every framework's model must have

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_dlperf.topology import detect_hardware
+from pytest_dlperf.core.topology import detect_hardware
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from pytest_dlperf import frameworks
-from pytest_dlperf.topology import detect_hardware
+from pytest_dlperf.core.topology import detect_hardware
 from snippets import oneflow_interpreter, run_snippet
 
 FRAMEWORKS = ("torch", "tensorflow", "oneflow")
@@ -94,9 +94,9 @@ def test_quick_fp32_and_amp_cases_train_and_fingerprint_the_cuda_stack(
 SPEC = """
 from pytest_dlperf.frameworks import DistEnv
 from pytest_dlperf.models import RESNET50
-from pytest_dlperf.protocol import QUICK
-from pytest_dlperf.spec import spec_for
-from pytest_dlperf.worker import build
+from pytest_dlperf.core.protocol import QUICK
+from pytest_dlperf.core.spec import spec_for
+from pytest_dlperf.rank.worker import build
 spec = spec_for(FRAMEWORK, RESNET50, protocol=QUICK, device_type="cuda", precision=PRECISION,
                 batch_size=256).with_(threads=4)
 trainer = build(spec, DistEnv(0, 1, 0, 1, 0))
@@ -116,8 +116,8 @@ def test_a_window_waits_for_the_gpu(framework: tuple[str, str]) -> None:
     name, python = framework
     figures = run_snippet(python, f"FRAMEWORK, PRECISION = {name!r}, 'fp32'\n" + SPEC + """
 import json, time
-from pytest_dlperf.meter import measure
-from pytest_dlperf.protocol import Protocol
+from pytest_dlperf.rank.timing import measure
+from pytest_dlperf.core.protocol import Protocol
 out = {}
 for label, sync in (("synchronized", trainer.synchronize), ("not synchronized", lambda: None)):
     trainer.synchronize()

@@ -1,0 +1,146 @@
+"""The command line: ``python -m pytest_dlperf COMMAND`` or ``dlperf COMMAND``.
+
+- ``report RESULTS.json``: a results file (``--dlperf-json``) as tables, Markdown by default
+  (a CI job summary);
+- ``html STORE -o DIR``: the history's static page;
+- ``history add FILE URL``: append a run the history store could not take when it ran;
+- ``options``: the options reference (flags, environment variables, ini keys).
+
+Running perf tests is pytest's job (``pytest perf_tests``); these commands read what runs left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+PROG = "dlperf"
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .report.tables import (frameworks_side_by_side, history_lines, markdown_table,
+                                pivot_rows, regressed, rows, text_table)
+
+    try:
+        data = json.loads(args.results.read_text())
+        table = rows(data["benchmarks"])
+        pivot = frameworks_side_by_side(data["benchmarks"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"error: {args.results} is not a pytest-dlperf results file: {exc!r}",
+              file=sys.stderr)
+        return 2
+    render = markdown_table if args.format == "markdown" else text_table
+    failing = regressed(data["benchmarks"])
+    if failing:
+        print(f"Regressed ({len(failing)}):\n")
+        print("\n".join(failing) + "\n")
+    print("\n".join(render(table)) if table else "No pytest-dlperf cases ran.")
+    if pivot is not None:
+        header, side_by_side = pivot_rows(pivot)
+        print("\nFrameworks side by side:\n")
+        print("\n".join(render(side_by_side, header)))
+    history = history_lines(data["benchmarks"])
+    if history:
+        print("\nChange points in the history (--dlperf-history):\n")
+        print("\n".join(history))
+    return 0
+
+
+def _html(args: argparse.Namespace) -> int:
+    from .report.page import write
+    from .store.history import History, HistoryError
+
+    if not 0 < args.change_pvalue < 1:
+        args.parser.error(f"--change-pvalue: expected a p-value between 0 and 1, got "
+                          f"{args.change_pvalue}")
+    try:
+        store = History.open(args.history, create=False)
+    except HistoryError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        index = write(store, args.out, args.title, args.change_pvalue)
+    except HistoryError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        store.close()
+    print(f"wrote {index}")
+    return 0
+
+
+def _history_add(args: argparse.Namespace) -> int:
+    from .store.history import History, HistoryError, load_unsaved
+
+    try:
+        run, cases = load_unsaved(args.file)
+    except (OSError, ValueError, KeyError) as exc:
+        args.parser.error(f"{args.file}: not a saved run ({exc})")
+    try:
+        store = History.open(args.url)
+        run_id = store.append(run, cases)
+    except HistoryError as exc:
+        print(f"pytest-dlperf: {exc}", file=sys.stderr)
+        return 1
+    print(f"appended run {run_id} ({len(cases)} case(s)) to {store.shown}")
+    return 0
+
+
+def _options(args: argparse.Namespace) -> int:
+    from .plugin.options import options_markdown
+
+    print(options_markdown())
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    from .verdict.changepoints import MAX_PVALUE
+
+    top = argparse.ArgumentParser(
+        prog=PROG, description="pytest-dlperf's commands (also `python -m pytest_dlperf`). "
+        "Perf tests themselves run under pytest: `pytest perf_tests`.")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    report = sub.add_parser("report", help="print a results file (--dlperf-json) as tables",
+                            description="Print a pytest-dlperf results file as tables.")
+    report.add_argument("results", type=Path, help="file written by --dlperf-json")
+    report.add_argument("--format", choices=("markdown", "text"), default="markdown")
+    report.set_defaults(run=_report)
+
+    html = sub.add_parser(
+        "html", help="write the history's static page",
+        description="Write a static page of a history store (--dlperf-history) into a folder: "
+                    "trends with their change points, scaling, frameworks side by side, "
+                    "DLPerf's tables. It opens from disk; nothing is fetched at view time.")
+    html.add_argument("history", help="the store: an SQLite file's path or a postgresql:// "
+                                      "URL, as given to --dlperf-history")
+    html.add_argument("-o", "--out", type=Path, default=Path("dlperf-report"),
+                      help="the folder to write (index.html and plots/); default dlperf-report")
+    html.add_argument("--title", default="pytest-dlperf history")
+    html.add_argument("--change-pvalue", type=float, default=MAX_PVALUE,
+                      help=f"a step counts at or below this p (default {MAX_PVALUE})")
+    html.set_defaults(run=_html, parser=html)
+
+    history = sub.add_parser("history", help="work on a history store",
+                             description="Work on a history store (--dlperf-history).")
+    history_sub = history.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add = history_sub.add_parser(
+        "add", help="append a saved run to a history store",
+        description="Append a run that could not be saved (the file a session wrote when the "
+                    "store failed it) once the store is back.")
+    add.add_argument("file", type=Path, help="the dlperf-history-unsaved-*.json file")
+    add.add_argument("url", help="the store: an SQLite file's path or a postgresql:// URL")
+    add.set_defaults(run=_history_add, parser=add)
+
+    options = sub.add_parser("options", help="print the options reference (Markdown)",
+                             description="Print every option: flag, environment variable, ini "
+                                         "key and help, as the documentation's options page.")
+    options.set_defaults(run=_options)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    return int(args.run(args))

@@ -1,0 +1,357 @@
+"""What a case trains: the public workload API.
+
+A ``Workload`` names a model and says, per framework, which function builds it (a *recipe*), and
+how big it is: the per-device batch per device type, the sizes that define it (image size,
+sequence length, ...), the sample unit and the optimizer's hyper-parameters. The recipe runs
+inside every training rank and returns ``Parts``: the model, one synthetic batch (or an iterator
+of real batches) and optionally a loss. Everything else is the plugin's: process group,
+data-parallel wrapper, device placement, AMP, the compiler axis, seeding, the timed windows and
+their synchronization, the loss check, baselines and the verdict.
+
+Ranks import a recipe by module path (``module:function``), so it must be a module-level
+function of an importable module; ``recipe_reference`` refuses anything else before launch. This
+module is imported in the ranks and by users' test files: standard library only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Iterable, Mapping, Union
+
+# A size or batch either is a value, or maps device types to values: {"cuda": 224, "cpu": 64}.
+# "<device>/amp" keys override for AMP cases: {"cuda": 128, "cuda/amp": 256, "cpu": 2}.
+PerDevice = Union[int, Mapping[str, int]]
+SizeValue = Union[int, float, str, bool]
+Recipe = Union[Callable[["BuildContext"], "Parts"], str]
+
+DEVICE_TYPES = ("cuda", "cpu")
+# Fingerprint fields a size may not shadow: the fingerprint is one flat record.
+RESERVED_SIZES = frozenset({
+    "device_type", "device_model", "nodes", "devices_per_node", "framework",
+    "framework_version", "precision", "model", "batch_size", "protocol", "python",
+    "threads_per_worker", "accelerator_stack", "compiler", "unit"})
+
+
+class WorkloadError(ValueError):
+    """A workload that cannot be run as given; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class SGD:
+    """SGD with momentum and coupled L2 weight decay (torch's ``weight_decay``), as DLPerf's
+    ResNet-50 scripts. The learning rate follows the linear scaling rule: ``lr_per_256`` per 256
+    samples of global batch (a tiny CPU batch at ImageNet's rate blows the loss up)."""
+
+    lr_per_256: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    clip_norm: float | None = None  # global gradient norm clipped to this; None: no clipping
+
+    def __post_init__(self) -> None:
+        _check_optimizer(self, "SGD")
+
+    def lr(self, global_batch: int) -> float:
+        return self.lr_per_256 * global_batch / 256
+
+
+@dataclass(frozen=True)
+class AdamW:
+    """Adam with decoupled weight decay (torch's ``AdamW``, Keras' ``AdamW``, OneFlow's
+    ``AdamW``: bias-corrected), as BERT's pretraining. A fixed learning rate (not scaled with
+    the batch). ``no_decay_1d``: no decay on 1-D parameters (biases and normalization scales,
+    BERT's "not on LayerNorm and bias", decided by shape so that it means the same in every
+    framework). ``clip_norm``: the global gradient norm (over all parameters, after the
+    data-parallel all-reduce) is clipped to it before the update; None: no clipping."""
+
+    lr: float = 1e-4
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-6
+    weight_decay: float = 0.01
+    no_decay_1d: bool = True
+    clip_norm: float | None = None
+
+    def __post_init__(self) -> None:
+        _check_optimizer(self, "AdamW")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise WorkloadError(f"AdamW betas must be two numbers in [0, 1), got {self.betas!r}")
+
+
+Optimizer = Union[SGD, AdamW]
+
+
+def _check_optimizer(opt: Any, what: str) -> None:
+    lr = opt.lr_per_256 if isinstance(opt, SGD) else opt.lr
+    if not lr > 0:
+        raise WorkloadError(f"{what}: the learning rate must be > 0, got {lr!r}")
+    if opt.weight_decay < 0:
+        raise WorkloadError(f"{what}: weight_decay must be >= 0, got {opt.weight_decay!r}")
+    if opt.clip_norm is not None and not opt.clip_norm > 0:
+        raise WorkloadError(f"{what}: clip_norm must be > 0 (or None for no clipping), got "
+                            f"{opt.clip_norm!r}")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A model as a perf case trains it. ``recipes`` maps a framework (``torch``, ``tensorflow``,
+    ``oneflow``) to its recipe: a module-level function ``recipe(ctx: BuildContext) -> Parts``,
+    or its ``"module:function"`` path."""
+
+    name: str
+    recipes: Mapping[str, Recipe]
+    batch_size: PerDevice = field(default_factory=lambda: {"cuda": 64, "cpu": 8})
+    sizes: Mapping[str, SizeValue | Mapping[str, SizeValue]] = field(default_factory=dict)
+    unit: str = "samples"
+    optimizer: Optimizer = SGD()
+    seed: int = 0
+    # FLOPs of one trained sample (forward and backward), where they are not to be counted
+    # from the torch recipe (a workload without one). None: counted (pytest_dlperf.rank.flops).
+    flops_per_sample: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise WorkloadError(f"Workload name must be a non-empty string, got {self.name!r}")
+        flops = self.flops_per_sample
+        if flops is not None and (isinstance(flops, bool) or not isinstance(flops, (int, float))
+                                  or not flops > 0):
+            raise WorkloadError(f"workload {self.name!r}: flops_per_sample must be a positive "
+                                f"number (FLOPs of one sample's forward and backward), got "
+                                f"{flops!r}")
+        if not self.recipes:
+            raise WorkloadError(f"workload {self.name!r} has no recipes: give at least one, "
+                                "e.g. recipes={'torch': build_my_model}")
+        shadowed = sorted(set(self.sizes) & RESERVED_SIZES)
+        if shadowed:
+            raise WorkloadError(
+                f"workload {self.name!r}: size name(s) {', '.join(shadowed)} would shadow "
+                "fingerprint fields of the same name; rename them (e.g. 'seq_length')")
+
+    def batch_for(self, device_type: str, precision: str) -> int:
+        return int(_per_device(self.batch_size, device_type, precision,
+                               f"workload {self.name!r} batch_size"))
+
+    def sizes_for(self, device_type: str, precision: str) -> dict[str, SizeValue]:
+        return {name: _per_device(value, device_type, precision,
+                                  f"workload {self.name!r} size {name!r}")
+                for name, value in self.sizes.items()}
+
+
+@dataclass(frozen=True)
+class CaseWorkload:
+    """A workload as one case runs it: its name, unit and this case's concrete sizes."""
+
+    model: str
+    unit: str
+    batch_size: int  # per device
+    sizes: Mapping[str, SizeValue]
+
+    @classmethod
+    def of(cls, workload: Workload, device_type: str, precision: str,
+           batch_size: int | None = None,
+           sizes: Mapping[str, SizeValue] | None = None) -> CaseWorkload:
+        """Sized for a device type and precision; ``batch_size`` and ``sizes`` override."""
+        resolved = workload.sizes_for(device_type, precision)
+        unknown = sorted(set(sizes or {}) - set(resolved))
+        if unknown:
+            raise WorkloadError(
+                f"workload {workload.name!r} has no size(s) {', '.join(unknown)} (its sizes: "
+                f"{', '.join(sorted(resolved)) or 'none'})")
+        resolved.update(sizes or {})
+        batch = workload.batch_for(device_type, precision) if batch_size is None else batch_size
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+            raise WorkloadError(f"workload {workload.name!r}: the per-device batch size must be "
+                                f"a positive integer, got {batch!r}")
+        return cls(workload.name, workload.unit, batch, resolved)
+
+
+def _per_device(value: Any, device_type: str, precision: str, what: str) -> Any:
+    if not isinstance(value, Mapping):
+        return value
+    for key in (f"{device_type}/{precision}", device_type):
+        if key in value:
+            return value[key]
+    raise WorkloadError(f"{what} has no value for {device_type} (keys: {', '.join(value)}); "
+                        f"add a {device_type!r} entry")
+
+
+@dataclass
+class Parts:
+    """What a recipe returns, built inside the rank (framework objects; the plugin places them).
+
+    - ``model``: the network (torch/OneFlow ``nn.Module``, a Keras model built in the recipe:
+      the plugin calls TensorFlow recipes under the distribution strategy's scope);
+    - ``inputs`` / ``targets``: one synthetic batch of this rank's per-device size; the plugin
+      keeps it resident on the device (``inputs`` may be a tuple: the model is called with it
+      unpacked). Either may be a zero-argument callable instead, called every step (inside the
+      compiled step in TensorFlow) for fresh values: random labels, so that a fixed batch is
+      not memorized and reduced-precision runs do not end in NaN;
+    - ``data``: instead of ``inputs``/``targets``, an iterable of ``(inputs, targets)`` batches
+      (a ``DataLoader`` reading files, say) when the input pipeline is part of what is measured;
+      each batch is moved to the device inside the timed step. torch and OneFlow.
+    - ``loss``: ``loss(outputs, targets) -> scalar``; default: cross-entropy of class logits
+      against integer labels.
+    """
+
+    model: Any
+    inputs: Any = None
+    targets: Any = None
+    loss: Callable[[Any, Any], Any] | None = None
+    data: Iterable[Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.data is None and self.inputs is None:
+            raise WorkloadError("the recipe's Parts has neither inputs (a synthetic batch) nor "
+                                "data (an iterable of (inputs, targets) batches); give one")
+        if self.data is not None and self.inputs is not None:
+            raise WorkloadError("the recipe's Parts has both inputs and data; give one: inputs "
+                                "for a synthetic batch resident on the device, data to measure "
+                                "an input pipeline")
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a recipe is told, inside its rank."""
+
+    framework: str
+    device_type: str  # "cuda" | "cpu"
+    device: str  # "cuda:<local rank>" or "cpu"
+    batch_size: int  # per device
+    sizes: Mapping[str, SizeValue]
+    precision: str  # "fp32" | "amp"
+    amp_dtype: str  # "float32" | "float16" | "bfloat16"
+    compiled: bool
+    seed: int
+    rank: int
+    world_size: int
+    local_rank: int
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The ``amp`` axis, decided here and nowhere else: AMP is fp16 autocast with loss scaling on
+    CUDA and bf16 autocast on CPU (bf16 keeps fp32's exponent range, so it needs no scaler)."""
+
+    name: str  # "fp32" | "amp": what the case ids and baselines say
+    device_type: str
+
+    @property
+    def enabled(self) -> bool:
+        return self.name == "amp"
+
+    @property
+    def dtype(self) -> str:
+        if not self.enabled:
+            return "float32"
+        return "float16" if self.device_type == "cuda" else "bfloat16"
+
+    @property
+    def loss_scaling(self) -> bool:
+        return self.enabled and self.device_type == "cuda"
+
+    @property
+    def label(self) -> str:
+        return f"amp({self.dtype})" if self.enabled else "fp32"
+
+
+PRECISIONS = ("fp32", "amp")
+# The compiler axis, in words every framework shares (case ids line up across frameworks):
+# "compiled" is torch.compile for torch, XLA (jit_compile=True) for TensorFlow, nn.Graph for
+# OneFlow.
+COMPILERS = ("eager", "compiled")
+
+
+@dataclass(frozen=True)
+class RecipeReference:
+    """Where a rank finds a recipe: ``module:qualname``, and the folder to put on ``sys.path``
+    first (None when the module is importable as installed)."""
+
+    module: str
+    qualname: str
+    path: str | None = None
+
+    @property
+    def ref(self) -> str:
+        return f"{self.module}:{self.qualname}"
+
+
+def recipe_reference(recipe: Recipe, what: str) -> RecipeReference:
+    """How ranks will import ``recipe``; a ``WorkloadError`` saying why when they cannot."""
+    if isinstance(recipe, str):
+        path, sep, name = recipe.partition(":")
+        if not sep or not path or not name:
+            raise WorkloadError(f"{what}: {recipe!r} is not a 'module:function' path")
+        return RecipeReference(path, name)
+    if not callable(recipe):
+        raise WorkloadError(f"{what}: expected a function or a 'module:function' path, got "
+                            f"{type(recipe).__name__}")
+    module_name: str | None = getattr(recipe, "__module__", None)
+    qualname: str | None = getattr(recipe, "__qualname__", None)
+    if not module_name or not qualname:
+        raise WorkloadError(f"{what}: {recipe!r} has no module and name to import it by; "
+                            "define the recipe with def at the top level of a module")
+    if qualname == "<lambda>" or "<lambda>" in qualname:
+        raise WorkloadError(f"{what}: a lambda cannot be a recipe: every rank imports the "
+                            "recipe by module and name, and a lambda has no name to import; "
+                            "define it with def at the top level of the test module")
+    if "<locals>" in qualname:
+        raise WorkloadError(f"{what}: {qualname} is defined inside another function, so ranks "
+                            "cannot import it; move it to the top level of its module")
+    if module_name == "__main__":
+        raise WorkloadError(f"{what}: {qualname} lives in __main__, which other processes "
+                            "cannot import; put it in a module (the test file itself will do)")
+    module = sys.modules.get(module_name)
+    if module is None or _lookup(module, qualname) is not recipe:
+        raise WorkloadError(f"{what}: {module_name}:{qualname} does not name this function "
+                            "(rebound or generated?); define it with def at module level")
+    return RecipeReference(module_name, qualname, _import_root(module))
+
+
+def _lookup(module: ModuleType, qualname: str) -> Any:
+    target: Any = module
+    for part in qualname.split("."):
+        target = getattr(target, part, None)
+    return target
+
+
+def _import_root(module: ModuleType) -> str | None:
+    """The folder that makes ``module`` importable by its name (pytest's rootdir-based import
+    puts the test file's first folder without an ``__init__.py`` on ``sys.path``; the ranks do
+    not inherit it); None when its file is not below such a folder (an installed module)."""
+    file = getattr(module, "__file__", None)
+    if not file:
+        return None
+    path = Path(file).resolve()
+    parts = module.__name__.split(".")
+    package = path.name == "__init__.py"
+    levels = len(parts) if package else len(parts) - 1
+    root = path.parent
+    for _ in range(levels):
+        root = root.parent
+    expected = (root.joinpath(*parts, "__init__.py") if package
+                else root.joinpath(*parts[:-1], parts[-1] + path.suffix))
+    if expected != path:
+        raise WorkloadError(
+            f"module {module.__name__} ({path}) is not importable under that name from any "
+            "folder (pytest's importlib import mode?); ranks import recipes by module path: "
+            "use the default import mode, or put the recipe in an importable module")
+    return str(root)
+
+
+def load_recipe(reference: RecipeReference) -> Callable[[BuildContext], Parts]:
+    """Import a recipe inside a rank."""
+    if reference.path and reference.path not in sys.path:
+        sys.path.insert(0, reference.path)
+    try:
+        module = importlib.import_module(reference.module)
+    except ImportError as exc:
+        where = f" (looked in {reference.path} first)" if reference.path else ""
+        raise WorkloadError(f"cannot import the recipe module {reference.module}{where}: {exc}; "
+                            "every rank must be able to import it (on a cluster: a shared "
+                            "file system, or the module installed on every node)") from exc
+    recipe = _lookup(module, reference.qualname)
+    if not callable(recipe):
+        raise WorkloadError(f"{reference.ref} is not a function in {module.__file__}")
+    return recipe  # type: ignore[no-any-return]

@@ -1,0 +1,139 @@
+"""What every launch mode offers (``Launcher``), how a launch fails (``LaunchError``), and what
+the ``cluster`` fixture hands a test (``Cluster``: a topology and a way to run a spec on it).
+The launch modes (``local``, ``slurm``, ``external``) build on this module; the package's face
+(``launch/__init__``) picks one."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..core.spec import RankSpec
+from ..core.topology import Topology
+
+# Follows rank 0's progress file at the path for as long as the context lasts.
+Watch = Callable[[Path], AbstractContextManager[None]]
+
+
+@dataclass
+class LaunchError(Exception):
+    """The job did not produce a result from every rank."""
+
+    summary: str
+    rank_errors: dict[int, str] = field(default_factory=dict)
+    missing_ranks: list[int] = field(default_factory=list)
+    log_tail: str = ""
+    kind: str = "failed"  # failed | timeout | diverged | out_of_memory | interrupted
+
+    def __str__(self) -> str:
+        parts = [self.summary]
+        for rank, text in sorted(self.rank_errors.items()):
+            parts.append(f"--- rank {rank} ---\n{text.rstrip()}")
+        if self.missing_ranks:
+            parts.append(f"ranks with no result: {self.missing_ranks}")
+        if self.log_tail and not self.rank_errors:
+            parts.append(f"--- launcher log (tail) ---\n{self.log_tail.rstrip()}")
+        return "\n".join(parts)
+
+
+class Launcher:
+    """What every launch mode offers. The defaults describe a launcher that starts the ranks
+    itself (local, slurm); external mode overrides the parts that differ."""
+
+    name = "?"
+    all_nodes_here = False  # every node's workers share this host's cores and devices
+    allocation: Any = None  # a Slurm allocation, where there is one
+    # Whether a case can be launched again for extra repeats when its verdict is inconclusive.
+    can_add_repeats = True
+
+    def run(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
+            timeout_s: float) -> list[dict[str, Any]]:
+        """Every rank's result, ordered by rank. ``spec["python"]``, when set, is the interpreter
+        the ranks must run under (torchrun starts them with ``PYTHON_EXEC``)."""
+        raise NotImplementedError
+
+    @property
+    def launched_shape(self) -> tuple[int, int] | None:
+        """(nodes, devices per node) when the job was started outside pytest-dlperf."""
+        return None
+
+    @property
+    def is_reporter(self) -> bool:
+        """Whether this process judges, writes baselines and reports (rank 0 only, externally)."""
+        return True
+
+    @property
+    def isolation(self) -> str | None:
+        return None
+
+    def can_run(self, topology: Topology) -> bool:
+        return True
+
+    def share_outcome(self, outcome: dict[str, str], timeout_s: float) -> dict[str, str]:
+        """The case's outcome as every rank must see it; here the caller's own."""
+        return outcome
+
+
+class Cluster:
+    """What the ``cluster`` fixture hands a test: a topology and a way to run a workload on it."""
+
+    def __init__(self, topology: Topology, launcher: Launcher, work_root: Path, timeout_s: float,
+                 pythons: dict[str, str] | None = None):
+        self.topology = topology
+        self.launcher = launcher
+        self.work_root = work_root
+        self.timeout_s = timeout_s
+        # framework -> the interpreter its ranks run under (--dlperf-python); else pytest's own
+        self.pythons = dict(pythons or {})
+
+    def at(self, topology: Topology) -> Cluster:
+        """The same launcher and settings on another topology."""
+        return Cluster(topology, self.launcher, self.work_root, self.timeout_s, self.pythons)
+
+    @property
+    def nodes(self) -> int:
+        return self.topology.nodes
+
+    @property
+    def devices_per_node(self) -> int:
+        return self.topology.devices_per_node
+
+    @property
+    def world_size(self) -> int:
+        return self.topology.world_size
+
+    @property
+    def device_type(self) -> str:
+        return self.topology.device_type
+
+    @property
+    def backend(self) -> str:
+        return self.topology.backend
+
+    def run(self, spec: RankSpec, watch: Watch | None = None) -> list[dict[str, Any]]:
+        """Run the worker on every rank; each run gets a fresh folder, removed afterwards.
+        ``watch``: follows rank 0's progress file (``progress.LiveLine.watch``) while the
+        ranks run; not in external mode, where this process is a rank itself."""
+        import contextlib
+        import shutil
+        import tempfile
+
+        self.work_root.mkdir(parents=True, exist_ok=True)
+        run_dir = Path(tempfile.mkdtemp(prefix=f"{self.topology.id}-", dir=self.work_root))
+        try:
+            live = watch is not None and self.launcher.name != "external"
+            progress = run_dir / "progress.jsonl"
+            placed = spec.with_(threads=self.topology.threads_per_worker,
+                                device_type=self.topology.device_type,
+                                python=self.pythons.get(spec.framework),
+                                progress=str(progress) if live else None)
+            with (watch(progress) if live and watch is not None else contextlib.nullcontext()):
+                return self.launcher.run(placed.to_json(), self.topology, run_dir,
+                                         self.timeout_s)
+        finally:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return f"Cluster({self.topology.id}, {self.topology.device_type}, {self.launcher.name})"

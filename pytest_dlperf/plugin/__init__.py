@@ -1,0 +1,207 @@
+"""pytest wiring for pytest-dlperf: options, markers, fixtures, parametrization and reports.
+
+Everything this module calls lives in a module named after its concept; nothing here imports a
+deep-learning framework, so ``pytest --help`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from typing import Any
+
+import pytest
+
+from ..core.jsonio import write_json_atomic
+from ..core.workload import PRECISIONS, Precision
+from ..launch import Cluster
+from ..report.results import benchmark_entry, change_lines, results_json
+from ..report.tables import frameworks_side_by_side, pivot_rows, rows, text_table
+from ..store.baselines import BaselineStore
+from . import hooks, options
+from . import settings as settings_mod
+from .live import LiveLine
+from .meter import ThroughputMeter
+from .outcome import DLPerfWarning
+from .session import SessionState
+
+__all__ = ["DLPerfWarning", "STATE", "ThroughputMeter"]
+
+
+STATE = pytest.StashKey[SessionState]()
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hooks)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    options.add_options(parser)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_dlperf_commit_info(config: pytest.Config) -> dict[str, Any]:
+    """The plugin's own answer to its hook: git's commit, branch and dirty flag."""
+    from pytest_benchmark.utils import get_commit_info
+
+    return dict(get_commit_info())
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "multinode: a scaling case; runs on 1, 2, 4, ... nodes up to --nodes")
+    config.addinivalue_line(
+        "markers", "dlperf(tolerance=None, memory_tolerance=None, min_mfu=None): per-test "
+        "options of pytest-dlperf; tolerance and memory_tolerance override the baseline's and "
+        "the run's (fractions, 0.03 = 3%); min_mfu fails a case whose MFU is below it")
+    settings = settings_mod.resolve(config)
+    store = BaselineStore(settings.baselines, settings.protocol.repeats)
+    config.stash[STATE] = SessionState(
+        settings, store, config.rootpath,
+        commit_info=lambda: config.hook.pytest_dlperf_commit_info(config=config))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Launcher, hardware, device type and devices per node are settled here, before anything
+    is collected: a request the host cannot meet is a usage error naming the flag."""
+    state = session.config.stash[STATE]
+    state.start(dict(os.environ))
+    if not _under_xdist(session.config):
+        state.open_history(settings_mod.source_of(session.config, "history"))
+        if state.is_reporter:
+            state.live = LiveLine(session.config)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Bad ``dlperf`` markers are usage errors before anything runs. Every case is indexed by
+    topology before ``-k``/``-m`` deselect any (a scaling case's 1n1d reference). Scaling cases
+    run when asked for (``-m multinode``) or when there are nodes to scale to (``--nodes`` > 1);
+    otherwise they would repeat the single-node cases' 1n1d and 1nMd."""
+    for item in items:
+        for marker in item.iter_markers("dlperf"):
+            options.parse_marker(marker, item.nodeid)
+    config.stash[STATE].index_siblings(items)
+    if config.stash[STATE].settings.nodes > 1 or "multinode" in (config.option.markexpr or ""):
+        return
+    scaling = [item for item in items if item.get_closest_marker("multinode") is not None]
+    if scaling:
+        config.hook.pytest_deselected(items=scaling)
+        items[:] = [item for item in items if item.get_closest_marker("multinode") is None]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = config.stash.get(STATE, None)
+    if state is not None:
+        state.close()
+        del config.stash[STATE]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Axes appear where a test names them: ``cluster`` sweeps the topology ladder and ``amp``
+    sweeps fp32/AMP. A test that only asks for ``throughput_meter`` runs one full-node fp32 case."""
+    named = inspect.signature(metafunc.function).parameters
+    state = metafunc.config.stash[STATE]
+    if "cluster" in named:
+        multinode = metafunc.definition.get_closest_marker("multinode") is not None
+        topologies = state.ladder(multinode)
+        metafunc.parametrize("cluster", topologies, ids=[t.id for t in topologies], indirect=True)
+    if "amp" in named:
+        metafunc.parametrize("amp", PRECISIONS, indirect=True)
+    if "compiler" in named:
+        metafunc.parametrize("compiler", state.compilers, indirect=True)
+
+
+def _under_xdist(config: pytest.Config) -> bool:
+    """An xdist worker, or a controller that hands tests to workers (``-n N``)."""
+    return hasattr(config, "workerinput") or bool(
+        config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None))
+
+
+@pytest.fixture
+def cluster(request: pytest.FixtureRequest) -> Cluster:
+    """The topology of this case (nodes, devices per node, device type, backend) and
+    ``run(spec)``, which runs the worker on every rank and returns their JSON results."""
+    if _under_xdist(request.config):
+        # Each xdist worker would start its own training ranks on the same cores and devices.
+        pytest.fail("pytest-dlperf: perf cases cannot run under pytest-xdist: every xdist "
+                    "worker would start its own training ranks on the same cores and GPUs, and "
+                    "each would skew the others' figures; run them in one process "
+                    "(-p no:xdist, or -n 0)", pytrace=False)
+    state = request.config.stash[STATE]
+    topology = getattr(request, "param", None) or state.ladder(multinode=False)[-1]
+    gpus = len(state.hardware.gpus)
+    if (state.launcher.all_nodes_here and topology.device_type == "cuda"
+            and topology.world_size > gpus):
+        pytest.skip(f"{topology.id} needs {topology.world_size} GPUs and local mode runs every "
+                    f"node on this host, which has {gpus}; lower --devices-per-node or run it "
+                    "on a cluster")
+    if not state.launcher.can_run(topology):
+        nodes, _ = state.launcher.launched_shape or ("?", None)
+        pytest.skip(f"{topology.id}: pytest was launched as a {nodes}-node job with its own "
+                    "ranks; external mode runs only that topology")
+    return Cluster(topology, state.launcher, state.work_root, state.settings.timeout,
+                   state.settings.python)
+
+
+@pytest.fixture
+def amp(request: pytest.FixtureRequest) -> Precision:
+    """The precision of this case: fp32, or AMP (fp16 + loss scaling on CUDA, bf16 on CPU)."""
+    state = request.config.stash[STATE]
+    return Precision(getattr(request, "param", "fp32"), state.device_type)
+
+
+@pytest.fixture
+def compiler(request: pytest.FixtureRequest) -> str:
+    """How the training step runs: ``eager``, or ``compiled`` (torch.compile for torch, XLA for
+    TensorFlow). Compile time is reported on its own (``first_step_s``), never in throughput."""
+    return str(getattr(request, "param", "eager"))
+
+
+@pytest.fixture
+def throughput_meter(request: pytest.FixtureRequest, cluster: Cluster,
+                     amp: Precision) -> ThroughputMeter:
+    """Runs a workload on ``cluster`` under the protocol and judges it against its baseline."""
+    return ThroughputMeter(request.node, cluster, amp, request.config.stash[STATE])
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    state = session.config.stash.get(STATE, None)
+    if state is None or not state.is_reporter or _under_xdist(session.config):
+        return
+    if state.settings.json is not None:
+        write_json_atomic(state.settings.json, results_json(state.reports, state.commit))
+    saved = state.history is None or state.history.save(state.reports)
+    if not saved and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    state = config.stash.get(STATE, None)
+    if state is None or not state.reports:
+        return
+    proto, settings = state.settings.protocol, state.settings
+    terminalreporter.write_sep(
+        "-", f"pytest-dlperf: training throughput ({proto.name} protocol: {proto.warmup_steps} "
+        f"warm-up, {proto.steps} timed steps x {proto.repeats} repeats over "
+        f"{settings.launches} launch(es), median; machine {settings.machine})")
+    benchmarks = [benchmark_entry(r) for r in state.reports]
+    for line in text_table(rows(benchmarks)):
+        terminalreporter.write_line(line)
+    pivot = frameworks_side_by_side(benchmarks)
+    if pivot is not None:
+        terminalreporter.write_sep("-", "pytest-dlperf: frameworks side by side (throughput, "
+                                        "speedup over 1n1d)")
+        header, table = pivot_rows(pivot)
+        for line in text_table(table, header):
+            terminalreporter.write_line(line)
+    changes = change_lines(state.reports)
+    if changes:
+        terminalreporter.write_sep("-", f"pytest-dlperf: baselines changed in "
+                                        f"{state.settings.baselines}")
+        for line in changes:
+            terminalreporter.write_line(line)
+    if state.settings.json is not None:
+        terminalreporter.write_line(f"results written to {state.settings.json}")
+    if state.history is not None and state.history.line is not None:
+        terminalreporter.write_line(f"pytest-dlperf: history: {state.history.line}")

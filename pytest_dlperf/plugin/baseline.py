@@ -1,0 +1,89 @@
+"""A case's baseline on the pytest side: found in the store (under this case's key or the keys
+older versions filed it under), recorded when the run says so, and where else the case has
+baselines when it has none here (other machines, before machines were named)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.batchsearch import Search
+from ..core.protocol import Protocol
+from ..store.baselines import Baseline, BaselineError, Change, Metric, Run
+from .case import Case
+from .outcome import fail
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    """Where a case without a baseline here has one: other machines, and the folder of
+    baselines recorded before machines were named (as messages show it)."""
+
+    other_machines: tuple[str, ...] = ()
+    unnamed: str | None = None
+
+
+def load(case: Case, fp: dict[str, Any]) -> Baseline | None:
+    """This case's baseline for ``fp``; a broken file fails the case, except when this run
+    replaces every baseline (the unreadable file is then kept as ``.bak``)."""
+    state = case.state
+    try:
+        return state.store.load(case.id, fp, case.aliases(case.id, fp))
+    except BaselineError as exc:
+        if state.settings.update_baselines == "all":
+            return None
+        fail(f"pytest-dlperf: {exc}")
+
+
+def elsewhere(case: Case, fp: dict[str, Any]) -> Elsewhere:
+    state = case.state
+    others, unnamed = state.store.elsewhere(case.id, [c for c, _ in case.aliases(case.id, fp)])
+    return Elsewhere(tuple(m for m in others if m != state.settings.machine),
+                     case.display(unnamed) if unnamed else None)
+
+
+def reference_median(case: Case, other: str | None, fp: dict[str, Any]) -> float | None:
+    """The 1n1d median of test ``other`` (this test at 1n1d) from this session's cases, else
+    from its baseline; None where neither has it."""
+    state = case.state
+    for report in state.reports:
+        if report.case == other and report.fingerprint == fp:
+            return report.result.median
+    if not other:
+        return None
+    try:
+        baseline = state.store.load(other, fp, case.aliases(other, fp))
+    except BaselineError:
+        return None
+    return baseline.throughput.median if baseline is not None else None
+
+
+def recorded(environment: dict[str, Any], protocol: Protocol, batch_search: Search | None,
+             commit: dict[str, Any]) -> dict[str, Any]:
+    """What a baseline keeps about the run that recorded it."""
+    search = {"batch_search": batch_search.to_json()} if batch_search else {}
+    return {
+        **search,
+        "datetime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "commit": commit.get("id"),
+        "dirty": commit.get("dirty"),
+        "environment": environment,
+        "protocol": protocol.to_json(),
+    }
+
+
+def record(case: Case, fp: dict[str, Any], metrics: dict[str, Metric],
+           recorded: dict[str, Any], launches: int, update: str | None,
+           keep: int) -> Change | None:
+    """Write this run's figures as the case's baseline (``update``: "all", "add" or
+    "missing", as --dlperf-update-baselines)."""
+    run = Run(recorded["datetime"], recorded["commit"], recorded["dirty"], launches)
+    try:
+        return case.state.store.update(
+            Baseline(case=case.id, fingerprint=fp, metrics=metrics, recorded=recorded,
+                     runs=[run]),
+            only_missing=update == "missing", keep=keep if update == "add" else None,
+            aliases=case.aliases(case.id, fp))
+    except BaselineError as exc:
+        fail(f"pytest-dlperf: {exc}")

@@ -1,0 +1,188 @@
+"""One perf case as the pytest side sees it: the test, its topology, precision and compiler, the
+framework adapter it uses, and what follows from those alone (the rank's spec, the baseline
+fingerprint and key, the policy it is judged under), before anything is launched."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..core.protocol import Protocol, launch_size
+from ..core.spec import RankSpec, spec_for
+from ..core.topology import Topology, fingerprint, python_minor
+from ..core.workload import CaseWorkload, Precision, RecipeReference, Workload
+from ..launch import Cluster
+from ..store.baselines import Baseline
+from ..verdict.decide import Policy
+from .adapters import Adapter
+from .options import parse_marker
+from .outcome import fail
+from .session import SessionState
+
+# Fingerprint fields that do not bear on how much memory a batch takes: an earlier search's
+# answer is a good start whatever they are.
+NOT_MEMORY = ("framework_version", "python", "accelerator_stack", "protocol", "batch_size")
+
+
+@dataclass(frozen=True)
+class Case:
+    node: pytest.Item
+    cluster: Cluster
+    amp: Precision
+    state: SessionState
+    adapter: Adapter
+
+    @property
+    def id(self) -> str:
+        """The baseline key: the test's node id, relative to the rootdir."""
+        return self.node.nodeid
+
+    @property
+    def framework(self) -> str:
+        return self.adapter.name
+
+    @property
+    def protocol(self) -> Protocol:
+        return self.state.settings.protocol
+
+    @property
+    def compiler(self) -> str:
+        return str(getattr(self.node, "funcargs", {}).get("compiler", "eager"))
+
+    def fail(self, message: str) -> Any:
+        fail(f"pytest-dlperf: {self.node.nodeid}: {message}")
+
+    # -- can it run here? -----------------------------------------------------------------
+
+    def framework_version(self) -> str:
+        """The framework's installed version where the ranks run; skips where it is missing
+        from pytest's interpreter, fails where it is missing from a given one."""
+        python = self.cluster.pythons.get(self.framework)
+        try:
+            version = self.adapter.installed_version(python)
+        except (LookupError, RuntimeError) as exc:
+            where = f" (--dlperf-python {self.framework}={python})" if python else ""
+            self.fail(f"{exc}{where}")
+        if version is None and python:
+            self.fail(f"{self.framework} is not installed in its worker interpreter {python} "
+                      f"(--dlperf-python); {self.adapter.install_hint}")
+        if version is None:
+            pytest.skip(f"{self.framework} is not installed in pytest's interpreter and no "
+                        f"--dlperf-python {self.framework}=PATH is given; "
+                        f"{self.adapter.install_hint}")
+        return version
+
+    def check_modes(self) -> None:
+        """AMP and the compiled step where the adapter says it cannot run them: a skip with
+        its reason. A compiled case needs a warm-up step to compile in."""
+        device = self.cluster.device_type
+        reason = self.adapter.unavailable("amp", device) if self.amp.enabled else None
+        if reason:
+            pytest.skip(f"{self.framework} has no AMP on {device}: {reason}")
+        if self.compiler == "eager":
+            return
+        if self.protocol.warmup_steps < 1:
+            self.fail("a compiled case needs at least one warm-up step (compilation happens "
+                      "in the first step, which is never timed); raise --dlperf-warmup-steps")
+        reason = self.adapter.unavailable("compile", device)
+        if reason:
+            pytest.skip(f"{self.framework} cannot compile on {device} here: {reason}")
+
+    # -- what follows from the case alone ------------------------------------------------
+
+    def spec(self, workload: Workload, sized: CaseWorkload,
+             recipe: RecipeReference | None) -> RankSpec:
+        """The one record every rank gets (the cluster adds where it runs)."""
+        return spec_for(self.framework, workload, protocol=self.protocol,
+                        device_type=self.cluster.device_type, precision=self.amp.name,
+                        compiler=self.compiler, world_size=self.cluster.world_size,
+                        batch_size=sized.batch_size, sizes=dict(sized.sizes), recipe=recipe
+                        ).with_(memory_limit=self.state.settings.memory_limit)
+
+    def fingerprint(self, topology: Topology, version: str, env: dict[str, Any],
+                    sized: CaseWorkload, searched: bool) -> dict[str, Any]:
+        """What a baseline must match to judge this case (``searched``: the batch was found by
+        --dlperf-batch-size max, and the fingerprint says "max")."""
+        return fingerprint(topology, framework=self.framework,
+                           framework_version=str(env.get("framework_version", version)),
+                           precision=self.amp.name, model=sized.model,
+                           batch_size="max" if searched else sized.batch_size,
+                           sizes=sized.sizes, protocol_slug=self.protocol.slug,
+                           python=python_minor(env.get("python")),
+                           accelerator_stack=self._accelerator_stack(topology, env),
+                           compiler=self.compiler, machine=self.state.settings.machine)
+
+    def memory_match(self, version: str, sized: CaseWorkload) -> dict[str, Any]:
+        """The fingerprint fields that bear on how much memory a batch takes."""
+        fp = self.fingerprint(self.cluster.topology, version, {}, sized, searched=True)
+        return {k: v for k, v in fp.items() if k not in NOT_MEMORY}
+
+    def _accelerator_stack(self, topology: Topology, env: dict[str, Any]) -> str | None:
+        if topology.device_type != "cuda":
+            return None
+        return (f"cuda{env.get('cuda')}-cudnn{env.get('cudnn')}-nccl{env.get('nccl')}"
+                f"-driver{self.state.hardware.gpu_driver}")
+
+    def aliases(self, case: str, fp: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """Where older versions filed this case's baseline: under the test file's basename
+        (before cases were keyed by rootdir-relative path), with pytest's Python in the
+        fingerprint (before it was the ranks')."""
+        name = case.partition("::")[2]
+        cases = [case, f"{self.node.path.name}::{name}"]
+        fps = [fp]
+        pytest_python = python_minor(None)
+        if fp.get("python") != pytest_python:
+            fps.append({**fp, "python": pytest_python})
+        return [(c, f) for c in cases for f in fps][1:]
+
+    def policy(self, baseline: Baseline | None) -> Policy:
+        """The rules this case is judged by: the session's settings, the test's marker and
+        the baseline's own tolerance."""
+        settings, launcher = self.state.settings, self.cluster.launcher
+        marker = self.node.get_closest_marker("dlperf")
+        keywords = parse_marker(marker, self.node.nodeid) if marker else {}
+        tolerance = keywords.get("tolerance")
+        if tolerance is None:
+            tolerance = (baseline.tolerance if baseline is not None
+                         and baseline.tolerance is not None else settings.tolerance)
+        launches = settings.launches if launcher.can_add_repeats else 1
+        per_launch = launch_size(self.protocol.repeats, launches)
+        return Policy(
+            tolerance=float(tolerance), repeats=per_launch * launches,
+            max_repeats=max(settings.max_repeats, per_launch * launches),
+            can_add_repeats=launcher.can_add_repeats,
+            update=settings.update_baselines, strict=settings.strict,
+            unstable_cv=settings.unstable_cv, launches=launches,
+            keep_launches=settings.baseline_launches,
+            memory_tolerance=float(keywords.get("memory_tolerance", settings.memory_tolerance)),
+            min_mfu=keywords.get("min_mfu"),
+            straggler_threshold=settings.straggler_threshold)
+
+    def display(self, path: Path) -> str:
+        """A path as the messages show it: relative to the rootdir where it is under it."""
+        try:
+            return str(path.relative_to(self.state.rootpath))
+        except ValueError:
+            return str(path)
+
+    def params_json(self) -> dict[str, Any]:
+        """The test's parameters as JSON: a topology by its id, other objects by ``repr``."""
+        callspec = getattr(self.node, "callspec", None)
+        if callspec is None:
+            return {}
+        out: dict[str, Any] = {}
+        for name, value in callspec.params.items():
+            if isinstance(value, Topology):
+                value = value.id
+            elif not isinstance(value, (str, int, float, bool, type(None))):
+                value = repr(value)
+            out[name] = value
+        return out
+
+    @property
+    def param(self) -> str:
+        callspec = getattr(self.node, "callspec", None)
+        return callspec.id if callspec else ""

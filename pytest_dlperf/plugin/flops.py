@@ -1,0 +1,102 @@
+"""FLOPs per sample on the pytest side: counted once per session and workload, in a subprocess
+of pytest's interpreter (``python -m pytest_dlperf.rank.flops``), so torch is never imported in
+pytest's own process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core.protocol import Protocol
+from ..core.spec import RankSpec, spec_for
+from ..core.workload import CaseWorkload, Workload, WorkloadError, recipe_reference
+from ..verdict.mfu import FlopsCount, Peak, math_precision, peak_for
+
+
+def count_in_subprocess(spec: RankSpec, work_dir: Path,
+                        timeout_s: float = 600.0) -> FlopsCount:
+    """Count the spec's FLOPs per sample in a subprocess of pytest's interpreter (torch is
+    imported there, never in pytest's own process)."""
+    if spec.recipe is None:
+        return FlopsCount(None, "none", "the workload has no torch recipe to count FLOPs with "
+                          "(give Workload(flops_per_sample=...) to state them)")
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env.setdefault("CUDA_VISIBLE_DEVICES", "")  # meta and CPU only: no CUDA context
+    with tempfile.NamedTemporaryFile("w", suffix=".json", dir=work_dir, delete=False) as fh:
+        fh.write(spec.dumps())
+    try:
+        done = subprocess.run([sys.executable, "-m", "pytest_dlperf.rank.flops", fh.name],
+                              capture_output=True, text=True, timeout=timeout_s, env=env,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return FlopsCount(None, "none", f"counting FLOPs took over {timeout_s:g} s")
+    finally:
+        os.unlink(fh.name)
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return FlopsCount(None, "none", f"counting FLOPs with the torch recipe failed: {tail}")
+    try:
+        data = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return FlopsCount(None, "none", f"the FLOP counter printed no result: {done.stdout!r}")
+    return FlopsCount(float(data["flops_per_sample"]), str(data["source"]),
+                      data.get("meta_error"))
+
+
+def flops_key(workload: Workload, sized: CaseWorkload, device_type: str) -> str:
+    """What a FLOP count depends on: the workload, its torch recipe, sizes and batch, and the
+    device type; one count per key and session."""
+    torch_recipe = workload.recipes.get("torch")
+    reference = (None if torch_recipe is None else
+                 recipe_reference(torch_recipe, f"workload {workload.name!r}, torch recipe"))
+    return json.dumps([workload.name, workload.flops_per_sample,
+                       None if reference is None else asdict(reference),
+                       dict(sized.sizes), sized.batch_size, device_type],
+                      sort_keys=True, default=str)
+
+
+def flops_per_sample(workload: Workload, sized: CaseWorkload, protocol: Protocol,
+                     device_type: str, rank_flops: dict[str, Any] | None,
+                     work_dir: Path) -> FlopsCount:
+    """FLOPs per sample: the workload's own figure, else what a torch rank counted, else
+    counted in a subprocess with the workload's torch recipe."""
+    if workload.flops_per_sample is not None:
+        return FlopsCount(float(workload.flops_per_sample), "workload")
+    if rank_flops is not None:
+        value = rank_flops.get("flops_per_sample")
+        return FlopsCount(None if value is None else float(value), str(rank_flops["source"]),
+                          rank_flops.get("problem") or rank_flops.get("meta_error"))
+    try:
+        reference = spec_for("torch", workload, protocol=protocol, device_type=device_type,
+                             batch_size=sized.batch_size, sizes=dict(sized.sizes),
+                             recipe_key="torch")
+    except WorkloadError as exc:
+        return FlopsCount(None, "none", str(exc))
+    return count_in_subprocess(reference, work_dir)
+
+
+@dataclass(frozen=True)
+class Utilization:
+    """Achieved FLOP/s per device and, where the device's peak is known, MFU."""
+
+    achieved_flops_per_s: float | None = None
+    peak: Peak | None = None
+    mfu: float | None = None
+
+
+def utilization(flops: FlopsCount, per_device_rate: float, amp_dtype: str,
+                environment: dict[str, Any], device_name: str | None,
+                peak_override: float | None) -> Utilization:
+    if flops.per_sample is None:
+        return Utilization()
+    achieved = flops.per_sample * per_device_rate
+    peak = peak_for(device_name, math_precision(amp_dtype, environment), peak_override)
+    return Utilization(achieved, peak, None if peak is None else achieved / peak.flops_per_s)

@@ -1,0 +1,129 @@
+"""Launching a case: its measured launches (each a fresh start of the case's processes), the
+batch-size probes of ``--dlperf-batch-size max``, and the 1n1d reference a scaling case is
+measured against when nothing else has it. Each launch goes through the cluster's launcher and
+comes back as the ranks' aggregated figures."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..core.batchsearch import BatchSearchError, Probe, Search, search
+from ..core.protocol import Protocol, Result, aggregate
+from ..core.spec import RankSpec
+from ..core.topology import Topology
+from ..launch import Cluster, LaunchError, Watch
+from .case import Case
+from .outcome import fail
+
+# Steps a batch-size probe trains: enough for the optimizer's state and the allocators'
+# high-water mark (the first step allocates the most), not a measurement.
+PROBE_STEPS = 3
+
+
+class OutOfMemoryAtTheEdge(Exception):
+    """A measurement at a batch the search found ran out of memory."""
+
+    def __init__(self, seconds: float, message: str) -> None:
+        super().__init__(message)
+        self.seconds, self.message = seconds, message
+
+
+def _first_line(exc: LaunchError) -> str:
+    """The first line of the first rank's error (an out-of-memory one says the batch)."""
+    first = next(iter(exc.rank_errors.values()), exc.summary)
+    return first.strip().splitlines()[0][:300]
+
+
+@dataclass
+class Launches:
+    """The launches of one case. ``rank_flops``: what rank 0 of the last launch that counted
+    FLOPs reported (torch ranks count on the first launch where the session has no count)."""
+
+    case: Case
+    rank_flops: dict[str, Any] | None = field(default=None)
+
+    def measure(self, spec: RankSpec, windows: list[int], *, at_the_edge: bool = False,
+                extra: int = 0) -> tuple[Result, dict[str, Any]]:
+        """One launch per entry of ``windows``, each timing that many windows.
+        ``at_the_edge``: the batch is one a search found; running out of memory raises
+        ``OutOfMemoryAtTheEdge`` (the caller steps down) instead of failing the case.
+        ``extra``: these launches come after that many, for an inconclusive verdict."""
+        result: Result | None = None
+        env: dict[str, Any] = {}
+        for index, count in enumerate(windows):
+            launched = replace(spec, protocol=replace(spec.protocol, repeats=count),
+                               count_flops=spec.count_flops and index == 0)
+            label = (f"extra launch {index + 1}/{len(windows)} (inconclusive after {extra})"
+                     if extra else f"launch {index + 1}/{len(windows)}")
+            one, env = self.run(self.case.cluster, launched, at_the_edge=at_the_edge,
+                                label=label)
+            result = one if result is None else result.extended(one)
+        assert result is not None, "at least one launch"
+        return result, env
+
+    def watch(self, label: str) -> Watch | None:
+        """Live progress of one launch (``live.LiveLine``), labelled with this case; None
+        where nothing is shown (-q): the ranks then write no progress at all."""
+        live = self.case.state.live
+        if live is None or live.mode is None:
+            return None
+        name = self.case.node.name
+        return lambda path: live.watch(path, name, label)
+
+    def run(self, cluster: Cluster, spec: RankSpec, *, at_the_edge: bool = False,
+            label: str = "launch") -> tuple[Result, dict[str, Any]]:
+        started = time.perf_counter()
+        try:
+            ranks = cluster.run(spec, self.watch(label))
+        except LaunchError as exc:
+            if at_the_edge and exc.kind == "out_of_memory":
+                raise OutOfMemoryAtTheEdge(time.perf_counter() - started,
+                                           _first_line(exc)) from exc
+            fail(f"pytest-dlperf: {self.case.id} {exc.kind.replace('_', ' ')} on "
+                 f"{cluster.topology.id}: {exc}")
+        env = dict(ranks[0]["environment"])
+        if spec.count_flops:
+            self.rank_flops = ranks[0].get("flops")
+        hardware = self.case.state.hardware
+        if cluster.device_type == "cuda":  # what NVML says, beside what the framework saw
+            env.update(driver=hardware.gpu_driver, gpu_memory_bytes=list(hardware.gpu_memory))
+        return aggregate(ranks, spec.batch_size, time.perf_counter() - started), env
+
+    def search_batch(self, spec_at: Any, start: int, seed: int | None) -> Search:
+        """The largest per-device batch that trains a few steps here, each probe a fresh
+        launch (``spec_at(batch)`` gives its spec), from ``seed`` (the batch an earlier run
+        found) where there is one, else from ``start``."""
+        case = self.case
+        probe_protocol = Protocol(warmup_steps=PROBE_STEPS - 1, steps=1, repeats=1,
+                                  name="probe")
+
+        def fits(batch: int) -> Probe:
+            spec = replace(spec_at(batch), protocol=probe_protocol)
+            started = time.perf_counter()
+            try:
+                case.cluster.run(spec, self.watch(f"batch-size probe {batch}"))
+            except LaunchError as exc:
+                seconds = time.perf_counter() - started
+                if exc.kind != "out_of_memory":
+                    fail(f"pytest-dlperf: {case.id}: the batch-size search's probe at batch "
+                         f"{batch} failed, and not for lack of memory, on "
+                         f"{case.cluster.topology.id}: {exc}")
+                return Probe(batch, False, seconds, _first_line(exc))
+            return Probe(batch, True, time.perf_counter() - started)
+
+        try:
+            return search(fits, seed or start, seeded=seed is not None)
+        except BatchSearchError as exc:
+            fail(f"pytest-dlperf: {case.id}: --dlperf-batch-size max: {exc} (on "
+                 f"{case.cluster.topology.id}; --dlperf-memory-limit "
+                 f"{case.state.settings.memory_limit or 'none'})")
+
+    def reference(self, spec: RankSpec, topology: Topology) -> float:
+        """Measure the 1n1d reference now (not reported): the same per-device batch, its
+        learning rate scaled to the one device's global batch."""
+        world = self.case.cluster.world_size
+        single = replace(spec, optimizer=spec.optimizer.for_batch_ratio(1 / world))
+        return self.run(self.case.cluster.at(topology), single,
+                        label="1n1d reference")[0].median

@@ -1,0 +1,249 @@
+"""``ThroughputMeter``: one case end to end, on the pytest side. Each step is a module of its
+own (``case``: what follows from the test alone; ``launches``: launching; ``flops``;
+``baseline``; ``history``); this one puts them in order, builds the case record once, complete,
+and applies what ``verdict.decide`` says. The ``throughput_meter`` fixture hands a test one."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+import pytest
+
+from ..core.batchsearch import BatchSearchError, Search
+from ..core.protocol import Result
+from ..core.spec import RankSpec
+from ..core.topology import make_topology
+from ..core.workload import (CaseWorkload, Precision, RecipeReference, SizeValue, Workload,
+                             WorkloadError)
+from ..launch import Cluster
+from ..models import builtin
+from ..verdict import decide
+from ..verdict.decide import Policy
+from ..verdict.mfu import FlopsCount
+from ..verdict.record import CaseReport, case_metrics
+from ..verdict.stats import Verdict, coefficient_of_variation
+from . import baseline as baselines
+from .adapters import Adapter
+from .case import Case
+from .flops import Utilization, flops_key, flops_per_sample, utilization
+from .launches import Launches, OutOfMemoryAtTheEdge
+from .outcome import DLPerfWarning, conclude, fail, follow_rank0
+from .session import SessionState
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the launches gave, before any judging."""
+
+    result: Result
+    environment: dict[str, Any]
+    spec: RankSpec
+    sized: CaseWorkload
+    launched_at: float
+
+
+class ThroughputMeter:
+    def __init__(self, node: pytest.Item, cluster: Cluster, amp: Precision,
+                 state: SessionState) -> None:
+        self.node, self.cluster, self.amp, self.state = node, cluster, amp, state
+
+    def measure(self, framework: str, workload: Workload | str = "resnet50", *,
+                batch_size: int | None = None,
+                sizes: Mapping[str, SizeValue] | None = None) -> CaseReport:
+        """Train ``workload`` (a ``Workload``, or a built-in model's name) with ``framework`` on
+        every rank, apply the protocol, compare the median (and a multi-device case's scaling
+        efficiency) with the baseline, failing this test on a regression, and return the
+        record. ``batch_size`` (per device) and ``sizes`` override the workload's for this
+        call; ``--dlperf-batch-size`` overrides both."""
+        case, chosen, sized, recipe, searching = self._prepare(framework, workload, batch_size,
+                                                               sizes)
+        version = case.framework_version()
+        case.check_modes()
+        launches = Launches(case)
+        search = self._search(case, launches, version, chosen, sized, recipe) if searching \
+            else None
+        if search is not None:
+            sized = replace(sized, batch_size=search.found)
+        measured = self._measure(case, launches, chosen, sized, recipe, search)
+        report, policy = self._judge(case, launches, measured, chosen, version, search)
+        if not self.cluster.launcher.is_reporter:
+            follow_rank0(self.cluster.launcher, self.state.settings.timeout)
+            return report
+        self.state.reports.append(report)
+        conclude(self.node, decide.decide(report, policy), self.cluster.launcher,
+                 self.state.settings.timeout)
+        return report
+
+    # -- the steps -----------------------------------------------------------------------
+
+    def _prepare(self, framework: str, workload: Workload | str, batch_size: int | None,
+                 sizes: Mapping[str, SizeValue] | None
+                 ) -> tuple[Case, Workload, CaseWorkload, RecipeReference | None, bool]:
+        """The adapter (resolved once for the case), the workload, its sizes on this device
+        and the recipe the ranks will import; a bad request fails before anything runs."""
+        try:
+            adapter = Adapter.resolve(framework)
+            chosen = (builtin(workload, framework, adapter.recipe_key)
+                      if isinstance(workload, str) else workload)
+            recipe = adapter.recipe_for(chosen)
+            batch = self.state.settings.batch_size or batch_size
+            sized = CaseWorkload.of(chosen, self.cluster.device_type, self.amp.name,
+                                    None if isinstance(batch, str) else batch, sizes)
+        except (LookupError, WorkloadError) as exc:
+            fail(f"pytest-dlperf: {self.node.nodeid}: {exc}")
+        case = Case(self.node, self.cluster, self.amp, self.state, adapter)
+        return case, chosen, sized, recipe, batch == "max"
+
+    def _search(self, case: Case, launches: Launches, version: str, workload: Workload,
+                sized: CaseWorkload, recipe: RecipeReference | None) -> Search:
+        """--dlperf-batch-size max: from the batch an earlier run found (its baseline's
+        record), else from the workload's own."""
+        seed = self.state.store.found_batch(case.id, case.memory_match(version, sized))
+        return launches.search_batch(
+            lambda batch: case.spec(workload, replace(sized, batch_size=batch), recipe),
+            sized.batch_size, seed)
+
+    def _measure(self, case: Case, launches: Launches, workload: Workload, sized: CaseWorkload,
+                 recipe: RecipeReference | None, search: Search | None) -> Measured:
+        """The run's launches; at a searched batch that runs out of memory, one batch down."""
+        policy = case.policy(None)
+        while True:
+            spec = case.spec(workload, sized, recipe)
+            if self._rank_counts_flops(case, workload, sized):
+                spec = replace(spec, count_flops=True)
+            launched_at = time.time()
+            try:
+                result, env = launches.measure(spec, [policy.windows_per_launch] *
+                                               policy.launches, at_the_edge=search is not None)
+                return Measured(result, env, replace(spec, count_flops=False), sized,
+                                launched_at)
+            except OutOfMemoryAtTheEdge as edge:
+                assert search is not None
+                try:
+                    found = search.retreat(edge.seconds, edge.message)
+                except BatchSearchError as exc:
+                    case.fail(f"--dlperf-batch-size max: {exc}")
+                sized = replace(sized, batch_size=found)
+
+    def _rank_counts_flops(self, case: Case, workload: Workload, sized: CaseWorkload) -> bool:
+        """Rank 0 of the first launch counts FLOPs where a torch rank can and the session has
+        no count yet. Not under a memory limit: counting builds the model once more (BERT's on
+        the CPU), memory the probes of a batch search did not use; a subprocess counts then."""
+        key = flops_key(workload, sized, self.cluster.device_type)
+        return (key not in self.state.flops_counts and workload.flops_per_sample is None
+                and case.adapter.recipe_key == "torch"
+                and not self.state.settings.memory_limit)
+
+    def _judge(self, case: Case, launches: Launches, measured: Measured, workload: Workload,
+               version: str, search: Search | None) -> tuple[CaseReport, Policy]:
+        """Every figure of the case, its verdicts (more launches while they are
+        inconclusive), the baseline recorded where the run says so, and its history: the
+        record, built once."""
+        sized, env = measured.sized, measured.environment
+        fp = case.fingerprint(self.cluster.topology, version, env, sized, search is not None)
+        baseline = baselines.load(case, fp)
+        policy = case.policy(baseline)
+        reference = (self._reference(case, launches, measured, version)
+                     if self.cluster.world_size > 1 else None)
+        result, verdicts = self._verdicts(launches, measured, baseline, reference, policy)
+        devices = self.cluster.world_size
+        metrics = case_metrics(result, sized.unit, devices, reference)
+        change = None
+        reporter = self.cluster.launcher.is_reporter
+        if reporter and decide.records(policy, baseline is not None):
+            recorded = baselines.recorded(env, case.protocol, search, self.state.commit)
+            change = baselines.record(case, fp, metrics, recorded,
+                                      len(result.windows_per_launch), policy.update,
+                                      policy.keep_launches)
+        history = None
+        if reporter and self.state.history is not None:
+            history = self.state.history.judge(case.id, fp, metrics, verdicts[0].outcome,
+                                               change.action if change else None)
+            if history.unread:
+                self.node.warn(DLPerfWarning(history.unread))
+        elsewhere = baselines.elsewhere(case, fp) if baseline is None else None
+        speedup = result.median / reference if reference is not None else None
+        flops, used = self._flops(case, launches, workload, measured, result)
+        report = CaseReport(
+            case=case.id, name=self.node.name, nodeid=self.node.nodeid,
+            params=case.params_json(), param=case.param, framework=case.framework,
+            framework_version=str(env.get("framework_version", version)),
+            topology=self.cluster.topology, precision=self.amp, workload=sized,
+            protocol=case.protocol, result=result, fingerprint=fp, environment=env,
+            verdict=verdicts[0], efficiency_verdict=verdicts[1], memory_verdict=verdicts[2],
+            baseline_path=case.display(self.state.store.path_for(case.id, fp)),
+            baseline_change=change, launched_at=measured.launched_at,
+            launcher=self.cluster.launcher.name, isolation=self.cluster.launcher.isolation,
+            cv=coefficient_of_variation(result.samples_per_s), compiler=case.compiler,
+            batch_search=search, machine=self.state.settings.machine,
+            other_machines=list(elsewhere.other_machines) if elsewhere else [],
+            unnamed_baselines=elsewhere.unnamed if elsewhere else None,
+            reference=reference, speedup=speedup,
+            efficiency=speedup / devices if speedup is not None else None,
+            flops=flops, achieved_flops_per_s=used.achieved_flops_per_s, peak=used.peak,
+            mfu=used.mfu,
+            history_runs=history.runs if history else None,
+            history_steps=list(history.steps) if history else [],
+            history_blocking=history.blocking if history else None)
+        return report, policy
+
+    def _verdicts(self, launches: Launches, measured: Measured, baseline: Any,
+                  reference: float | None, policy: Policy
+                  ) -> tuple[Result, tuple[Verdict, Verdict | None, Verdict | None]]:
+        """Throughput, scaling efficiency and memory against the baseline, measuring more
+        while a verdict is inconclusive."""
+        devices = self.cluster.world_size
+
+        def judge(result: Result) -> tuple[Verdict, Verdict | None, Verdict | None]:
+            verdict, efficiency = decide.verdicts(
+                result.samples_per_s, result.windows_per_launch, baseline, reference, devices,
+                policy.tolerance, policy)
+            memory = decide.memory_verdict(result.memory_launches, baseline,
+                                           policy.memory_tolerance, policy)
+            return verdict, efficiency, memory
+
+        result = measured.result
+        verdicts = judge(result)
+        while more := decide.more_launches(verdicts[0], verdicts[1], len(result.window_s),
+                                           policy, verdicts[2]):
+            result = result.extended(
+                launches.measure(measured.spec, more, extra=len(result.windows_per_launch))[0])
+            verdicts = judge(result)
+        return result, verdicts
+
+    def _reference(self, case: Case, launches: Launches, measured: Measured,
+                   version: str) -> float | None:
+        """The 1n1d median for this test and precision, with the same per-device batch: from
+        this session, else from its baseline, else measured now (and not reported); None when
+        the launcher cannot run 1n1d (external mode) and nothing else has it."""
+        topology = make_topology(self.state.hardware, 1, 1, self.cluster.device_type)
+        fp = case.fingerprint(topology, version, measured.environment, measured.sized,
+                              searched=False)
+        found = baselines.reference_median(case, self.state.case_at(self.node, topology), fp)
+        if found is not None:
+            return found
+        if not self.cluster.launcher.can_run(topology):
+            return None
+        return launches.reference(measured.spec, topology)
+
+    def _flops(self, case: Case, launches: Launches, workload: Workload, measured: Measured,
+               result: Result) -> tuple[FlopsCount, Utilization]:
+        """FLOPs per sample (counted once per session and key), achieved FLOP/s per device
+        and, where the device's peak is known, MFU."""
+        key = flops_key(workload, measured.sized, self.cluster.device_type)
+        counts = self.state.flops_counts
+        if key not in counts:
+            counts[key] = flops_per_sample(workload, measured.sized, case.protocol,
+                                           self.cluster.device_type, launches.rank_flops,
+                                           self.state.work_root)
+        flops = counts[key]
+        gpus = self.state.hardware.gpus
+        device = gpus[0] if self.cluster.device_type == "cuda" and gpus else None
+        per_device = result.median / self.cluster.world_size
+        return flops, utilization(flops, per_device, self.amp.dtype, measured.environment,
+                                  device, self.state.settings.peak_flops)
+
+
+__all__ = ["DLPerfWarning", "ThroughputMeter"]

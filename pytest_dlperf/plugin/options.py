@@ -1,0 +1,371 @@
+"""The plugin's options: one table (``OPTIONS``), each with a command-line flag, an environment
+variable and an ini key that share one help string, the parsers that validate each value, and
+the ``@pytest.mark.dlperf`` keywords. The options page of the documentation is rendered from the
+same table (``options_markdown``; ``python -m pytest_dlperf options``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pytest
+
+from ..core import protocol as protocol_mod
+from ..core.units import parse_flops, parse_size
+from ..core.workload import COMPILERS
+
+
+def _int(minimum: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            raise ValueError(f"expected an integer >= {minimum}") from None
+        if value < minimum:
+            raise ValueError(f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _number_or_percent(raw: str, example: str) -> float:
+    """``0.05`` or ``5%`` as 0.05; ``example`` says what was expected."""
+    text = str(raw).strip()
+    try:
+        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise ValueError(f"expected {example}") from None
+
+
+def parse_fraction(raw: str) -> float:
+    value = _number_or_percent(raw, "a fraction like 0.05 or a percentage like 5%")
+    if not 0 <= value < 1:
+        raise ValueError(f"expected a fraction in [0, 1) (0.05 = 5%), got {value}")
+    return value
+
+
+def parse_cv(raw: str) -> float:
+    """A coefficient of variation: like a fraction, but not bounded by 1 (n samples can vary by
+    up to sqrt(n) x their mean)."""
+    value = _number_or_percent(raw, "a coefficient of variation like 0.10 or 10%")
+    if not 0 <= value < float("inf"):
+        raise ValueError(f"expected a finite coefficient of variation >= 0 (0.10 = 10%), "
+                         f"got {value}")
+    return value
+
+
+# The ``@pytest.mark.dlperf(...)`` keywords and their parsers.
+MARKER_KEYWORDS: dict[str, Callable[[str], Any]] = {"tolerance": parse_fraction,
+                                                    "memory_tolerance": parse_fraction,
+                                                    "min_mfu": parse_fraction}
+
+
+def parse_marker(marker: pytest.Mark, nodeid: str) -> dict[str, Any]:
+    """A ``dlperf`` marker's keywords, parsed; a usage error naming the test otherwise."""
+    known = ", ".join(MARKER_KEYWORDS)
+
+    def refuse(problem: str) -> pytest.UsageError:
+        return pytest.UsageError(f"pytest-dlperf: {nodeid}: @pytest.mark.dlperf(...) {problem}")
+
+    if marker.args:
+        raise refuse(f"takes keywords only (known: {known}), got {len(marker.args)} "
+                     "positional argument(s)")
+    parsed: dict[str, Any] = {}
+    for key, value in marker.kwargs.items():
+        if key not in MARKER_KEYWORDS:
+            raise refuse(f"has an unknown keyword {key!r} (known: {known})")
+        if value is None:
+            continue
+        try:
+            parsed[key] = MARKER_KEYWORDS[key](value)
+        except ValueError as exc:
+            raise refuse(f"{key}={value!r}: {exc}") from None
+    return parsed
+
+
+def _batch_size(raw: str) -> int | str:
+    if str(raw).strip().lower() == "max":
+        return "max"
+    try:
+        return _int(1)(raw)
+    except ValueError:
+        raise ValueError(f"expected a positive integer or 'max', got {raw!r}") from None
+
+
+def _positive_float(raw: str) -> float:
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise ValueError("expected a number of seconds") from None
+    if value <= 0:
+        raise ValueError(f"expected a number of seconds > 0, got {value}")
+    return value
+
+
+def _bool(raw: str | bool) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("expected true or false")
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        value = str(raw).strip()
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return value
+
+    return parse
+
+
+def _subset(*choices: str) -> Callable[[str], tuple[str, ...]]:
+    def parse(raw: str) -> tuple[str, ...]:
+        values = tuple(dict.fromkeys(v.strip() for v in str(raw).split(",") if v.strip()))
+        if not values or any(v not in choices for v in values):
+            raise ValueError(f"expected a comma-separated list of {', '.join(choices)}")
+        return values
+
+    return parse
+
+
+def _path(raw: str) -> str:
+    if not str(raw).strip():
+        raise ValueError("expected a path")
+    return str(raw)
+
+
+def _pvalue(raw: str) -> float:
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise ValueError("expected a p-value like 0.001") from None
+    if not 0 < value < 1:
+        raise ValueError(f"expected a p-value between 0 and 1 (exclusive), got {value}")
+    return value
+
+
+def _history(raw: str) -> str:
+    text = str(raw).strip()
+    if not text:
+        raise ValueError("expected a path (an SQLite file, .dlperf/history.db) or a "
+                         "postgresql:// URL")
+    if "://" in text:
+        scheme = text.split("://", 1)[0].lower()
+        if not scheme.startswith(("postgresql", "postgres", "sqlite")):
+            raise ValueError(f"a {scheme}:// URL is not a store this knows: give a path (an "
+                             "SQLite file) or a postgresql:// URL")
+    return text
+
+
+def parse_pythons(raw: str) -> dict[str, str]:
+    """``oneflow=/opt/of/bin/python,foo=...`` -> {framework: interpreter path}."""
+    pythons: dict[str, str] = {}
+    for item in (part.strip() for part in str(raw).split(",")):
+        if not item:
+            continue
+        name, sep, path = item.partition("=")
+        name, path = name.strip(), path.strip()
+        if not sep or not name or not path:
+            raise ValueError(f"expected FRAMEWORK=PATH (comma-separated pairs), got {item!r}")
+        if not all(part.isidentifier() for part in name.split(".")):
+            raise ValueError(f"{name!r} is not a framework name (like oneflow)")
+        if name in pythons:
+            raise ValueError(f"{name} is given twice")
+        pythons[name] = path
+    if not pythons:
+        raise ValueError("expected FRAMEWORK=PATH, like oneflow=.venv-oneflow/bin/dlperf-python")
+    return pythons
+
+
+def _machine_name(raw: str) -> str:
+    value = str(raw).strip()
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", value):
+        raise ValueError("expected a name of letters, digits, '.', '_' and '-' (at most 64, "
+                         f"starting with a letter or digit), got {value!r}")
+    return value
+
+
+def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    return lambda raw: None if raw in (None, "") else parse(raw)
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # "warmup_steps": --dlperf-warmup-steps, DLPERF_WARMUP_STEPS, dlperf_warmup_steps
+    help: str
+    parse: Callable[[Any], Any]
+    default: Any = None
+    aliases: tuple[str, ...] = ()
+    metavar: str | None = None
+    flag: bool = False  # takes no value on the command line
+    const: str | None = None  # value when the flag is given bare (nargs="?")
+
+    @property
+    def dest(self) -> str:
+        return f"dlperf_{self.name}"
+
+    @property
+    def cli(self) -> str:
+        return "--dlperf-" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return f"DLPERF_{self.name.upper()}"
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("protocol", "named measurement profile: full (DLPerf: 20 warm-up, 100 timed steps, "
+           "7 repeats) or quick (5, 10, 5; for CI). Default: full.",
+           _choice(*protocol_mod.PROFILES), "full", metavar="NAME"),
+    Option("warmup_steps", "untimed warm-up steps before the first window (overrides the profile).",
+           _optional(_int(0)), metavar="N"),
+    Option("steps", "timed steps per window (overrides the profile).", _optional(_int(1)), metavar="N"),
+    Option("repeats", "timed windows per case; the median is reported (overrides the profile).",
+           _optional(_int(1)), metavar="N"),
+    Option("batch_size", "per-device batch size of every case, overriding the workloads' own "
+           "(per device type) and a test's measure(batch_size=...); it is part of the baseline "
+           "fingerprint, so cases run at another batch compare with baselines of that batch. "
+           "'max': the largest batch that trains without running out of memory, searched for "
+           "each case (doubling then bisection, each probe a fresh launch; starting from the "
+           "batch an earlier run found), then measured. Default: each workload's.",
+           _optional(_batch_size), metavar="N|max"),
+    Option("memory_limit", "memory each rank may use, enforced by the OS on its processes: a "
+           "memory cgroup of its own (v2, else v1), else an address-space limit. A rank that "
+           "goes over fails as out of memory; with --dlperf-batch-size max it bounds the "
+           "search on CPU. Binary units: 1536M, 2G. Default: none.",
+           _optional(parse_size), metavar="SIZE"),
+    Option("tolerance", "allowed throughput drop below the baseline median before a case fails, "
+           "as a fraction (0.05) or percentage (5%). A baseline's own 'tolerance' and a "
+           "@pytest.mark.dlperf(tolerance=...) marker take precedence. Default: 0.05.",
+           parse_fraction, 0.05, metavar="FRACTION"),
+    Option("memory_tolerance", "allowed growth of a case's peak memory above the baseline's "
+           "before it fails as a memory regression, as a fraction or percentage. A "
+           "@pytest.mark.dlperf(memory_tolerance=...) marker takes precedence. Default: 0.10.",
+           parse_fraction, 0.10, metavar="FRACTION"),
+    Option("straggler_threshold", "warn about a rank of a multi-device case whose own step "
+           "time (forward and backward without the all-reduce) is more than this fraction "
+           "slower than the median rank's. Default: 0.10.",
+           parse_fraction, 0.10, metavar="FRACTION"),
+    Option("peak_flops", "the device's dense peak FLOP/s for the precision the cases compute "
+           "in (989.4T), for MFU on a device the built-in table lacks (every CPU, a GPU newer "
+           "than this release); it replaces the table's figure. Default: the table's, by NVML "
+           "device name.", _optional(parse_flops), metavar="FLOPS"),
+    Option("launches", "separate launches per case (each a fresh start of the case's "
+           "processes and its own warm-up); the windows (--dlperf-repeats) are split over them, "
+           "and the verdict compares launch medians, so a run samples the between-run spread "
+           "that windows of one launch hide. DLPerf's own repeats are launches "
+           "(--dlperf-launches equal to --dlperf-repeats). 1 in external mode, where the job "
+           "was launched once. Default: %d." % protocol_mod.DEFAULT_LAUNCHES,
+           _int(1), protocol_mod.DEFAULT_LAUNCHES, metavar="N"),
+    Option("max_repeats", "when a case's verdict is inconclusive (its median is beyond the "
+           "tolerance but the difference is not significant), measure more, a run's worth of "
+           "launches at a time, up to this many windows in total before deciding. At least the "
+           "protocol's repeats (which turns it off). Default: 3 x repeats.",
+           _optional(_int(1)), metavar="N"),
+    Option("unstable_cv", "warn that a case is unstable when its repeats' coefficient of "
+           "variation (stdev / mean) exceeds this (0.10 or 10%; above 1 is allowed: n windows "
+           "can vary by up to sqrt(n) x their mean). Default: 0.10.",
+           parse_cv, 0.10, metavar="CV"),
+    Option("compilers", "the compiler axis of tests that take the `compiler` fixture, "
+           "comma-separated: eager, compiled (torch.compile for torch, XLA for TensorFlow). "
+           "Default: eager on CPU (a compiled ResNet-50 step was slower than eager here and a "
+           "cold compile takes ~1 min), eager,compiled on CUDA.",
+           _optional(_subset(*COMPILERS)), metavar="LIST"),
+    Option("strict", "fail cases that have no baseline for this fingerprint, and cases whose "
+           "verdict is still inconclusive after --dlperf-max-repeats.", _bool, False, flag=True),
+    Option("update_baselines", "write the measured figures as the new baselines: 'all' (the bare "
+           "flag: this run's launches replace the baseline's), 'add' (this run's launches are "
+           "added to the baseline's, the newest --dlperf-baseline-launches kept: a baseline "
+           "recorded over several runs knows its between-run spread) or 'missing' (only where "
+           "none exists).",
+           _optional(_choice("all", "add", "missing")), None, metavar="WHICH", const="all"),
+    Option("baseline_launches", "the most launches a baseline keeps when "
+           "--dlperf-update-baselines=add adds a run's to it (the oldest go first). "
+           "Default: 20.", _int(2), 20, metavar="N"),
+    Option("machine", "the name of this machine in the baseline store: baselines are filed "
+           "under it (baselines/NAME/...) and judge only runs on the machine of that name, "
+           "since hosts of one model and fingerprint have run 40-70% apart. Name a stable "
+           "runner (asv asks the same); letters, digits, '.', '_' and '-'. Default: the host "
+           "name and the first 8 characters of /etc/machine-id.",
+           _optional(_machine_name), metavar="NAME"),
+    Option("baselines", "folder of baseline JSON files. Default: baselines/ at the rootdir.",
+           _path, "baselines", metavar="DIR"),
+    Option("json", "write the results (pytest-benchmark's JSON format) to this file.",
+           _optional(_path), metavar="PATH"),
+    Option("history", "append every case's samples, fingerprint, commit, branch, date and host "
+           "to this history store: a path is an SQLite file (.dlperf/history.db), a "
+           "postgresql://user@host/db URL a shared PostgreSQL server. Its change points judge "
+           "the nightly gate and `python -m pytest_dlperf html` plots it. Default: none.",
+           _optional(_history), metavar="URL"),
+    Option("change_pvalue", "with --dlperf-history: the p-value at or below which a step in a "
+           "case's history counts (Student's t-test between the runs either side of it); a run "
+           "after a step for the worse that no run since accepted by recording the baseline "
+           "fails. Lower finds fewer false steps and needs more nights to find a real one "
+           "(README 'Change points'). Default: 0.001.", _pvalue, 0.001, metavar="P"),
+    Option("change_min", "with --dlperf-history: the smallest step of throughput or scaling "
+           "efficiency that fails a run, as a fraction (0.01) or percentage (1%); smaller "
+           "significant steps are reported only. Peak memory's is --dlperf-memory-tolerance. "
+           "Default: 0.01.", parse_fraction, 0.01, metavar="FRACTION"),
+    Option("nodes", "nodes in the cluster; -m multinode cases sweep 1, 2, 4, ... up to it. "
+           "Default: 1.", _int(1), 1, aliases=("--nodes",), metavar="N"),
+    Option("devices_per_node", "devices (GPUs; on CPU, worker processes) per node. Default: every "
+           "GPU; on CPU 2 simulated devices, fewer when local nodes would otherwise run more "
+           "ranks than the host has cores (cores / --nodes, at least 1).", _optional(_int(1)), aliases=("--devices-per-node",),
+           metavar="N"),
+    Option("device", "device type to train on: auto (cuda when NVIDIA GPUs are found), cuda or cpu.",
+           _choice("auto", "cuda", "cpu"), "auto", metavar="TYPE"),
+    Option("launcher", "how workers start: auto (external when pytest runs as a rank of a "
+           "launched job, slurm inside a Slurm allocation, else local), local (torchrun agents "
+           "for every node on this host, loopback rendezvous), slurm (one agent per allocated "
+           "node via srun) or external (pytest was started by torchrun/srun on every rank).",
+           _choice("auto", "local", "slurm", "external"), "auto", metavar="MODE"),
+    Option("python", "run a framework's worker processes under another Python interpreter, "
+           "FRAMEWORK=PATH (comma-separated for several): for frameworks that cannot live in "
+           "pytest's interpreter, like OneFlow 0.9 (Python <= 3.10; scripts/setup-oneflow "
+           "prints the path to give). The interpreter needs the framework and the standard "
+           "library only. Default: pytest's own interpreter.",
+           _optional(parse_pythons), metavar="FRAMEWORK=PATH"),
+    Option("timeout", "seconds one case may take, start-up included, before its workers are "
+           "killed and it fails. Default: 1800.", _positive_float, 1800.0, metavar="SECONDS"),
+)
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("dlperf", "deep-learning training throughput (pytest-dlperf)")
+    for opt in OPTIONS:
+        names = (opt.cli, *opt.aliases)
+        # argparse %-formats help strings; ini help does not
+        help = f"{opt.help} [env {opt.env}; ini {opt.dest}]".replace("%", "%%")
+        if opt.flag:
+            group.addoption(*names, dest=opt.dest, action="store_true", default=None, help=help)
+        elif opt.const is not None:
+            group.addoption(*names, dest=opt.dest, nargs="?", const=opt.const, default=None,
+                            metavar=opt.metavar, help=help)
+        else:
+            group.addoption(*names, dest=opt.dest, default=None, metavar=opt.metavar, help=help)
+        parser.addini(opt.dest, opt.help, type="string", default="")
+
+
+def options_markdown() -> str:
+    """The options reference as Markdown, one section per option, from ``OPTIONS``: the
+    documentation's options page and ``python -m pytest_dlperf options`` print this."""
+    lines = ["Every option has three spellings that share one help text: a command-line flag, "
+             "an environment variable and an ini key (`[pytest]` / `[tool.pytest.ini_options]`)."
+             " Precedence: command line > environment > ini > default; a bad value is a usage "
+             "error naming where it came from.", ""]
+    for opt in OPTIONS:
+        flag = opt.cli if opt.flag else f"{opt.cli} {opt.metavar or 'VALUE'}"
+        if opt.const is not None:
+            flag = f"{opt.cli}[={opt.metavar or 'VALUE'}]"
+        lines += [f"## `{opt.cli}`", "",
+                  f"- command line: `{flag}`" + "".join(f", `{a}`" for a in opt.aliases),
+                  f"- environment: `{opt.env}`",
+                  f"- ini: `{opt.dest}`", "", opt.help, ""]
+    return "\n".join(lines)

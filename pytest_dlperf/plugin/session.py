@@ -1,0 +1,237 @@
+"""One pytest session's view of the cluster: settings, hardware, launcher, the topology ladder
+and the scratch folder; everything the fixtures need that outlives a single case.
+
+``SessionState`` is built from the settings in ``pytest_configure`` (no I/O: ``pytest --help``
+stays cheap); ``start()``, called from ``pytest_sessionstart``, does the rest in explicit
+steps (pick the launcher, detect the hardware, settle the device type and devices per node,
+check the nodes, make the scratch folder), raising ``pytest.UsageError`` for bad requests
+before anything is collected.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from ..store.baselines import BaselineStore
+from ..verdict.mfu import FlopsCount
+from ..verdict.record import CaseReport
+from ..launch import Launcher, detect, get_launcher
+from ..core.lifeline import claim, sweep
+from .live import LiveLine
+from .history import HistoryKeeper
+from .settings import Settings
+from ..core.topology import Hardware, Topology, detect_hardware, make_topology
+
+# (the test's parent node id, its function name, its other parameters' values by identity) ->
+# {topology id: node id}: the same test on another rung of the ladder. Identity, because a
+# parameter value is one object shared by every case of the product (pytest's ``indices``
+# number parameter sets across the whole product, not per argument).
+SiblingKey = tuple[str, str, tuple[tuple[str, int], ...]]
+
+
+@dataclass(frozen=True)
+class SessionSetup:
+    """What ``start`` settled: fixed for the session."""
+
+    launcher: Launcher
+    hardware: Hardware
+    device_type: str
+    devices_per_node: int
+    work_root: Path
+
+
+@dataclass
+class SessionState:
+    settings: Settings
+    store: BaselineStore
+    rootpath: Path
+    reports: list[CaseReport] = field(default_factory=list)
+    siblings: dict[SiblingKey, dict[str, str]] = field(default_factory=dict)
+    # FLOPs per sample, counted once per workload, recipe and sizes in a session.
+    flops_counts: dict[str, FlopsCount] = field(default_factory=dict)
+    # Asked once for the commit the measured code is at (the pytest_dlperf_commit_info hook).
+    commit_info: Callable[[], dict[str, Any] | None] = dict
+    history: HistoryKeeper | None = None  # --dlperf-history, opened by the reporting process
+    live: LiveLine | None = None  # live progress of the running case (reporting process)
+    _commit: dict[str, Any] | None = None
+    _started: SessionSetup | None = None
+
+    # -- pytest_sessionstart --------------------------------------------------------------
+
+    def start(self, environ: dict[str, str]) -> None:
+        launcher = self._pick_launcher(environ)
+        hardware = detect_hardware()
+        device_type = self._device_type(hardware)
+        devices = self._devices_per_node(launcher, hardware, device_type)
+        self._check_nodes(launcher)
+        work_root = self._make_work_root(launcher)
+        self._started = SessionSetup(launcher, hardware, device_type, devices, work_root)
+
+    def _pick_launcher(self, environ: dict[str, str]) -> Launcher:
+        name = self.settings.launcher
+        try:
+            return get_launcher(detect(environ) if name == "auto" else name, environ)
+        except LookupError as exc:
+            raise pytest.UsageError(f"pytest-dlperf: {exc}") from None
+
+    def _device_type(self, hardware: Hardware) -> str:
+        wanted = self.settings.device
+        if wanted == "cuda" and not hardware.gpus:
+            raise pytest.UsageError(
+                "pytest-dlperf: --dlperf-device=cuda, but no NVIDIA GPU was found through NVML "
+                "(pynvml); use --dlperf-device=cpu or run on a GPU host")
+        return hardware.device_type if wanted == "auto" else wanted
+
+    def _devices_per_node(self, launcher: Launcher, hw: Hardware, device_type: str) -> int:
+        wanted = self.settings.devices_per_node
+        launched = launcher.launched_shape
+        if launched is not None:  # external: the job was started with its own shape
+            return launched[1]
+        if device_type == "cuda":
+            have, what = len(hw.gpus), "NVIDIA GPUs"
+        else:  # one core at least per simulated device, or DDP oversubscribes the CPU
+            have, what = hw.cpu_count, "usable CPU cores (one per simulated device)"
+        allocation = launcher.allocation
+        if device_type == "cuda" and allocation is not None and allocation.gpus_per_node:
+            have, what = allocation.gpus_per_node, "GPUs per node in the Slurm allocation"
+        if wanted is None:
+            if device_type == "cuda":
+                return have
+            # Local nodes share this host's cores: keep every node's ranks within them (one per
+            # node at least). 8 single-thread ranks on 2 cores ran many times slower.
+            sharing = self.settings.nodes if launcher.all_nodes_here else 1
+            return max(1, min(2, have // sharing))
+        if wanted > have:
+            raise pytest.UsageError(
+                f"pytest-dlperf: --devices-per-node={wanted}, but this host has {have} {what}; "
+                f"pass --devices-per-node {have} or less")
+        return wanted
+
+    def _check_nodes(self, launcher: Launcher) -> None:
+        allocation = launcher.allocation
+        if allocation is not None and self.settings.nodes > allocation.nodes:
+            raise pytest.UsageError(
+                f"pytest-dlperf: --nodes={self.settings.nodes}, but Slurm allocation "
+                f"{allocation.job_id} has {allocation.nodes} node(s) ({allocation.nodelist}); "
+                f"pass --nodes {allocation.nodes} or less, or allocate more nodes")
+
+    def _make_work_root(self, launcher: Launcher) -> Path:
+        """Per-session scratch for the cases' specs and results. Remote nodes must see it,
+        so outside local mode it lives under the rootdir, not in this host's /tmp. Scratch
+        left by runs that were killed (SIGKILL, a lost node) goes first."""
+        parent = Path(tempfile.gettempdir())
+        if not launcher.all_nodes_here:
+            parent = self.rootpath / ".pytest-dlperf"
+            parent.mkdir(exist_ok=True)
+        sweep(parent, "pytest-dlperf-*")
+        work_root = Path(tempfile.mkdtemp(prefix="pytest-dlperf-", dir=parent))
+        claim(work_root)
+        return work_root
+
+    # -- what start settled ---------------------------------------------------------------
+
+    @property
+    def started(self) -> SessionSetup:
+        if self._started is None:
+            raise RuntimeError("pytest-dlperf's session has not started (pytest_sessionstart)")
+        return self._started
+
+    @property
+    def launcher(self) -> Launcher:
+        return self.started.launcher
+
+    @property
+    def hardware(self) -> Hardware:
+        return self.started.hardware
+
+    @property
+    def device_type(self) -> str:
+        return self.started.device_type
+
+    @property
+    def devices_per_node(self) -> int:
+        return self.started.devices_per_node
+
+    @property
+    def work_root(self) -> Path:
+        return self.started.work_root
+
+    @property
+    def compilers(self) -> tuple[str, ...]:
+        """The compiler axis: as given, else eager on CPU and both on CUDA."""
+        if self.settings.compilers is not None:
+            return self.settings.compilers
+        return ("eager", "compiled") if self.device_type == "cuda" else ("eager",)
+
+    def ladder(self, multinode: bool) -> list[Topology]:
+        """DLPerf's ladder: 1 device, then a full node; multinode cases add 2, 4, ... nodes."""
+        per_node = self.devices_per_node
+        launched = self.launcher.launched_shape
+        max_nodes = launched[0] if launched is not None else self.settings.nodes
+        shapes = {(1, 1), (1, per_node)}
+        if multinode:
+            n = 2
+            while n < max_nodes:
+                shapes.add((n, per_node))
+                n *= 2
+            shapes.add((max_nodes, per_node))
+        return [make_topology(self.hardware, n, d, self.device_type,
+                              all_nodes_here=self.launcher.all_nodes_here)
+                for n, d in sorted(shapes)]
+
+    @property
+    def is_reporter(self) -> bool:
+        """Only rank 0 of an externally launched job writes results and tables."""
+        return self._started is None or self._started.launcher.is_reporter
+
+    # -- the same test on another topology -----------------------------------------------
+
+    def index_siblings(self, items: list[pytest.Item]) -> None:
+        """Remember every collected case by topology, before ``-k``/``-m`` deselect any: a
+        scaling case finds its 1n1d sibling's node id (pytest's own id, ``ids=`` and object
+        parameters included) even when that case is not run."""
+        for item in items:
+            key, topology_id = _sibling_key(item)
+            if key is not None and topology_id is not None:
+                self.siblings.setdefault(key, {})[topology_id] = item.nodeid
+
+    def case_at(self, node: pytest.Item, topology: Topology) -> str | None:
+        """The node id of this test with its ``cluster`` parameter at ``topology``."""
+        key, _ = _sibling_key(node)
+        return self.siblings.get(key, {}).get(topology.id) if key is not None else None
+
+    @property
+    def commit(self) -> dict[str, Any]:
+        """The commit the measured code is at (``pytest_dlperf_commit_info``), read once."""
+        if self._commit is None:
+            self._commit = self.commit_info() or {}
+        return self._commit
+
+    def open_history(self, source: str) -> None:
+        """``--dlperf-history``, opened by the reporting process before anything trains."""
+        if self.settings.history is not None and self.is_reporter:
+            self.history = HistoryKeeper.open(self.settings, self.commit, source)
+
+    def close(self) -> None:
+        if self.history is not None:
+            self.history.close()
+        if self._started is not None:
+            shutil.rmtree(self._started.work_root, ignore_errors=True)
+
+
+def _sibling_key(item: Any) -> tuple[SiblingKey | None, str | None]:
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or "cluster" not in callspec.params:
+        return None, None
+    topology = callspec.params["cluster"]
+    others = tuple(sorted((name, id(value)) for name, value in callspec.params.items()
+                          if name != "cluster"))
+    parent = item.parent.nodeid if item.parent is not None else ""
+    return (parent, getattr(item, "originalname", item.name), others), getattr(topology, "id", None)
+

@@ -1,0 +1,11 @@
+"""What runs inside a training rank: the worker process (``python -m pytest_dlperf.rank.worker
+SPEC.json OUT_DIR``), the timing of its windows (``timing``), its memory (``memory``), its
+progress events (``progress``) and FLOP counting (``flops``).
+
+This package must never import pytest, the pytest side (``pytest_dlperf.plugin``) or anything
+that does: a rank gets a plain JSON spec and hands back plain JSON, and it may run under another
+interpreter with no pytest at all (OneFlow's Python 3.10). It imports only ``core``,
+``frameworks``, ``models`` and the standard library (frameworks themselves inside functions).
+``tests/test_layout.py`` proves it by importing every rank-side module where ``import pytest``
+fails.
+"""

@@ -1,0 +1,201 @@
+"""The worker side: what runs inside each training rank.
+
+``python -m pytest_dlperf.rank.worker SPEC.json OUT_DIR`` is the command every launcher starts (torchrun
+agents locally, srun on Slurm, ...). It reads a plain JSON spec, trains under the protocol, and
+writes ``OUT_DIR/rank-<RANK>.json``: plain JSON timings, or the rank's traceback if it failed.
+It imports neither pytest nor the plugin's pytest side, and runs on Python 3.10+.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from .. import frameworks
+from ..frameworks import DeviceUnavailable, DistEnv, Trainer
+from ..core.jsonio import write_json_atomic
+from ..core.lifeline import die_with_parent, expected_parent
+from ..core.cgroup import apply_limit
+from .memory import WindowMemory, is_out_of_memory
+from .timing import measure
+from .progress import RankProgress
+from ..core.spec import RankSpec
+from ..core.workload import WorkloadError, load_recipe
+
+# This package's folder: frames in it are the plugin's, the rest the user's or a framework's.
+_PLUGIN_DIR = str(Path(__file__).resolve().parents[1])
+
+
+class Diverged(RuntimeError):
+    """The loss stopped being finite: the case measures nothing meaningful any more."""
+
+
+def result_path(out_dir: Path, rank: int) -> Path:
+    return out_dir / f"rank-{rank}.json"
+
+
+def build(spec: RankSpec, dist: DistEnv) -> Trainer:
+    """The framework's trainer for this rank, the workload's recipe imported."""
+    recipe = load_recipe(spec.recipe) if spec.recipe is not None else None
+    trainer: Trainer = frameworks.load(spec.framework).build_trainer(spec, dist, recipe)
+    return trainer
+
+
+def run(spec: RankSpec | dict[str, Any], dist: DistEnv) -> dict[str, Any]:
+    """Train under the protocol in this rank and return its plain-JSON timings."""
+    if not isinstance(spec, RankSpec):
+        spec = RankSpec.from_json(spec)
+    protocol = spec.protocol
+    flops = None
+    if spec.count_flops and dist.rank == 0:  # before the trainer: no second model beside it
+        from .flops import count_in_rank
+
+        flops = count_in_rank(spec)
+    live = (RankProgress(spec.progress, spec.batch_size * dist.world_size, spec.unit)
+            if spec.progress and dist.rank == 0 else None)
+    if live is not None:
+        live.event("started")
+    trainer = build(spec, dist)
+    losses: list[float] = []
+    memory = WindowMemory(trainer, spec.device_type == "cuda", dist.local_rank)
+
+    def check_loss(window: int) -> None:
+        memory.after_window()  # first: reading the loss allocates nothing the window did
+        loss = trainer.loss()
+        losses.append(loss)
+        if not math.isfinite(loss):
+            raise Diverged(f"rank {dist.rank}: loss is {loss} after timed window {window}")
+
+    try:
+        measurement = measure(
+            protocol, trainer.step, trainer.synchronize, after_window=check_loss,
+            before_window=lambda window: memory.before_window(),
+            progress=None if live is None else (
+                lambda phase, index, total, elapsed: live.event(phase, index, total, elapsed,
+                                                                protocol.steps)))
+        local = local_step_s(trainer, protocol.steps) if dist.world_size > 1 else None
+        # The rank's interpreter, which the fingerprint records (not pytest's: OneFlow's ranks
+        # run under their own).
+        environment = {"python": platform.python_version(), **trainer.environment()}
+    finally:
+        trainer.close()
+        if live is not None:
+            live.close()
+    return {
+        "rank": dist.rank,
+        "node_rank": dist.node_rank,
+        "local_rank": dist.local_rank,
+        "world_size": dist.world_size,
+        "host": platform.node(),
+        "losses": losses,
+        "memory": memory.to_json(),
+        "local_step_s": local,
+        "flops": flops,
+        "environment": environment,
+        **measurement.to_json(),
+    }
+
+
+# Steps of a rank's own, after the timed windows, for the straggler check (README "Stragglers").
+LOCAL_STEPS = 5
+
+
+def local_step_s(trainer: Trainer, steps: int) -> float | None:
+    """Seconds per step of this rank's own computation (forward and backward, no collective),
+    after the timed windows: under data parallelism every rank's window lasts as long as the
+    slowest one's (each step ends in an all-reduce), so windows cannot tell which rank is slow.
+    Every rank runs these steps at the same time, sharing the host as in training. None where
+    the adapter has no ``local_step``."""
+    step = getattr(trainer, "local_step", None)
+    if step is None:
+        return None
+    synchronize = getattr(trainer, "local_synchronize", trainer.synchronize)
+    step()  # its first call may trace or build what it needs
+    synchronize()
+    # Each step timed alone, the median kept: one step disturbed by a neighbour (the other
+    # ranks' host work, pytest itself) does not make a rank a straggler.
+    times = []
+    for _ in range(max(1, min(steps, LOCAL_STEPS))):
+        begin = time.perf_counter()
+        step()
+        synchronize()
+        times.append(time.perf_counter() - begin)
+    return sorted(times)[len(times) // 2]
+
+
+def error_text(exc: BaseException) -> str:
+    """What a rank reports of its failure. The plugin's own errors (a diverged loss, a workload
+    that breaks the rules) are their message; an error raised in the user's code or a framework
+    is its traceback from the first frame outside the plugin, so the user reads their own
+    frames, not the plugin's plumbing; an error raised in the plugin alone (a bug to report)
+    keeps its whole traceback."""
+    if isinstance(exc, (Diverged, DeviceUnavailable, WorkloadError)):
+        return f"{type(exc).__name__}: {exc}\n"
+    summary = traceback.TracebackException.from_exception(exc)
+    _trim(summary, set())
+    return "".join(summary.format())
+
+
+def _trim(summary: traceback.TracebackException, seen: set[int]) -> None:
+    if id(summary) in seen:
+        return
+    seen.add(id(summary))
+    frames = list(summary.stack)
+    outside = [i for i, frame in enumerate(frames) if not frame.filename.startswith(_PLUGIN_DIR)]
+    if outside:
+        summary.stack = traceback.StackSummary.from_list(frames[outside[0]:])
+    for linked in (summary.__cause__, summary.__context__):
+        if linked is not None:
+            _trim(linked, seen)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m pytest_dlperf.rank.worker SPEC.json OUT_DIR", file=sys.stderr)
+        return 2
+    # End with the agent that started this rank, whatever ends it (it ends with pytest). A rank
+    # started without an agent (one node's ranks) is the shim's own process: the shim tied it
+    # to its starter already, and the signal outlives the exec.
+    parent = expected_parent()
+    if parent is not None and parent != os.getpid():
+        die_with_parent(parent=parent)
+    spec = json.loads(Path(argv[0]).read_text())
+    out_dir = Path(argv[1])
+    dist = DistEnv.from_environ(dict(os.environ))
+    if spec.get("memory_limit"):  # before any framework allocates anything
+        apply_limit(int(spec["memory_limit"]), str(out_dir), dist.rank,
+                    int(spec.get("batch_size", 0)))
+    try:
+        result = run(spec, dist)
+    except DeviceUnavailable as exc:
+        write_json_atomic(result_path(out_dir, dist.rank), {
+            "rank": dist.rank, "error": f"{type(exc).__name__}: {exc}",
+            "error_type": "unavailable"})
+        print(f"rank {dist.rank}: {exc}", file=sys.stderr)
+        return 1
+    except BaseException as exc:
+        oom = is_out_of_memory(exc)
+        error = error_text(exc)
+        if oom:
+            error = (f"rank {dist.rank} ran out of memory at batch {spec.get('batch_size')} "
+                     f"(per device): {error}")
+        write_json_atomic(result_path(out_dir, dist.rank), {
+            "rank": dist.rank,
+            "error": error,
+            "error_type": ("diverged" if isinstance(exc, Diverged) else
+                           "out_of_memory" if oom else type(exc).__name__),
+        })
+        raise
+    write_json_atomic(result_path(out_dir, dist.rank), result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,135 @@
+"""The results file (``--dlperf-json``): pytest-benchmark's JSON format, one entry per case with
+pytest-dlperf's figures in ``extra_info``, and the lines that say what a run did to the
+baselines."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from ..verdict.record import CaseReport
+from .tables import frameworks_side_by_side
+
+
+def benchmark_entry(report: CaseReport) -> dict[str, Any]:
+    """One entry of pytest-benchmark's ``benchmarks[]``: stats are seconds per training step
+    over the timed windows (one round per window, ``iterations`` = steps per window)."""
+    from pytest_benchmark.stats import Stats
+
+    stats = Stats()
+    for elapsed in report.result.window_s:
+        stats.update(elapsed / report.result.steps)
+    stats_json = {**stats.as_dict(), "data": list(stats.data), "iterations": report.result.steps}
+    return {
+        "group": f"dlperf:{report.workload.model}",
+        "name": report.name,
+        "fullname": report.nodeid,
+        "params": report.params,
+        "param": report.param,
+        "options": {"protocol": report.protocol.name, "warmup_steps": report.protocol.warmup_steps,
+                    "steps": report.protocol.steps, "repeats": report.protocol.repeats,
+                    "timer": "time.perf_counter"},
+        "stats": stats_json,
+        "extra_info": {
+            "case": report.case,
+            "framework": report.framework,
+            "framework_version": report.framework_version,
+            "model": report.workload.model,
+            "topology": report.topology.to_json(),
+            "launcher": report.launcher,
+            "machine": report.machine,
+            "rendezvous_isolation": report.isolation,
+            "precision": report.precision.label,
+            "batch_size": report.workload.batch_size,
+            "batch_size_requested": "max" if report.batch_search else report.workload.batch_size,
+            "batch_search": report.batch_search.to_json() if report.batch_search else None,
+            "global_batch": report.result.global_batch,
+            "unit": report.workload.unit,
+            "sizes": dict(report.workload.sizes),
+            "samples_per_s": report.result.median,
+            "samples_per_s_repeats": report.result.samples_per_s,
+            "samples_per_s_min": report.result.min,
+            "samples_per_s_max": report.result.max,
+            "samples_per_s_cv": report.cv,
+            "repeats_measured": len(report.result.window_s),
+            "launches": len(report.result.windows_per_launch),
+            "samples_per_s_launches": report.result.launches,
+            "warmup_s": report.result.warmup_s,
+            "first_step_s": report.result.first_step_s,
+            "compiler": report.compiler,
+            "wall_s": report.result.wall_s,
+            "launched_at": report.launched_at,
+            "first_timed_step_at": report.result.timed_from,
+            "peak_memory_bytes": report.result.peak_memory,
+            "peak_memory_launches": report.result.memory_launches,
+            "peak_memory_per_rank": [r.to_json() for r in report.result.ranks],
+            "memory_verdict": (report.memory_verdict.to_json()
+                               if report.memory_verdict else None),
+            "flops_per_sample": report.flops.per_sample if report.flops else None,
+            "flops_source": report.flops.source if report.flops else None,
+            "flops_problem": report.flops.problem if report.flops else None,
+            "achieved_flops_per_s": report.achieved_flops_per_s,
+            "mfu": report.mfu,
+            "mfu_peak": report.peak.to_json() if report.peak else None,
+            "speedup": report.speedup,
+            "scaling_efficiency": report.efficiency,
+            "efficiency_verdict": (report.efficiency_verdict.to_json()
+                                   if report.efficiency_verdict else None),
+            "verdict": {**report.verdict.to_json(), "text": report.verdict_text},
+            "baseline_update": report.baseline_update(),
+            "baseline_path": report.baseline_path,
+            "history": None if report.history_runs is None else {
+                "runs": report.history_runs,
+                "steps": [step.to_json() for step in report.history_steps],
+                "blocking": (report.history_steps.index(report.history_blocking)
+                             if report.history_blocking is not None else None)},
+            "fingerprint": report.fingerprint,
+            "environment": report.environment,
+        },
+    }
+
+
+def change_lines(reports: list[CaseReport]) -> list[str]:
+    """What --dlperf-update-baselines did, per case: old median -> new median."""
+    lines = []
+    for report in reports:
+        update = report.baseline_update()
+        if update is None:
+            continue
+        unit = f"{report.workload.unit}/s"
+        new, old = update["new_median"], update["old_median"]
+        if update["action"] == "kept":
+            text = f"kept (exists; --dlperf-update-baselines=missing), measured {new:,.2f}"
+        elif update["action"] == "added":
+            text = (f"added this run's launches: {old:,.2f} -> {new:,.2f} {unit} over "
+                    f"{update['launches']} launches of {update['runs']} run(s)")
+        elif old is None:
+            text = f"{update['action']}: {new:,.2f} {unit}"
+            if update["backup"]:
+                text += f" (the unreadable old file is kept as {update['backup']})"
+        else:
+            text = f"updated: {old:,.2f} -> {new:,.2f} {unit} ({new / old - 1:+.1%})"
+            if update["migrated_from"]:
+                text += f" (schema 1 file {update['migrated_from']} replaced)"
+        lines.append(f"{report.case}: {text}  [{update['path']}]")
+    return lines
+
+
+def results_json(reports: list[CaseReport], commit: dict[str, Any]) -> dict[str, Any]:
+    """The whole results file, with pytest-benchmark's machine info and the session's commit
+    (``pytest_dlperf_commit_info``)."""
+    from pytest_benchmark import __version__
+    from pytest_benchmark.plugin import pytest_benchmark_generate_machine_info
+
+    benchmarks = [benchmark_entry(r) for r in reports]
+    return {
+        "machine_info": pytest_benchmark_generate_machine_info(),
+        "commit_info": commit,
+        "benchmarks": benchmarks,
+        # pytest-benchmark ignores keys it does not know; None with a single framework.
+        "dlperf_frameworks_side_by_side": frameworks_side_by_side(benchmarks),
+        "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "version": __version__,
+    }
+
+

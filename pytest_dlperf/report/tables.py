@@ -1,0 +1,163 @@
+"""The summary tables, rendered from the results JSON (``report.results``): one row per case
+(terminal or Markdown), DLPerf's frameworks side by side, the cases that regressed and the
+change points their history found. ``python -m pytest_dlperf report results.json`` prints them
+as Markdown, for a CI job summary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.units import format_bytes, format_flops
+
+
+HEADER = ["case", "nodes x dev", "precision", "batch/dev", "throughput (median)", "min-max",
+          "cv", "n", "speedup (eff.)", "peak mem", "FLOP/s/dev (MFU)", "baseline", "delta",
+          "verdict"]
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _count(info: dict[str, Any]) -> str:
+    """Windows measured, and over how many launches when more than one."""
+    windows = info.get("repeats_measured", len(info["samples_per_s_repeats"]))
+    launches = info.get("launches", 1)
+    return str(windows) if launches == 1 else f"{windows}/{launches}L"
+
+
+def _speedup(speedup: float | None, efficiency: float | None) -> str:
+    if speedup is None or efficiency is None:
+        return "-"
+    return f"{speedup:.2f} ({efficiency:.0%})"
+
+
+def _batch(info: dict[str, Any]) -> str:
+    """The per-device batch; a searched one as ``max=N``."""
+    if info.get("batch_size_requested") == "max":
+        return f"max={info['batch_size']}"
+    return str(info["batch_size"])
+
+
+def _utilization(info: dict[str, Any]) -> str:
+    """Achieved FLOP/s per device, and MFU where the device's peak is known."""
+    achieved, mfu = info.get("achieved_flops_per_s"), info.get("mfu")
+    if achieved is None:
+        return "-"
+    text = format_flops(achieved)
+    return text if mfu is None else f"{text} ({mfu:.1%})"
+
+
+def rows(benchmarks: list[dict[str, Any]]) -> list[list[str]]:
+    out = []
+    for bench in benchmarks:
+        info = bench["extra_info"]
+        topo, verdict = info["topology"], info["verdict"]
+        delta = verdict.get("delta")
+        out.append([
+            info["case"],
+            f"{topo['nodes']} x {topo['devices_per_node']}",
+            info["precision"],
+            _batch(info),
+            f"{_fmt(info['samples_per_s'])} {info.get('unit', 'samples')}/s",
+            f"{_fmt(info['samples_per_s_min'])}-{_fmt(info['samples_per_s_max'])}",
+            "-" if info.get("samples_per_s_cv") is None else f"{info['samples_per_s_cv']:.1%}",
+            _count(info),
+            _speedup(info.get("speedup"), info.get("scaling_efficiency")),
+            format_bytes(info.get("peak_memory_bytes")),
+            _utilization(info),
+            _fmt(verdict.get("baseline")),
+            "-" if delta is None else f"{delta * 100:+.1f}%",
+            verdict["text"],
+        ])
+    return out
+
+
+def frameworks_side_by_side(benchmarks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """DLPerf's pivot: one row per case (test name and parameters, which the frameworks' perf
+    files share), one column per framework: throughput (in the case's unit) and speedup. None
+    for a single framework."""
+    frameworks = list(dict.fromkeys(b["extra_info"]["framework"] for b in benchmarks))
+    if len(frameworks) < 2:
+        return None
+    cases: dict[str, dict[str, Any]] = {}
+    for bench in benchmarks:
+        info = bench["extra_info"]
+        row = cases.setdefault(bench["name"], {
+            "case": bench["name"], "topology": info["topology"]["id"],
+            "precision": info["precision"], "batch_size": _batch(info),
+            "unit": f"{info.get('unit', 'samples')}/s"})
+        row[info["framework"]] = {"samples_per_s": info["samples_per_s"],
+                                  "speedup": info.get("speedup"),
+                                  "verdict": info["verdict"]["text"]}
+    return {"frameworks": frameworks, "rows": list(cases.values())}
+
+
+def pivot_rows(pivot: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["case", "topology", "precision", "batch/dev", "unit",
+              *(f"{fw} (speedup)" for fw in pivot["frameworks"])]
+    table = []
+    for row in pivot["rows"]:
+        cells = []
+        for fw in pivot["frameworks"]:
+            figures = row.get(fw)
+            if figures is None:
+                cells.append("-")
+                continue
+            speedup = figures["speedup"]
+            cells.append(_fmt(figures["samples_per_s"])
+                         + ("" if speedup is None else f" ({speedup:.2f})"))
+        table.append([row["case"], row["topology"], row["precision"], str(row["batch_size"]),
+                      row.get("unit", "samples/s"), *cells])
+    return header, table
+
+
+def text_table(table: list[list[str]], header: list[str] = HEADER) -> list[str]:
+    grid = [header, *table]
+    widths = [max(len(r[i]) for r in grid) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in grid]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
+def markdown_table(table: list[list[str]], header: list[str] = HEADER) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in table]
+    return lines
+
+
+def regressed(benchmarks: list[dict[str, Any]]) -> list[str]:
+    """The cases that failed on their figures: a regression of throughput, scaling efficiency
+    or peak memory, or a step down in their history."""
+    lines = []
+    for bench in benchmarks:
+        info = bench["extra_info"]
+        what = [name for name, verdict in (("throughput", info["verdict"]),
+                                           ("scaling efficiency", info.get("efficiency_verdict")),
+                                           ("peak memory", info.get("memory_verdict")))
+                if verdict and verdict.get("outcome") == "regression"]
+        history = info.get("history") or {}
+        if history.get("blocking") is not None:
+            what.append("history: " + history["steps"][history["blocking"]]["text"])
+        if what:
+            lines.append(f"- `{info['case']}`: {'; '.join(what)}")
+    return lines
+
+
+def history_lines(benchmarks: list[dict[str, Any]]) -> list[str]:
+    """Per case judged with --dlperf-history: its steps, the one that failed it marked."""
+    lines = []
+    for bench in benchmarks:
+        info = bench["extra_info"]
+        history = info.get("history")
+        if not history or not history["steps"]:
+            continue
+        for i, step in enumerate(history["steps"]):
+            if i == history["blocking"]:
+                state = "**fails this run** (not accepted)"
+            elif step["accepted"]:
+                state = "accepted (a run since recorded the baseline)"
+            else:
+                state = "for the worse" if step["worse"] else "for the better"
+            lines.append(f"- `{info['case']}` ({history['runs']} runs): {step['text']}: {state}")
+    return lines
