@@ -72,7 +72,8 @@ def _html(args: argparse.Namespace) -> int:
 
 
 def _history_add(args: argparse.Namespace) -> int:
-    from .store.history import History, HistoryError, load_unsaved
+    from .store.history import History, HistoryError
+    from .store.history_rows import load_unsaved
 
     try:
         run, cases = load_unsaved(args.file)

@@ -24,7 +24,7 @@ def run_graph_case(pytester: pytest.Pytester, *args: str, timeout: float) -> pyt
     if result.ret != 0 and "ended (killed by SIGSEGV) without a result" in result.stdout.str():
         import warnings
 
-        warnings.warn("OneFlow's nn.Graph SIGSEGV (third-party, README 'OneFlow'): ran again")
+        warnings.warn("OneFlow's nn.Graph SIGSEGV (third-party, docs/frameworks.md 'OneFlow'): ran again")
         result = pytester.runpytest_subprocess(*args, timeout=timeout)
     return result
 

@@ -203,7 +203,7 @@ class OneFlowTrainer:
         return value.to(self.device)
 
     def local_step(self) -> None:
-        """Forward and backward of this rank alone, for the straggler check (README
+        """Forward and backward of this rank alone, for the straggler check (docs/resources.md
         "Stragglers"). OneFlow's DDP all-reduces in hooks on every backward and a graph's
         parameters are global, so this runs a plain local copy of the model, built from the
         recipe on the first call (outside any timed window)."""

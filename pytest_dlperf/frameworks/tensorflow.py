@@ -203,7 +203,7 @@ class TensorFlowTrainer:
             return tf.identity(loss)
 
     def local_step(self) -> None:
-        """The straggler check's measure of this rank's own speed (README "Stragglers")."""
+        """The straggler check's measure of this rank's own speed (docs/resources.md "Stragglers")."""
         self._local_loss = self.strategy.run(self._local)
 
     def local_synchronize(self) -> None:

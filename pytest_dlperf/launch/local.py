@@ -8,7 +8,7 @@ The ranks of a one-node case (1n1d, 1n8d) have no nodes to rendezvous across: th
 an agent, with the variables an agent would give them, and rank 0 hosts the store the others
 join (torch's own env:// rendezvous; TensorFlow's address exchange goes through it too). An
 agent's own ``import torch`` and start-up and wind-down were 2-3 s of every launch on a 2-core
-host (README "Launch modes"); the ranks train and are timed the same way.
+host (docs/multinode.md); the ranks train and are timed the same way.
 """
 
 from __future__ import annotations

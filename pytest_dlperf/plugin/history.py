@@ -12,7 +12,8 @@ import pytest
 
 from ..core.topology import fingerprint_id
 from ..store.baselines import MEMORY, THROUGHPUT, Metric
-from ..store.history import History, HistoryError, Point, case_row, run_record, save_unsaved
+from ..store.history import History, HistoryError, Point
+from ..store.history_rows import case_row, run_record, save_unsaved
 from ..verdict.changepoints import Step, blocking, steps
 from ..verdict.record import CaseReport
 from .settings import Settings

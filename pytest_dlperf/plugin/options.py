@@ -308,7 +308,7 @@ OPTIONS: tuple[Option, ...] = (
            "case's history counts (Student's t-test between the runs either side of it); a run "
            "after a step for the worse that no run since accepted by recording the baseline "
            "fails. Lower finds fewer false steps and needs more nights to find a real one "
-           "(README 'Change points'). Default: 0.001.", _pvalue, 0.001, metavar="P"),
+           "(docs: History, 'Change points'). Default: 0.001.", _pvalue, 0.001, metavar="P"),
     Option("change_min", "with --dlperf-history: the smallest step of throughput or scaling "
            "efficiency that fails a run, as a fraction (0.01) or percentage (1%); smaller "
            "significant steps are reported only. Peak memory's is --dlperf-memory-tolerance. "

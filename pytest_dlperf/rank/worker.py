@@ -103,7 +103,7 @@ def run(spec: RankSpec | dict[str, Any], dist: DistEnv) -> dict[str, Any]:
     }
 
 
-# Steps of a rank's own, after the timed windows, for the straggler check (README "Stragglers").
+# Steps of a rank's own, after the timed windows, for the straggler check (docs/resources.md "Stragglers").
 LOCAL_STEPS = 5
 
 

@@ -255,22 +255,12 @@ code { font-size: 0.9em; } .ok { color: #1e8449; } .bad { color: #c0392b; font-w
 """
 
 
-def write(history: History, out: Path, title: str = "pytest-dlperf history",
-          max_pvalue: float = MAX_PVALUE) -> Path:
-    """Write the page and its figures into ``out``; the path of ``index.html``."""
-    plt = _pyplot()
-    all_series = load(history, max_pvalue)
-    plots = out / "plots"
-    plots.mkdir(parents=True, exist_ok=True)
-    for old in plots.glob("*.svg"):
-        old.unlink()
+def _case_sections(plt: Any, all_series: list[Series], plots: Path) -> tuple[list[str], list[str]]:
+    """Each case's trend, the cases that sit after an unaccepted step down first; and the
+    list of those ("Needs a look")."""
     cases, attention = [], []
-
-    def unaccepted(s: Series) -> bool:
-        return blocking(s.steps, MIN_CHANGE) is not None
-
-    # What needs a look first: the cases whose newest run sits after an unaccepted step down.
-    ordered = sorted(all_series, key=lambda s: (not unaccepted(s), s.model, s.framework, s.case))
+    ordered = sorted(all_series, key=lambda s: (blocking(s.steps, MIN_CHANGE) is None, s.model,
+                                                s.framework, s.case))
     for n, s in enumerate(ordered, 1):
         name = f"trend-{n:03d}-{_slug(s.case)}.svg"
         trend_plot(plt, s, plots / name)
@@ -292,6 +282,12 @@ def write(history: History, out: Path, title: str = "pytest-dlperf history",
             f"{latest.started_at.strftime('%Y-%m-%d %H:%M')} UTC "
             f"({html.escape((latest.commit_id or 'no commit')[:7])}); {status}</p>"
             f'<img src="plots/{name}" alt="trend of {html.escape(s.case)}">{found}</section>')
+    return cases, attention
+
+
+def _figures(plt: Any, all_series: list[Series], plots: Path) -> tuple[list[str], list[str]]:
+    """The scaling plots (a model and framework over topologies) and the frameworks plots (a
+    model in more than one framework)."""
     scaling = []
     for (model, framework), lines in sorted(scaling_groups(all_series).items()):
         name = f"scaling-{_slug(model)}-{_slug(framework)}.svg"
@@ -306,6 +302,20 @@ def write(history: History, out: Path, title: str = "pytest-dlperf history",
         name = f"frameworks-{_slug(model)}.svg"
         comparison_plot(plt, model, unit, rows, plots / name)
         comparison.append(f'<img src="plots/{name}" alt="frameworks on {html.escape(model)}">')
+    return scaling, comparison
+
+
+def write(history: History, out: Path, title: str = "pytest-dlperf history",
+          max_pvalue: float = MAX_PVALUE) -> Path:
+    """Write the page and its figures into ``out``; the path of ``index.html``."""
+    plt = _pyplot()
+    all_series = load(history, max_pvalue)
+    plots = out / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    for old in plots.glob("*.svg"):
+        old.unlink()
+    cases, attention = _case_sections(plt, all_series, plots)
+    scaling, comparison = _figures(plt, all_series, plots)
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>

@@ -19,7 +19,7 @@ their performance histories), written here from the papers:
 
 Deterministic, numpy and scipy only (both are dependencies already). Apache Otava itself pins
 numpy 2.2 and pulls BigQuery and Slack clients; ``signal-processing-algorithms`` needs numpy < 2
-and its test is random: README "Change points" has what was measured.
+and its test is random: docs/history.md "Change points" has what was measured.
 
 One value per run (the run's median, the figure its verdict judged). Within a run, windows and
 launches are not independent of each other the way runs are (a launch's placement moves all its
