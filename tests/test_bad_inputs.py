@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from _pytest.pytester import LineMatcher
 import torch  # noqa: F401  (imported before pytester runs, as the suite's hygiene asks)
 
 MLP_TEST = """
@@ -34,6 +35,8 @@ def build(ctx: BuildContext) -> Parts:
     if how == "exit":
         os._exit(3)  # a rank that dies without a word (a segfault, the OOM killer)
     model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+    if how == "tuple":  # what other benchmark harnesses ask a model function for
+        return model, torch.randn(ctx.batch_size, 32), torch.randint(0, 10, (ctx.batch_size,))
     if how == "nan":
         with torch.no_grad():
             model[0].weight.fill_(float("nan"))
@@ -66,11 +69,12 @@ def marked(marker: str) -> dict[str, str]:
 
 
 # Every run: one 1n1d case, a short protocol, results to a file, baselines updated if it got
-# that far (so a careless failure would show as a rewritten baseline).
+# that far (so a careless failure would show as a rewritten baseline). The MLP's 2-step windows
+# are mostly noise: recording them needs a coefficient of variation allowed far above 10%.
 COMMON = ("-p", "no:cacheprovider", "--devices-per-node", "1", "--dlperf-warmup-steps", "1",
           "--dlperf-steps", "2", "--dlperf-repeats", "2", "--dlperf-launches", "1",
           "--dlperf-machine", "box", "--dlperf-json", "results.json",
-          "--dlperf-update-baselines", "add")
+          "--dlperf-update-baselines", "add", "--dlperf-unstable-cv", "10")
 
 
 def _edit_baseline(change: Callable[[dict], dict]) -> Callable[[Path], None]:
@@ -109,6 +113,8 @@ class Bad:
     files: dict[str, str] = field(default_factory=dict)
     baseline: Callable[[Path], None] | None = None  # breaks the recorded baseline file
     usage: bool = True  # a usage error at start-up (else: the case fails)
+    measured: bool = False  # the case trained before it failed (it is in the results file)
+    never: tuple[str, ...] = ()  # fnmatch patterns no output line may match
     root_bypasses: bool = False  # permission checks that root is exempt from
 
 
@@ -191,11 +197,21 @@ BAD = [
     Bad("rank-exits-without-result", ("*test_mlp failed on 1n1d: rank 0 ended (exit code 3) "
                                       "without a result*",),
         env={"BREAK": "exit"}, usage=False),
+    Bad("workload-returns-tuple", ("*test_mlp failed on 1n1d: 1 of 1 ranks failed (failed)*",
+                                   "*WorkloadError: the recipe test_mlp:build returned a tuple "
+                                   "(of 3), not Parts: a recipe must return "
+                                   "pytest_dlperf.Parts(model=..., inputs=..., targets=...)*"),
+        env={"BREAK": "tuple"}, usage=False, never=("*AttributeError*",)),
     Bad("workload-lambda", ("*test_inline: workload 'inline', torch recipe: a lambda cannot be "
                             "a recipe*",),
         files={"test_inline.py": LAMBDA_TEST}, args=("-k", "inline"), usage=False),
     Bad("unknown-framework", ("*test_mlp: no framework adapter named 'tensorflw' (known: *",),
         env={"FRAMEWORK": "tensorflw"}, usage=False),
+    # -- recording a baseline on a busy machine: refused, the stored one kept as it was --------
+    Bad("record-unstable", ("*test_mlp: baseline not recorded: its 2 windows vary by *% "
+                            "(coefficient of variation), above --dlperf-unstable-cv 0%*"
+                            "--dlperf-unstable-cv *%*",),
+        args=("--dlperf-unstable-cv", "0"), usage=False, measured=True),
     # -- baseline files -------------------------------------------------------------------------
     Bad("baseline-truncated", ("*baseline file *.json: truncated (it ends mid-document)*",),
         baseline=_truncate, usage=False),
@@ -319,17 +335,18 @@ def test_a_bad_input_gets_a_clear_message_and_loses_nothing(
         result.assert_outcomes(failed=1)
         output = result.stdout.lines + result.stderr.lines
     assert_matches(output, bad.says)
+    for pattern in bad.never:
+        LineMatcher(output).no_fnmatch_line(pattern)
     plugin_frames = [line for line in output
                      if line.lstrip().startswith("File ") and "pytest_dlperf" in line]
     assert plugin_frames == [], "a traceback through the plugin's own code"
     assert snapshot(root) == before, "a file was changed, added or lost"
     results = root / "results.json"
     if results.exists():  # written whole, never half
-        assert json.loads(results.read_text())["benchmarks"] == []
+        benchmarks = json.loads(results.read_text())["benchmarks"]
+        assert [b["name"] for b in benchmarks] == (["test_mlp"] if bad.measured else [])
     assert not list(root.rglob("*.tmp"))
 
 
 def assert_matches(lines: list[str], patterns: tuple[str, ...]) -> None:
-    from _pytest.pytester import LineMatcher
-
     LineMatcher(lines).fnmatch_lines(list(patterns))

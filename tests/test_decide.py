@@ -3,6 +3,8 @@ the user is told. Nothing is launched (the same paths through real training are 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pytest_dlperf.verdict import decide
@@ -149,3 +151,53 @@ def test_a_recorded_case_is_not_judged_but_an_unstable_one_is_still_flagged() ->
     outcome = decide.decide(recorded, POLICY)
     assert outcome.failure is None
     assert len(outcome.warnings) == 1 and "is unstable" in outcome.warnings[0]
+
+
+def test_recording_an_unstable_case_is_refused_saying_how_to_force_it() -> None:
+    """A baseline recorded on a busy machine (windows 122% apart) would judge nothing: the
+    run asked to record it fails instead, saying why and how to record it anyway."""
+    recording = decide.Policy(0.05, 6, 15, update="all", launches=3)
+    assert decide.too_unstable_to_record(1.22, recording)
+    assert not decide.too_unstable_to_record(0.05, recording)
+    assert not decide.too_unstable_to_record(1.22, decide.Policy(0.05, 6, 15, update="all",
+                                                                 unstable_cv=1.5))
+    noisy = [10.0, 250.0, 90.0, 12.0, 240.0, 15.0]
+    verdict, _ = decide.verdicts(noisy, LAUNCHES, None, None, 1, 0.05, recording)
+    refused = report(noisy, verdict, cv=1.22, record_refused=True)
+    outcome = decide.decide(refused, recording)
+    assert outcome.failure is not None
+    assert outcome.failure.startswith(
+        "pytest-dlperf: perf/test_m.py::test_m[1n2d]: baseline not recorded: its 6 windows vary "
+        "by 122.0% (coefficient of variation), above --dlperf-unstable-cv 10%, from 10.00 to "
+        "250.00 tokens/s")
+    assert "--dlperf-unstable-cv 123%" in outcome.failure  # how to force it
+    assert "Quiet the machine" in outcome.failure
+    assert "nothing was written to baselines/x.json" in outcome.failure
+    judged, _ = decide.verdicts(noisy, LAUNCHES, baseline(STEADY), None, 1, 0.05, recording)
+    kept = decide.decide(report(noisy, judged, cv=1.22, record_refused=True), recording)
+    assert kept.failure is not None
+    assert "the stored baseline baselines/x.json is left as it was" in kept.failure
+    assert not any("is unstable" in w for w in outcome.warnings)  # said once, in the failure
+    assert refused.verdict_text == "not recorded (unstable)"
+
+
+def test_a_scaling_efficiency_above_one_warns_that_the_reference_was_disturbed() -> None:
+    """828% efficiency (a disturbed 1n1d reference) used to pass without a word."""
+    verdict, _ = decide.verdicts(STEADY, LAUNCHES, baseline(STEADY), None, 2, 0.05, POLICY)
+    # (``report``'s ``efficiency`` is the efficiency verdict; the figure is set here)
+    assert decide.superlinear_warning(replace(report(STEADY, verdict), speedup=2.08,
+                                              efficiency=1.04, reference=48.0)) is None
+    assert decide.superlinear_warning(report(STEADY, verdict, speedup=None)) is None
+    disturbed = replace(report(STEADY, verdict), speedup=16.56, efficiency=8.28, reference=6.04)
+    warning = decide.superlinear_warning(disturbed)
+    assert warning is not None
+    assert warning.startswith("pytest-dlperf: perf/test_m.py::test_m[1n2d]: scaling efficiency "
+                              "828.0% (speedup 16.56 on 2 devices) is above 100%")
+    assert "1n1d reference (6.04 tokens/s)" in warning
+    assert "record the 1n1d case again" in warning
+    outcome = decide.decide(disturbed, POLICY)
+    assert outcome.failure is None and warning in outcome.warnings
+    # Recording runs too: a baseline's efficiency taken against a disturbed reference is wrong.
+    recorded = replace(disturbed, baseline_change=Change(
+        path=None, action="recorded", new=baseline(STEADY)))  # type: ignore[arg-type]
+    assert warning in decide.decide(recorded, POLICY).warnings

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_dlperf import frameworks
+from pytest_dlperf.plugin.adapters import Adapter
 from snippets import oneflow_interpreter
 
 CASES = """
@@ -86,6 +86,26 @@ def test_scaling_cases_wait_for_multinode_or_more_nodes(
         "test_scaling[1n1d]", "test_scaling[1n2d]", "test_scaling[2n2d]"]
 
 
+
+def test_multinode_deselecting_every_perf_case_says_why(
+        pytester: pytest.Pytester, fake_hardware: Callable[..., object]) -> None:
+    """``-m multinode --nodes 2`` on a file without the marker deselected everything and
+    exited 5 without a hint."""
+    fake_hardware(cpu_count=4)
+    pytester.makepyfile(test_plain="def test_single(cluster, amp):\n    pass\n")
+    result = pytester.runpytest("-m", "multinode", "--nodes", "2")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    result.stdout.fnmatch_lines([
+        "*pytest-dlperf: -m multinode deselected every perf case (4): no perf case has the "
+        "multinode marker; mark scaling tests with @pytest.mark.multinode*"])
+    # Where a case has the marker, or -m does not ask for it, nothing is said.
+    pytester.makepyfile(test_cases=CASES)
+    result = pytester.runpytest("-m", "multinode", "--collect-only")
+    assert result.ret == 0
+    result.stdout.no_fnmatch_line("*no perf case has the multinode marker*")
+    result = pytester.runpytest("-m", "not multinode", "--collect-only", "test_plain.py")
+    result.stdout.no_fnmatch_line("*no perf case has the multinode marker*")
+
 def test_on_cpu_local_nodes_get_no_more_ranks_than_the_host_has_cores(
         pytester: pytest.Pytester, fake_hardware: Callable[..., object]) -> None:
     """``pytest perf_tests -m multinode --nodes 4`` on a 2-core host used to run 4 nodes x 2
@@ -157,7 +177,7 @@ def test_a_model_the_framework_lacks_fails_before_launch_naming_its_models(
     """TensorFlow used to train ResNet-50 whatever was asked, and record it as "bert"."""
     fake_hardware(cpu_count=2)
     python = oneflow_interpreter() if framework == "oneflow" else Path(sys.executable)
-    if not python.exists() or frameworks.installed_version(framework, str(python)) is None:
+    if not python.exists() or Adapter.resolve(framework).installed_version(str(python)) is None:
         pytest.skip(f"{framework} is not installed for {python}")
     pytester.makepyfile(test_x=f"def test_x(throughput_meter):\n"
                                f"    throughput_meter.measure({framework!r}, 'bert')\n")
@@ -221,7 +241,7 @@ def test_a_framework_build_that_sees_no_gpu_fails_its_case_saying_why(
         pytester: pytest.Pytester, fake_hardware: Callable[..., object], framework: str) -> None:
     """NVML says GPU, the framework as installed sees none (tensorflow-cpu on a GPU host, a CPU
     build of torch): the case fails with the reason and what to install, not an IndexError."""
-    if frameworks.installed_version(framework) is None:
+    if Adapter.resolve(framework).installed_version() is None:
         pytest.skip(f"{framework} is not installed")
     fake_hardware(gpus=("NVIDIA H100 80GB HBM3",), cpu_count=2, driver="580.159.04")
     pytester.makepyfile(test_x=f"""

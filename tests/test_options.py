@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from pytest_dlperf.plugin.options import OPTIONS
 from pytest_dlperf.plugin.settings import default_machine
 
 SHOW_SETTINGS = """
@@ -154,6 +155,29 @@ def test_help_shows_the_dlperf_group(pytester: pytest.Pytester) -> None:
                                  "*--dlperf-devices-per-node=N, --devices-per-node=N*",
                                  "*dlperf_tolerance (string)*"])
 
+
+
+def test_help_names_each_options_environment_variable_and_ini_key(
+        pytester: pytest.Pytester) -> None:
+    """``--help`` used to name neither ``DLPERF_*`` nor the ini keys beside a flag. Each
+    option's entry (its lines up to the next option, argparse's wrapping undone) says both."""
+    result = pytester.runpytest("--help")
+    lines = result.stdout.lines
+    start = lines.index("deep-learning training throughput (pytest-dlperf):")
+    entries: dict[str, str] = {}
+    flag = None
+    for line in lines[start + 1:]:
+        if not line.strip():
+            break  # the group's end
+        if line.startswith("  --"):
+            flag = line.split()[0].split("=")[0].rstrip(",")
+            entries[flag] = ""
+        assert flag is not None
+        entries[flag] += " " + line
+    assert sorted(entries) == sorted(opt.cli for opt in OPTIONS)
+    for opt in OPTIONS:
+        entry = " ".join(entries[opt.cli].split())
+        assert f"[env {opt.env}; ini {opt.dest}]" in entry, entry
 
 def test_worker_interpreters_resolve_against_where_they_were_given(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import os
+import stat
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
+
+import pytest
+
+from pytest_dlperf.core.jsonio import write_json_atomic
 
 from pytest_dlperf.core.protocol import QUICK, Result
 from pytest_dlperf.report.results import benchmark_entry, results_json
@@ -31,8 +39,7 @@ def make_report(baseline: float | None) -> CaseReport:
 
 
 def test_rows_carry_dlperf_columns() -> None:
-    scaled = make_report(12.5)
-    scaled.speedup, scaled.efficiency = 1.7, 0.85
+    scaled = replace(make_report(12.5), speedup=1.7, efficiency=0.85)
     table = rows([benchmark_entry(make_report(12.5)), benchmark_entry(scaled)])
     assert table[0] == ["test_r.py::test_x[1n2d-amp]", "1 x 2", "amp(bfloat16)", "2",
                         "11.0 images/s", "10.0-12.0", "9.1%", "3/3L", "-", "-", "-", "12.5", "-12.0%", "inconclusive"]
@@ -78,12 +85,11 @@ def test_markdown_cli(tmp_path: Path) -> None:
 
 
 def test_two_frameworks_are_put_side_by_side_per_case(tmp_path: Path) -> None:
-    torch_case, tf_case, tf_only = make_report(None), make_report(None), make_report(None)
-    tf_case.framework, tf_only.framework = "tensorflow", "tensorflow"
-    tf_case.speedup, tf_case.efficiency = 0.4, 0.2
-    tf_case.result = Result(samples_per_s=[5.0, 6.0, 7.0], window_s=[1.6, 1.333, 1.143],
-                            steps=2, global_batch=4, warmup_s=1.0, wall_s=9.0)
-    tf_only.name = "test_x[1n1d-amp]"
+    torch_case = make_report(None)
+    tf_case = replace(make_report(None), framework="tensorflow", speedup=0.4, efficiency=0.2,
+                      result=Result(samples_per_s=[5.0, 6.0, 7.0], window_s=[1.6, 1.333, 1.143],
+                                    steps=2, global_batch=4, warmup_s=1.0, wall_s=9.0))
+    tf_only = replace(make_report(None), framework="tensorflow", name="test_x[1n1d-amp]")
     data = results_json([torch_case, tf_case, tf_only], {})
     pivot = data["dlperf_frameworks_side_by_side"]
     assert pivot["frameworks"] == ["torch", "tensorflow"]
@@ -103,3 +109,39 @@ def test_two_frameworks_are_put_side_by_side_per_case(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "pytest_dlperf", "report", str(path)],
                          capture_output=True, text=True)
     assert "| test_x[1n2d-amp] | 1n2d | amp(bfloat16) | 2 | images/s | 11.0 | 6.0 (0.40) |" in out.stdout
+
+
+def test_the_records_fields_are_read_by_attribute_and_still_dump_as_json(tmp_path: Path) -> None:
+    """``report.result`` is an object while ``report.environment`` was a dict: after a
+    two-minute run, ``report.result["median"]`` raised TypeError. Every field reads by
+    attribute; the mappings read by key too, compare equal to dicts and dump as JSON."""
+    fingerprint = {"framework": "torch", "nodes": 1, "protocol": "w2-s2"}
+    environment = {"python": "3.12.3", "parameters": 1234, "threads": {"intra": 2}}
+    report = replace(make_report(None), fingerprint=fingerprint, environment=environment)
+    assert report.result.median == 11.0
+    assert report.environment.python == "3.12.3" and report.environment["python"] == "3.12.3"
+    assert report.environment.threads.intra == 2
+    assert report.fingerprint.framework == "torch" and report.fingerprint.get("nodes") == 1
+    assert report.params.cluster == "1n2d"
+    assert report.fingerprint == fingerprint and {**report.environment} == environment
+    with pytest.raises(AttributeError, match="'pyhton'.*known: parameters, python, threads"):
+        report.environment.pyhton  # noqa: B018
+    with pytest.raises(TypeError, match="read-only"):
+        report.environment["python"] = "2.7"  # type: ignore[index]
+    assert report.environment.python == "3.12.3"
+    assert copy.deepcopy(report).environment == environment
+    text = json.dumps(results_json([report], {}))
+    assert json.loads(text)["benchmarks"][0]["extra_info"]["fingerprint"] == fingerprint
+
+
+def test_json_files_are_written_as_the_umask_says(tmp_path: Path) -> None:
+    """The results file came out 0600 (a temp file renamed) whatever the umask."""
+    for umask, mode in ((0o022, 0o644), (0o077, 0o600), (0o002, 0o664)):
+        old = os.umask(umask)
+        try:
+            write_json_atomic(tmp_path / "r.json", {"a": 1})
+        finally:
+            os.umask(old)
+        assert stat.S_IMODE((tmp_path / "r.json").stat().st_mode) == mode, oct(umask)
+        assert json.loads((tmp_path / "r.json").read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temp file left

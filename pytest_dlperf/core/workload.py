@@ -15,6 +15,7 @@ module is imported in the ranks and by users' test files: standard library only.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 from dataclasses import dataclass, field
@@ -354,4 +355,26 @@ def load_recipe(reference: RecipeReference) -> Callable[[BuildContext], Parts]:
     recipe = _lookup(module, reference.qualname)
     if not callable(recipe):
         raise WorkloadError(f"{reference.ref} is not a function in {module.__file__}")
-    return recipe  # type: ignore[no-any-return]
+    return _checked(recipe, reference)
+
+
+def _checked(recipe: Callable[[BuildContext], Any],
+             reference: RecipeReference) -> Callable[[BuildContext], Parts]:
+    """``recipe`` that raises a ``WorkloadError`` naming it when it returns anything but
+    ``Parts``: here, once, so that every adapter gets it (else a tuple fails deep inside one as
+    "'tuple' object has no attribute 'model'")."""
+
+    @functools.wraps(recipe)
+    def call(ctx: BuildContext) -> Parts:
+        parts = recipe(ctx)
+        if not isinstance(parts, Parts):
+            what = type(parts).__name__
+            if isinstance(parts, (tuple, list, dict)):
+                what += f" (of {len(parts)})"
+            raise WorkloadError(
+                f"the recipe {reference.ref} returned a {what}, not Parts: a recipe must "
+                "return pytest_dlperf.Parts(model=..., inputs=..., targets=...) (or "
+                "Parts(model=..., data=...) to measure an input pipeline)")
+        return parts
+
+    return call

@@ -29,6 +29,10 @@ __all__ = ["DLPerfWarning", "STATE", "ThroughputMeter"]
 
 
 STATE = pytest.StashKey[SessionState]()
+# -m multinode on perf cases none of which has the marker: how many there were (collection), then
+# what to tell the user once every one was deselected (terminal summary).
+UNMARKED_PERF_CASES = pytest.StashKey[int]()
+MULTINODE_HINT = pytest.StashKey[str]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -82,12 +86,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for marker in item.iter_markers("dlperf"):
             options.parse_marker(marker, item.nodeid)
     config.stash[STATE].index_siblings(items)
-    if config.stash[STATE].settings.nodes > 1 or "multinode" in (config.option.markexpr or ""):
+    asks_multinode = "multinode" in (config.option.markexpr or "")
+    perf = [item for item in items if _is_perf_case(item)]
+    if asks_multinode and perf and not any(i.get_closest_marker("multinode") for i in perf):
+        config.stash[UNMARKED_PERF_CASES] = len(perf)
+    if config.stash[STATE].settings.nodes > 1 or asks_multinode:
         return
     scaling = [item for item in items if item.get_closest_marker("multinode") is not None]
     if scaling:
         config.hook.pytest_deselected(items=scaling)
         items[:] = [item for item in items if item.get_closest_marker("multinode") is None]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """``-m multinode`` selects cases by the marker alone: on perf cases without it, it
+    deselects every one and pytest exits 5 with no word of why."""
+    unmarked = session.config.stash.get(UNMARKED_PERF_CASES, 0)
+    if unmarked and not any(_is_perf_case(item) for item in session.items):
+        session.config.stash[MULTINODE_HINT] = (
+            f"pytest-dlperf: -m multinode deselected every perf case ({unmarked}): no perf "
+            "case has the multinode marker; mark scaling tests with @pytest.mark.multinode "
+            "(they run on 1, 2, 4, ... nodes up to --nodes), or leave -m multinode out to run "
+            "the single-node cases")
+
+
+def _is_perf_case(item: pytest.Item) -> bool:
+    names = getattr(item, "fixturenames", ())
+    return "cluster" in names or "throughput_meter" in names
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -177,6 +202,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    hint = config.stash.get(MULTINODE_HINT, None)
+    if hint is not None:
+        terminalreporter.write_line(hint, yellow=True)
     state = config.stash.get(STATE, None)
     if state is None or not state.reports:
         return

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 import pytest
 
 from ..core.batchsearch import BatchSearchError, Search
+from ..core.facts import Facts
 from ..core.protocol import Result
 from ..core.spec import RankSpec
 from ..core.topology import make_topology
@@ -150,9 +151,13 @@ class ThroughputMeter:
         result, verdicts = self._verdicts(launches, measured, baseline, reference, policy)
         devices = self.cluster.world_size
         metrics = case_metrics(result, sized.unit, devices, reference)
+        cv = coefficient_of_variation(result.samples_per_s)
         change = None
         reporter = self.cluster.launcher.is_reporter
-        if reporter and decide.records(policy, baseline is not None):
+        wants = reporter and decide.records(policy, baseline is not None)
+        # Too noisy to judge anything: not written, and the case fails saying so (decide).
+        refused = wants and decide.too_unstable_to_record(cv, policy)
+        if wants and not refused:
             recorded = baselines.recorded(env, case.protocol, search, self.state.commit)
             change = baselines.record(case, fp, metrics, recorded,
                                       len(result.windows_per_launch), policy.update,
@@ -168,15 +173,15 @@ class ThroughputMeter:
         flops, used = self._flops(case, launches, workload, measured, result)
         report = CaseReport(
             case=case.id, name=self.node.name, nodeid=self.node.nodeid,
-            params=case.params_json(), param=case.param, framework=case.framework,
+            params=Facts(case.params_json()), param=case.param, framework=case.framework,
             framework_version=str(env.get("framework_version", version)),
             topology=self.cluster.topology, precision=self.amp, workload=sized,
-            protocol=case.protocol, result=result, fingerprint=fp, environment=env,
+            protocol=case.protocol, result=result, fingerprint=Facts(fp), environment=Facts(env),
             verdict=verdicts[0], efficiency_verdict=verdicts[1], memory_verdict=verdicts[2],
             baseline_path=case.display(self.state.store.path_for(case.id, fp)),
             baseline_change=change, launched_at=measured.launched_at,
             launcher=self.cluster.launcher.name, isolation=self.cluster.launcher.isolation,
-            cv=coefficient_of_variation(result.samples_per_s), compiler=case.compiler,
+            cv=cv, record_refused=refused, compiler=case.compiler,
             batch_search=search, machine=self.state.settings.machine,
             other_machines=list(elsewhere.other_machines) if elsewhere else [],
             unnamed_baselines=elsewhere.unnamed if elsewhere else None,

@@ -270,8 +270,9 @@ OPTIONS: tuple[Option, ...] = (
            "protocol's repeats (which turns it off). Default: 3 x repeats.",
            _optional(_int(1)), metavar="N"),
     Option("unstable_cv", "warn that a case is unstable when its repeats' coefficient of "
-           "variation (stdev / mean) exceeds this (0.10 or 10%; above 1 is allowed: n windows "
-           "can vary by up to sqrt(n) x their mean). Default: 0.10.",
+           "variation (stdev / mean) exceeds this, and refuse to record its baseline "
+           "(--dlperf-update-baselines fails the case; 0.10 or 10%; above 1 is allowed: n "
+           "windows can vary by up to sqrt(n) x their mean). Default: 0.10.",
            parse_cv, 0.10, metavar="CV"),
     Option("compilers", "the compiler axis of tests that take the `compiler` fixture, "
            "comma-separated: eager, compiled (torch.compile for torch, XLA for TensorFlow). "

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import math
 import statistics
 
 from ..store.baselines import Baseline
@@ -95,8 +96,64 @@ def more_launches(verdict: Verdict, efficiency: Verdict | None, measured: int,
 
 
 def records(policy: Policy, has_baseline: bool) -> bool:
-    """Whether this run writes the case's baseline."""
+    """Whether this run asks to write the case's baseline (``too_unstable_to_record`` may
+    still refuse it)."""
     return policy.update in ("all", "add") or (policy.update == "missing" and not has_baseline)
+
+
+def too_unstable_to_record(cv: float, policy: Policy) -> bool:
+    """Whether a baseline this run would record is refused: its windows vary by more than
+    ``--dlperf-unstable-cv``.
+
+    Refused rather than recorded with a mark, because a baseline is only read later, by runs
+    that trust it: windows 122% apart (a busy machine) give a median that any later figure can
+    fall either side of, so every verdict against it would be noise or a false alarm, and a
+    mark on the file is read by no one when the nightly goes red. A warning went unread too (a
+    newcomer recorded exactly that). The case fails, nothing is written (an existing baseline
+    stays as it was), and the message says how to record it anyway: a quieter machine, longer
+    windows, or a higher ``--dlperf-unstable-cv`` for a host known to be that noisy (CPU CI)."""
+    return cv > policy.unstable_cv
+
+
+def unrecorded_message(report: CaseReport, policy: Policy) -> str:
+    """The failure of a case whose baseline ``too_unstable_to_record`` refused."""
+    samples = report.result.samples_per_s
+    forced = math.floor(report.cv * 100) + 1  # the least whole percentage that records it
+    kept = (f"nothing was written to {report.baseline_path}"
+            if report.verdict.outcome == NO_BASELINE
+            else f"the stored baseline {report.baseline_path} is left as it was")
+    return (f"pytest-dlperf: {report.case}: baseline not recorded: its {len(samples)} windows "
+            f"vary by {report.cv:.1%} (coefficient of variation), above --dlperf-unstable-cv "
+            f"{policy.unstable_cv:.0%}, from {min(samples):,.2f} to {max(samples):,.2f} "
+            f"{report.workload.unit}/s; a baseline that noisy would judge nothing ({kept}). "
+            "Quiet the machine (other "
+            "jobs, CPU frequency scaling) or lengthen the windows (--dlperf-steps) and record "
+            "again; to record it as it is on a host known to be this noisy, allow it with "
+            f"--dlperf-unstable-cv {forced}%")
+
+
+# Data parallelism with the same per-device batch cannot beat linear scaling: each device does
+# the 1n1d work plus the all-reduce. The margin is the default tolerance (5%): the reference and
+# the case are separate measurements, each off by a few percent on a steady machine, and a case
+# that scales nearly perfectly (NVLink, one node) may land a little above 100% by that alone;
+# beyond what the plugin calls a difference at all, the reference is what is wrong.
+SUPERLINEAR_MARGIN = 1.05
+
+
+def superlinear_warning(report: CaseReport) -> str | None:
+    """A scaling efficiency above 100% (beyond ``SUPERLINEAR_MARGIN``): the 1n1d reference it
+    is taken against was slow, not this case fast."""
+    if report.efficiency is None or report.efficiency <= SUPERLINEAR_MARGIN:
+        return None
+    unit = f"{report.workload.unit}/s"
+    reference = f" ({report.reference:,.2f} {unit})" if report.reference is not None else ""
+    return (f"pytest-dlperf: {report.case}: scaling efficiency {report.efficiency:.1%} "
+            f"(speedup {report.speedup or 0:.2f} on {report.topology.world_size} devices) is "
+            f"above 100%, which data parallelism at the same per-device batch cannot reach: "
+            f"the 1n1d reference{reference} was likely disturbed or slow (measured or recorded "
+            "under another load: other jobs, CPU frequency scaling, another machine state), so "
+            "the speedup and efficiency are not to be trusted; record the 1n1d case again on a "
+            "quiet machine (--dlperf-update-baselines -k 1n1d), then this one")
 
 
 @dataclass
@@ -108,20 +165,8 @@ class Decision:
 
 
 def decide(report: CaseReport, policy: Policy) -> Decision:
-    decision = Decision()
-    unstable = unstable_warning(report, policy)
-    if unstable:  # recording a noisy baseline deserves the warning most
-        decision.warnings.append(unstable)
-    # Not relative to a baseline: these hold on recording runs too.
-    decision.warnings.extend(stragglers(report.case, report.result.ranks,
-                                        policy.straggler_threshold))
-    if policy.min_mfu is not None:
-        if report.mfu is None:
-            decision.warnings.append(min_mfu_unknown(report, policy.min_mfu))
-        elif report.mfu < policy.min_mfu:
-            decision.failure = min_mfu_message(report, policy.min_mfu)
-            return decision
-    if report.baseline_change is not None:
+    decision = without_baseline(report, policy)
+    if decision.failure is not None or report.baseline_change is not None:
         return decision
     verdict, efficiency = report.verdict, report.efficiency_verdict
     if verdict.outcome == REGRESSION:
@@ -176,6 +221,28 @@ def decide(report: CaseReport, policy: Policy) -> Decision:
             f"pytest-dlperf: {report.case} is {verdict.delta:+.1%} faster than its baseline "
             f"({verdict.measured:,.2f} vs {verdict.baseline:,.2f} {report.workload.unit}/s; "
             f"{verdict.evidence}); consider --dlperf-update-baselines")
+    return decision
+
+
+def without_baseline(report: CaseReport, policy: Policy) -> Decision:
+    """What holds whatever the baseline, on recording runs too: stragglers, a scaling
+    efficiency above linear, a noisy case (failing where it was to be recorded), min_mfu."""
+    decision = Decision()
+    unstable = unstable_warning(report, policy)
+    if unstable and not report.record_refused:  # the refusal says the same, and fails
+        decision.warnings.append(unstable)
+    decision.warnings.extend(stragglers(report.case, report.result.ranks,
+                                        policy.straggler_threshold))
+    superlinear = superlinear_warning(report)
+    if superlinear:
+        decision.warnings.append(superlinear)
+    if report.record_refused:
+        decision.failure = unrecorded_message(report, policy)
+    elif policy.min_mfu is not None:
+        if report.mfu is None:
+            decision.warnings.append(min_mfu_unknown(report, policy.min_mfu))
+        elif report.mfu < policy.min_mfu:
+            decision.failure = min_mfu_message(report, policy.min_mfu)
     return decision
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..core.batchsearch import Search
+from ..core.facts import Facts
 from ..core.protocol import Protocol, Result, median_of_launches, split
 from ..core.topology import Topology
 from ..core.workload import CaseWorkload, Precision
@@ -20,10 +21,13 @@ from .stats import Verdict
 
 @dataclass(frozen=True)
 class CaseReport:
+    """Every field reads by attribute: ``report.result.median``, ``report.environment.python``
+    (the mappings, ``Facts``, read by key too). docs/writing-tests.md lists them."""
+
     case: str  # the nodeid: "perf_tests/test_resnet50_torch.py::test_resnet50_v15[1n2d-fp32]"
     name: str
     nodeid: str
-    params: dict[str, Any]  # argname -> value as JSON (a topology by its id)
+    params: Facts  # argname -> value as JSON (a topology by its id)
     framework: str
     framework_version: str
     topology: Topology
@@ -34,8 +38,8 @@ class CaseReport:
     verdict: Verdict
     baseline_path: str | None = None
     baseline_change: Change | None = None  # set when this run wrote (or kept) its baseline
-    fingerprint: dict[str, Any] = field(default_factory=dict)
-    environment: dict[str, Any] = field(default_factory=dict)
+    fingerprint: Facts = field(default_factory=Facts)
+    environment: Facts = field(default_factory=Facts)
     launched_at: float = 0.0  # epoch seconds when the case's processes were started
     launcher: str = "local"
     isolation: str | None = None  # local mode: "network-namespace" or "none"
@@ -61,6 +65,16 @@ class CaseReport:
     history_runs: int | None = None
     history_steps: list[Step] = field(default_factory=list)
     history_blocking: Step | None = None
+    # --dlperf-update-baselines asked for a baseline that was not written: its windows were too
+    # far apart (above --dlperf-unstable-cv) for a baseline to judge anything.
+    record_refused: bool = False
+
+    def __post_init__(self) -> None:
+        # Built from plain dicts too (tests, a user's own tooling): one kind of field, always.
+        for name in ("params", "fingerprint", "environment"):
+            value = getattr(self, name)
+            if not isinstance(value, Facts):
+                object.__setattr__(self, name, Facts(value))
 
     @property
     def baseline_action(self) -> str | None:
@@ -70,6 +84,8 @@ class CaseReport:
     def verdict_text(self) -> str:
         if self.baseline_action:
             return self.baseline_action
+        if self.record_refused:
+            return "not recorded (unstable)"
         text = self.verdict.outcome
         for name, other in (("efficiency", self.efficiency_verdict),
                             ("memory", self.memory_verdict)):
