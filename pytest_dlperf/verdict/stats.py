@@ -28,6 +28,8 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
+from ..core.protocol import median, median_of_launches
+
 PASS = "pass"
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"
@@ -128,7 +130,7 @@ def _check(launches: Launches, what: str) -> list[list[float]]:
 
 def launch_medians(launches: Launches) -> list[float]:
     """Each launch's median window figure."""
-    return [float(statistics.median(launch)) for launch in launches]
+    return [median(list(launch)) for launch in launches]
 
 
 def look_alpha(looks: int) -> float:
@@ -148,22 +150,22 @@ def compare(launches: Launches, baseline: Launches | None, tolerance: float, *,
         raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
     measured = _check(launches, "samples")
     medians = sorted(launch_medians(measured))  # sorted: sums do not depend on launch order
-    median = float(statistics.median(medians))
+    measured_median = median_of_launches(measured)
     windows = sum(len(launch) for launch in measured)
     if baseline is None:
-        return Verdict(NO_BASELINE, median, samples=windows, launches=len(measured))
+        return Verdict(NO_BASELINE, measured_median, samples=windows, launches=len(measured))
     base = _check(baseline, "baseline samples")
     base_medians = sorted(launch_medians(base))
-    base_median = float(statistics.median(base_medians))
+    base_median = median_of_launches(base)
     counts = dict(samples=windows, baseline_samples=sum(len(launch) for launch in base),
                   launches=len(measured), baseline_launches=len(base))
-    ratio = median / base_median
+    ratio = measured_median / base_median
     # "good" is the ratio oriented so that > 1 is better, whatever the metric's direction.
     good = ratio if higher_is_better else 1 / ratio
     test = pooled_t_test([math.log(v) for v in medians], [math.log(v) for v in base_medians])
     if test is None:  # one launch a side: nothing can be proven either way
         outcome = INCONCLUSIVE if good < 1 - tolerance else PASS
-        return Verdict(outcome, median, base_median, tolerance, higher_is_better, alpha,
+        return Verdict(outcome, measured_median, base_median, tolerance, higher_is_better, alpha,
                        None, None, None, **counts)
     p_less, p_greater, spread = test.p_less, test.p_greater, test.spread
     lo, hi = (math.exp(bound) for bound in test.interval(alpha))
@@ -174,7 +176,7 @@ def compare(launches: Launches, baseline: Launches | None, tolerance: float, *,
         outcome = IMPROVEMENT
     else:
         outcome = PASS
-    return Verdict(outcome, median, base_median, tolerance, higher_is_better, alpha, p_worse,
+    return Verdict(outcome, measured_median, base_median, tolerance, higher_is_better, alpha, p_worse,
                    p_better, (lo, hi), spread=spread, **counts)
 
 
