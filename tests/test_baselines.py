@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pytest_dlperf.store.baseline_file import parse
 from pytest_dlperf.store.baselines import (EFFICIENCY, LOCK_NAME, SCHEMA_VERSION, THROUGHPUT, Baseline,
-                                     BaselineError, BaselineStore, Metric, Run, parse,
-                                     without_machine)
+                                           BaselineError, BaselineStore, Metric, Run,
+                                           without_machine)
 
 FP = {"device_type": "cpu", "device_model": "Fake CPU 9000", "nodes": 1, "devices_per_node": 2,
       "framework": "torch", "framework_version": "2.14.1", "precision": "fp32",
