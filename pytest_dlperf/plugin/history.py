@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -33,13 +33,16 @@ class Judged:
 @dataclass
 class HistoryKeeper:
     settings: Settings
-    commit: dict[str, Any]
+    # The session's commit, asked when a case is first judged (the pytest_dlperf_commit_info
+    # hook: by then every conftest that may answer it is loaded).
+    commit: Callable[[], dict[str, Any]]
     store: History | None = None
     started_at: dt.datetime | None = None
     line: str | None = None  # what became of this run in it, for the summary
 
     @classmethod
-    def open(cls, settings: Settings, commit: dict[str, Any], source: str) -> HistoryKeeper:
+    def open(cls, settings: Settings, commit: Callable[[], dict[str, Any]],
+             source: str) -> HistoryKeeper:
         """Open (create, upgrade) the store before anything trains: a store that cannot take
         this run is a usage error now, not a lost run at the end."""
         assert settings.history is not None
@@ -53,7 +56,7 @@ class HistoryKeeper:
               baseline_action: str | None) -> Judged:
         """Put this run at the end of the case's series and find the steps of each metric."""
         assert self.store is not None
-        run = run_record(self.settings.machine, {}, self.commit, self.started_at)
+        run = run_record(self.settings.machine, {}, self.commit(), self.started_at)
         key = fingerprint_id(fp)
         try:
             series = {name: self.store.series(case, key, name) for name in metrics}
@@ -86,7 +89,7 @@ class HistoryKeeper:
         if self.store is None or not reports:
             return True
         run = run_record(self.settings.machine, self.settings.protocol.to_json(),
-                         self.commit, self.started_at)
+                         self.commit(), self.started_at)
         cases = [case_row(report, report.metrics) for report in reports]
         try:
             run_id = self.store.append(run, cases)

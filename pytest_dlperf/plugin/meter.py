@@ -115,6 +115,7 @@ class ThroughputMeter:
             if self._rank_counts_flops(case, workload, sized):
                 spec = replace(spec, count_flops=True)
             launched_at = time.time()
+            launches.rank_flops = None  # what this attempt's rank 0 counts, if it counts
             try:
                 result, env = launches.measure(spec, [policy.windows_per_launch] *
                                                policy.launches, at_the_edge=search is not None)
@@ -143,10 +144,12 @@ class ThroughputMeter:
         inconclusive), the baseline recorded where the run says so, and its history: the
         record, built once."""
         sized, env = measured.sized, measured.environment
+        # Counted (and kept for the session) before anything else can fail the case.
+        flops = self._count_flops(case, launches, workload, measured)
         fp = case.fingerprint(self.cluster.topology, version, env, sized, search is not None)
         baseline = baselines.load(case, fp)
         policy = case.policy(baseline)
-        reference = (self._reference(case, launches, measured, version)
+        reference = (self._reference(case, launches, measured, version, search is not None)
                      if self.cluster.world_size > 1 else None)
         result, verdicts = self._verdicts(launches, measured, baseline, reference, policy)
         devices = self.cluster.world_size
@@ -170,7 +173,7 @@ class ThroughputMeter:
                 self.node.warn(DLPerfWarning(history.unread))
         elsewhere = baselines.elsewhere(case, fp) if baseline is None else None
         speedup = result.median / reference if reference is not None else None
-        flops, used = self._flops(case, launches, workload, measured, result)
+        used = self._utilization(flops, measured, result)
         report = CaseReport(
             case=case.id, name=self.node.name, nodeid=self.node.nodeid,
             params=Facts(case.params_json()), param=case.param, framework=case.framework,
@@ -219,13 +222,13 @@ class ThroughputMeter:
         return result, verdicts
 
     def _reference(self, case: Case, launches: Launches, measured: Measured,
-                   version: str) -> float | None:
+                   version: str, searched: bool) -> float | None:
         """The 1n1d median for this test and precision, with the same per-device batch: from
         this session, else from its baseline, else measured now (and not reported); None when
         the launcher cannot run 1n1d (external mode) and nothing else has it."""
         topology = make_topology(self.state.hardware, 1, 1, self.cluster.device_type)
-        fp = case.fingerprint(topology, version, measured.environment, measured.sized,
-                              searched=False)
+        # As the 1n1d case itself is filed: a searched batch's fingerprint says "max".
+        fp = case.fingerprint(topology, version, measured.environment, measured.sized, searched)
         found = baselines.reference_median(case, self.state.case_at(self.node, topology), fp)
         if found is not None:
             return found
@@ -233,22 +236,25 @@ class ThroughputMeter:
             return None
         return launches.reference(measured.spec, topology)
 
-    def _flops(self, case: Case, launches: Launches, workload: Workload, measured: Measured,
-               result: Result) -> tuple[FlopsCount, Utilization]:
-        """FLOPs per sample (counted once per session and key), achieved FLOP/s per device
-        and, where the device's peak is known, MFU."""
+    def _count_flops(self, case: Case, launches: Launches, workload: Workload,
+                     measured: Measured) -> FlopsCount:
+        """FLOPs per sample, counted once per session and key."""
         key = flops_key(workload, measured.sized, self.cluster.device_type)
         counts = self.state.flops_counts
         if key not in counts:
             counts[key] = flops_per_sample(workload, measured.sized, case.protocol,
                                            self.cluster.device_type, launches.rank_flops,
                                            self.state.work_root)
-        flops = counts[key]
+        return counts[key]
+
+    def _utilization(self, flops: FlopsCount, measured: Measured,
+                     result: Result) -> Utilization:
+        """Achieved FLOP/s per device and, where the device's peak is known, MFU."""
         gpus = self.state.hardware.gpus
         device = gpus[0] if self.cluster.device_type == "cuda" and gpus else None
         per_device = result.median / self.cluster.world_size
-        return flops, utilization(flops, per_device, self.amp.dtype, measured.environment,
-                                  device, self.state.settings.peak_flops)
+        return utilization(flops, per_device, self.amp.dtype, measured.environment, device,
+                           self.state.settings.peak_flops)
 
 
 __all__ = ["DLPerfWarning", "ThroughputMeter"]

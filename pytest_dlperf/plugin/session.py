@@ -216,7 +216,7 @@ class SessionState:
     def open_history(self, source: str) -> None:
         """``--dlperf-history``, opened by the reporting process before anything trains."""
         if self.settings.history is not None and self.is_reporter:
-            self.history = HistoryKeeper.open(self.settings, self.commit, source)
+            self.history = HistoryKeeper.open(self.settings, lambda: self.commit, source)
 
     def close(self) -> None:
         if self.history is not None:

@@ -38,7 +38,7 @@ def run_record(machine: str, protocol: dict[str, Any], commit: dict[str, Any],
 
 def case_row(report: Any, metrics: dict[str, Any]) -> dict[str, Any]:
     """A case of this session (a ``CaseReport``) as ``append`` takes it; ``metrics``: its
-    figures by name, each with ``launches`` (``measure.report_metrics``)."""
+    figures by name, each with ``launches`` (``CaseReport.metrics``)."""
     return {"case_key": report.case, "fingerprint": report.fingerprint,
             "fingerprint_id": fingerprint_id(report.fingerprint),
             "framework": report.framework, "model": str(report.fingerprint.get("model")),
@@ -48,7 +48,7 @@ def case_row(report: Any, metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def save_unsaved(path: Path, run: dict[str, Any], cases: list[dict[str, Any]]) -> None:
-    """A run the store could not take, as ``python -m pytest_dlperf.store.history add`` reads it."""
+    """A run the store could not take, as ``python -m pytest_dlperf history add`` reads it."""
     write_json_atomic(path, {"run": {**run, "started_at": run["started_at"].isoformat()},
                              "cases": cases})
 
