@@ -95,7 +95,7 @@ def test_a_rank_over_its_limit_is_stopped_by_the_os_and_the_kill_is_told_apart(
     if applied["mechanism"].startswith("cgroup"):
         assert done.returncode == -9  # the cgroup's OOM killer
         assert cgroup.oom_kills(applied) >= 1
-        memory.release(applied)
+        cgroup.release(applied)
         assert not Path(applied["path"]).exists()
     else:  # an address-space limit: the allocation itself fails
         assert (applied["mechanism"], done.returncode) == ("rlimit-as", 3)
@@ -107,4 +107,4 @@ def test_a_rank_over_its_limit_is_stopped_by_the_os_and_the_kill_is_told_apart(
     assert within.returncode == 0 and "allocated" in within.stdout
     applied = json.loads(within.stdout.splitlines()[0])
     assert cgroup.oom_kills(applied) == 0
-    memory.release(applied)
+    cgroup.release(applied)

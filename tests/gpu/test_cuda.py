@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_dlperf import frameworks
+from pytest_dlperf.plugin.adapters import Adapter
 from pytest_dlperf.core.topology import detect_hardware
 from snippets import oneflow_interpreter, run_snippet
 
@@ -28,16 +28,16 @@ STACK = re.compile(r"^cuda\d+\.\d+-cudnn\d+-nccl\d+\.\d+\.\d+-driver\d+\.\d+")
 
 def worker_python(framework: str) -> str:
     """The interpreter the framework's ranks run under, or a skip saying what is missing."""
+    adapter = Adapter.resolve(framework)
     if framework == "oneflow":
         python = oneflow_interpreter()
         if not os.access(python, os.X_OK):
             pytest.skip(f"no OneFlow interpreter at {python}: run scripts/setup-oneflow")
-        version = frameworks.installed_version(framework, str(python))
+        version = adapter.installed_version(str(python))
     else:
-        python, version = Path(sys.executable), frameworks.installed_version(framework)
+        python, version = Path(sys.executable), adapter.installed_version()
     if version is None:
-        pytest.skip(f"{framework} is not installed for {python}; "
-                    f"{frameworks.install_hint(framework)}")
+        pytest.skip(f"{framework} is not installed for {python}; {adapter.install_hint}")
     return str(python)
 
 
