@@ -38,7 +38,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from ..core.jsonio import write_json_atomic
 from ..core.topology import fingerprint_id
