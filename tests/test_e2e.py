@@ -165,9 +165,11 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
         "*pytest-dlperf: REGRESSION in test_cases.py::test_pair[[]1n2d[]]: images/s median * (of 2 "
         "launch medians) is below the threshold * (baseline median * from bl/box/test_cases/test_pair-1n2d/*.json, "
         "tolerance 5.0%, delta -9*%) and the drop is significant (2 vs 2 launches (2 vs 2 "
-        "windows), between-launch spread *%, t-test p=*, *% CI of the ratio [[]0.0*, 0.0*[]]); "
+        "windows), between-launch spread *%, t-test p=*, *% CI of the ratio [[]0.0*, 0.*[]]); "
         "windows by launch: [[]*[]] [[]*[]]",
         # (a proven regression is not grown by extra repeats, even if the efficiency is unsure)
+        # (the interval's upper end follows the launches' spread: 2 vs 2 launches 21% apart
+        # gave [0.001, 0.130] in CI; that it stays below 1 is what "significant" promises)
     ])
     # (its efficiency verdict, judged on 2 noisy windows, may read "efficiency inconclusive")
     result.stdout.fnmatch_lines(["test_cases.py::test_pair[[]1n2d[]]*  regression*"])
