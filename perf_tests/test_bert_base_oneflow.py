@@ -15,7 +15,7 @@ def test_bert_base(cluster, amp, compiler, throughput_meter):
 
 
 @pytest.mark.multinode
-def test_bert_base_scaling(cluster, amp, throughput_meter):
+def test_bert_base_scaling(cluster, amp, compiler, throughput_meter):
     report = throughput_meter.measure(FRAMEWORK, "bert_base")
     # Every rank joined one data-parallel group (a rank training alone would still report).
     assert report.environment.data_parallel_ranks == cluster.world_size

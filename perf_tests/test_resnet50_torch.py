@@ -14,7 +14,7 @@ def test_resnet50_v15(cluster, amp, compiler, throughput_meter):
 
 
 @pytest.mark.multinode
-def test_resnet50_v15_scaling(cluster, amp, throughput_meter):
+def test_resnet50_v15_scaling(cluster, amp, compiler, throughput_meter):
     report = throughput_meter.measure(FRAMEWORK, "resnet50")
     # Every rank joined one data-parallel group (a rank training alone would still report).
     assert report.environment.data_parallel_ranks == cluster.world_size

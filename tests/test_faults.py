@@ -72,7 +72,8 @@ def test_a_hanging_worker_fails_after_the_timeout_naming_the_ranks(
 
 def test_a_node_that_never_joins_times_out_and_frees_its_port(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two local nodes, but the second 'node' is a process that never starts an agent."""
+    """Two local nodes on loopback, but the second 'node' is a process that never starts an
+    agent (nodes as hosts of their own: test_fabric.py)."""
     real_command, ports, calls = local.agent_command, [], []
 
     def second_node_never_joins(*args: Any) -> list[str]:
@@ -87,7 +88,8 @@ def test_a_node_that_never_joins_times_out_and_frees_its_port(
     spec = spec_for("torch", RESNET50, protocol=Protocol(1, 2, 1), device_type="cpu").to_json()
     started = time.monotonic()
     with pytest.raises(LaunchError) as info:
-        local.LocalLauncher().run(spec, Topology(2, 1, "cpu", "cpu"), tmp_path, timeout_s=8)
+        local.LocalLauncher(node_hosts=False).run(spec, Topology(2, 1, "cpu", "cpu"), tmp_path,
+                                                  timeout_s=8)
     assert time.monotonic() - started < 30
     assert info.value.kind == "timeout" and info.value.missing_ranks == [0, 1]
     assert psutil.Process().children(recursive=True) == []  # agents, workers, sleeper: all gone

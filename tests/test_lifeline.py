@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ import pytest
 import torch  # noqa: F401  (imported before pytester runs, as the suite's hygiene asks)
 
 from pytest_dlperf.core import lifeline
-from pytest_dlperf.launch import netns, processes
+from pytest_dlperf.launch import fabric, netns, processes
 
 # How often each kill is tried (each attempt a fresh pytest, ~9 s): a race shows as a rare
 # failure. Once per suite run, for CI's budget; DLPERF_KILL_ATTEMPTS=5 to hunt for one.
@@ -82,10 +83,11 @@ def test_scaling(cluster, throughput_meter):
 """
 
 NO_NAMESPACE_CONFTEST = """
-from pytest_dlperf.launch import netns
+from pytest_dlperf.launch import fabric, netns
 
 netns.available.cache_clear()
 netns.available = lambda: False  # as on a host without unprivileged user namespaces
+fabric.available = lambda: (False, "as on a host where this is not root")
 """
 
 PHASES = {  # the protocol that puts a rank's third step in the phase
@@ -192,8 +194,21 @@ def test_sigkill_of_pytest_ends_the_case(marking: Path, shape: str, phase: str) 
     ranks = 1 if shape == "1n1d" else 2
     commands = assert_killing_ends_the_case(marking, SHAPES[shape] + PHASES[phase],
                                             [f"step3-rank{r}" for r in range(ranks)], ranks=ranks)
-    # the ranks ran in the private network namespace where the host offers one
-    assert ("pytest_dlperf.launch.netns" in commands) == netns.available()
+    # one node's ranks ran in the private network namespace where the host offers one; two
+    # nodes, each in its own (a host of its own) where this process can make them
+    if shape.startswith("1n"):
+        assert ("pytest_dlperf.launch.netns" in commands) == netns.available()
+    else:  # each node's agent on its own address (nsenter has exec'd it: not in the lines)
+        assert bool(re.search(r"--local-addr 10\.", commands)) == fabric.available()[0]
+        # The nodes' namespaces, links and route outlive a SIGKILLed pytest (nothing runs in
+        # them); the next run's sweep removes them.
+        if fabric.available()[0]:
+            before = " ".join(fabric.leftovers()["namespaces"])
+            removed = fabric.sweep()
+            assert removed and all(f"dlpf-{tag}-" in before for tag in removed), (removed, before)
+            left = fabric.leftovers()
+            assert not [n for n in left["namespaces"] + left["links"]
+                        if any(tag in n for tag in removed)], left
     # one node's ranks start without torchrun agents; two nodes rendezvous through theirs
     assert ("torch.distributed.run" in commands) == shape.startswith("2n")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pytest_dlperf.launch import LaunchError, local, netns
+from pytest_dlperf.launch import LaunchError, fabric, local, netns
 from pytest_dlperf.core.protocol import Protocol
 from pytest_dlperf.core.spec import OptimizerSpec, RankSpec
 from pytest_dlperf.core.topology import Topology
@@ -20,7 +20,7 @@ from pytest_dlperf.core.topology import Topology
 pytest.importorskip("torch")
 
 def listeners_of_running_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                              adapter: str) -> list[int]:
+                              adapter: str, launcher: local.LocalLauncher) -> list[int]:
     """Start a 2-node local case that idles, and list the TCP ports its processes listen on,
     as seen from this (the host's) network namespace."""
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
@@ -30,7 +30,7 @@ def listeners_of_running_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
     def run() -> None:
         try:
-            local.LocalLauncher().run(spec, Topology(2, 1, "cpu", "cpu"), tmp_path / "run", 10)
+            launcher.run(spec, Topology(2, 1, "cpu", "cpu"), tmp_path / "run", 10)
         except LaunchError as exc:
             errors.append(exc)
 
@@ -45,22 +45,31 @@ def listeners_of_running_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                   if c.status == psutil.CONN_LISTEN and c.pid in tree}
         time.sleep(0.5)
     thread.join(timeout=60)
+    launcher.close()
     assert errors and errors[0].kind == "timeout"  # the case itself idled until killed
     return sorted(ports)
 
 
+@pytest.mark.parametrize("node_hosts", [False, True], ids=["one-namespace", "node-hosts"])
 def test_nothing_listens_outside_the_case_namespace(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        hanging_adapter: Callable[[Path], str]) -> None:
-    if not netns.available():
+        hanging_adapter: Callable[[Path], str], node_hosts: bool) -> None:
+    """Both ways: the nodes' agents in one private namespace, or each in its own host."""
+    if node_hosts and not fabric.available()[0]:
+        pytest.skip(f"no nodes as hosts here: {fabric.available()[1]}")
+    if not node_hosts and not netns.available():
         pytest.skip("unprivileged network namespaces are not available on this host")
-    assert local.LocalLauncher().isolation == "network-namespace"
-    assert listeners_of_running_case(tmp_path, monkeypatch, hanging_adapter(tmp_path)) == []
+    launcher = local.LocalLauncher(node_hosts=node_hosts)
+    assert launcher.isolation == "network-namespace"
+    assert listeners_of_running_case(tmp_path, monkeypatch, hanging_adapter(tmp_path),
+                                     launcher) == []
 
 
 def test_without_a_namespace_the_stores_listen_on_the_host(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         hanging_adapter: Callable[[Path], str]) -> None:
     monkeypatch.setattr(netns, "available", lambda: False)
-    assert local.LocalLauncher().isolation == "none"
-    assert listeners_of_running_case(tmp_path, monkeypatch, hanging_adapter(tmp_path)) != []
+    launcher = local.LocalLauncher(node_hosts=False)
+    assert launcher.isolation == "none"
+    assert listeners_of_running_case(tmp_path, monkeypatch, hanging_adapter(tmp_path),
+                                     launcher) != []

@@ -97,13 +97,13 @@ def sweep(parent: Path, pattern: str) -> list[Path]:
             pid, started, host = int(owner["pid"]), float(owner["started"]), str(owner["host"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if host == socket.gethostname() and not _alive(pid, started):
+        if host == socket.gethostname() and not alive(pid, started):
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed
 
 
-def _alive(pid: int, started: float) -> bool:
+def alive(pid: int, started: float) -> bool:
     """Whether process ``pid`` still runs and is the one that started at ``started`` (not a
     later process that reuses the number)."""
     import psutil

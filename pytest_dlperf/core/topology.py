@@ -135,12 +135,15 @@ def python_minor(version: str | None) -> str:
 def fingerprint(topology: Topology, *, framework: str, framework_version: str, precision: str,
                 model: str, batch_size: int | str, sizes: Mapping[str, Any], protocol_slug: str,
                 python: str | None = None, accelerator_stack: str | None = None,
-                compiler: str = "eager", machine: str | None = None) -> dict[str, Any]:
+                compiler: str = "eager", machine: str | None = None,
+                link: str | None = None) -> dict[str, Any]:
     """Everything that must match for two throughput figures to be comparable: the workload's
     own sizes (ResNet-50's ``image_size``, a transformer's sequence length) sit beside the
     batch. ``python`` is the ranks' interpreter (major.minor). (``compiler`` appears only when
     it is not eager, so eager fingerprints stay what they always were.) ``machine`` names the
-    host the figures belong to (``--dlperf-machine``): two hosts of one model are still two."""
+    host the figures belong to (``--dlperf-machine``): two hosts of one model are still two.
+    ``link``: the network between local nodes that are hosts of their own (``--dlperf-link``,
+    or "unshaped")."""
     fp: dict[str, Any] = {
         "device_type": topology.device_type,
         "device_model": topology.device_name,
@@ -163,6 +166,8 @@ def fingerprint(topology: Topology, *, framework: str, framework_version: str, p
         fp["compiler"] = compiler
     if machine:
         fp["machine"] = machine
+    if link:
+        fp["link"] = link
     return fp
 
 

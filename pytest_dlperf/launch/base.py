@@ -45,6 +45,7 @@ class Launcher:
     name = "?"
     all_nodes_here = False  # every node's workers share this host's cores and devices
     allocation: Any = None  # a Slurm allocation, where there is one
+    link: Any = None  # local nodes' link (core.link.Link), where the launcher shapes one
     # Whether a case can be launched again for extra repeats when its verdict is inconclusive.
     can_add_repeats = True
 
@@ -70,6 +71,17 @@ class Launcher:
 
     def can_run(self, topology: Topology) -> bool:
         return True
+
+    def link_fingerprint(self, topology: Topology) -> str | None:
+        """What a case's fingerprint says of the network between its nodes (None: nothing)."""
+        return None
+
+    def network(self, topology: Topology) -> dict[str, Any] | None:
+        """The nodes' network, as the results record it (None: not known to the launcher)."""
+        return None
+
+    def close(self) -> None:
+        """At the end of the session: take down what the launcher built for it."""
 
     def share_outcome(self, outcome: dict[str, str], timeout_s: float) -> dict[str, str]:
         """The case's outcome as every rank must see it; here the caller's own."""

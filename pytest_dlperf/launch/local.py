@@ -1,8 +1,14 @@
-"""Local mode: N torchrun elastic agents on this host, rendezvousing over c10d on loopback.
+"""Local mode: N torchrun elastic agents on this host, one per node, rendezvousing over c10d.
 
 Each agent is a real ``torch.distributed.run`` process (the machinery behind ``torchrun``), so one
 host exercises the same rendezvous path a cluster uses across nodes. The agents start in their
 own sessions and the whole process tree is reaped afterwards, whatever happened.
+
+Where this process may build one (root: ``fabric.available``), every node is a host of its own:
+a network namespace with its own address on a private bridge, its link shaped by
+``--dlperf-link``; its agent and its ranks run inside it, so traffic between nodes crosses a
+network device and traffic within a node does not. Elsewhere the agents share one namespace and
+its loopback (``netns``), and the results say so (``network``).
 
 The ranks of a one-node case (1n1d, 1n8d) have no nodes to rendezvous across: they start without
 an agent, with the variables an agent would give them, and rank 0 hosts the store the others
@@ -13,11 +19,13 @@ host (docs/multinode.md); the ranks train and are timed the same way.
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
+from ..core.link import Link, format_rate
 from ..core.topology import Topology
-from . import netns
+from . import fabric, netns
 from .base import Launcher
 from .processes import (agent_command, free_loopback_port, new_run_id, one_node_environment,
                         prepare, rank_command, rank_variables, run_processes, worker_environment)
@@ -30,12 +38,52 @@ class LocalLauncher(Launcher):
     name = "local"
     all_nodes_here = True
 
+    def __init__(self, link: Link | None = None, node_hosts: bool | None = None) -> None:
+        """``link``: each node's link (nodes as hosts only); ``node_hosts``: whether nodes are
+        hosts of their own (None: wherever this process can make them)."""
+        self.link = link or Link()
+        self.node_hosts = fabric.available()[0] if node_hosts is None else node_hosts
+        self._fabric: fabric.Fabric | None = None
+
     @property
     def isolation(self) -> str | None:
-        return "network-namespace" if netns.available() else "none"
+        return "network-namespace" if self.node_hosts or netns.available() else "none"
+
+    def link_fingerprint(self, topology: Topology) -> str | None:
+        """What a multi-node case's fingerprint says of the network between its nodes (a
+        baseline at 10 Gbit/s never judges a 1 Gbit/s run); None: one node, or loopback nodes
+        (as fingerprints were before nodes became hosts)."""
+        return str(self.link) if topology.nodes > 1 and self.node_hosts else None
+
+    def network(self, topology: Topology) -> dict[str, Any] | None:
+        """The nodes' network as the results record it: their addresses, the link as asked,
+        and what it measured (once a session, node 0 to node 1, one TCP stream)."""
+        if topology.nodes == 1:
+            return None
+        if not self.node_hosts:
+            return {"nodes": "one network namespace (loopback)", "addresses": ["127.0.0.1"],
+                    "link": "loopback"}
+        hosts = self.hosts(topology.nodes)
+        assert self._fabric is not None
+        measured = self._fabric.measure()
+        return {"nodes": "a network namespace per node, on a bridge",
+                "addresses": [h.address for h in hosts], "link": str(self.link),
+                "measured_bps": measured, "measured": format_rate(measured)}
+
+    def hosts(self, count: int) -> list[fabric.Host]:
+        if self._fabric is None:
+            self._fabric = fabric.Fabric(self.link)
+        return self._fabric.ensure(count)
+
+    def close(self) -> None:
+        if self._fabric is not None:
+            self._fabric.close()
+            self._fabric = None
 
     def run(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
             timeout_s: float) -> list[dict[str, Any]]:
+        if topology.nodes > 1 and self.node_hosts:
+            return self._run_on_hosts(spec, topology, run_dir, timeout_s)
         spec_path, out_dir, tmp_dir = prepare(spec, run_dir)
         ranks_here = topology.nodes == 1  # the ranks themselves, no agents
         if ranks_here:
@@ -58,3 +106,26 @@ class LocalLauncher(Launcher):
             env = one_node_environment(env, topology)
         return run_processes(commands, env, run_dir, out_dir, topology.world_size, timeout_s,
                              ranks_themselves=ranks_here)
+
+    def _run_on_hosts(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
+                      timeout_s: float) -> list[dict[str, Any]]:
+        """Each node's agent inside its own host, the rendezvous on node 0's address. Ports are
+        drawn at random: nothing but this run's own earlier processes ever listened in these
+        namespaces (a port of theirs may still be in TIME_WAIT)."""
+        spec_path, out_dir, tmp_dir = prepare(spec, run_dir)
+        hosts = self.hosts(topology.nodes)
+        port, framework_port = random.sample(range(20000, 60000), 2)
+        run_id = new_run_id()
+        commands = []
+        for host in hosts:
+            # Gloo binds the address the host name resolves to unless told an interface: the
+            # machine's name resolves to an address no node namespace has.
+            here = [f"DLPERF_WORKER_HOST={host.address}", "GLOO_SOCKET_IFNAME=eth0",
+                    "NCCL_SOCKET_IFNAME=eth0"]
+            agent = agent_command(topology, f"{hosts[0].address}:{port}", run_id, spec_path,
+                                  out_dir, timeout_s, local_addr=host.address,
+                                  is_host=host is hosts[0])
+            commands.append(host.command(["env", *here, *agent]))
+        env = worker_environment(topology, tmp_dir, spec.get("python"), framework_port,
+                                 nodes_share_host=False, worker_host=None)
+        return run_processes(commands, env, run_dir, out_dir, topology.world_size, timeout_s)

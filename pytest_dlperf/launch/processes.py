@@ -41,10 +41,16 @@ def free_loopback_port() -> int:
 
 
 def agent_command(topology: Topology, endpoint: str, run_id: str, spec_path: Path,
-                  out_dir: Path, timeout_s: float, local_addr: str | None = "127.0.0.1") -> list[str]:
-    """One node's ``torchrun`` agent; every launch mode starts these, only where differs."""
+                  out_dir: Path, timeout_s: float, local_addr: str | None = "127.0.0.1",
+                  is_host: bool | None = None) -> list[str]:
+    """One node's ``torchrun`` agent; every launch mode starts these, only where differs.
+    ``is_host``: whether this agent hosts the rendezvous store (None: torch decides, by whether
+    the endpoint is an address the machine's host name resolves to; a node that is a network
+    namespace has an address its host name does not resolve to)."""
     # A node that never arrives would otherwise hold the others for torch's default 900 s.
-    join_timeout = max(10, int(timeout_s))
+    conf = f"join_timeout={max(10, int(timeout_s))}"
+    if is_host is not None:
+        conf += f",is_host={int(is_host)}"
     return [
         sys.executable, "-m", "torch.distributed.run",
         "--nnodes", str(topology.nodes),
@@ -53,7 +59,7 @@ def agent_command(topology: Topology, endpoint: str, run_id: str, spec_path: Pat
         "--rdzv-endpoint", endpoint,
         "--rdzv-id", run_id,
         *(["--local-addr", local_addr] if local_addr else []),
-        "--rdzv-conf", f"join_timeout={join_timeout}",
+        "--rdzv-conf", conf,
         "--max-restarts", "0",
         "--monitor-interval", "0.5",
         "-m", "pytest_dlperf.rank.worker", str(spec_path), str(out_dir),
@@ -89,13 +95,16 @@ def rank_variables(rank: int) -> dict[str, str]:
 
 
 def worker_environment(topology: Topology, tmp_dir: Path, python: str | None,
-                       framework_port: int, nodes_share_host: bool) -> dict[str, str]:
+                       framework_port: int, nodes_share_host: bool,
+                       worker_host: str | None = "127.0.0.1") -> dict[str, str]:
     """What the agents (and so the ranks) inherit. ``python``: the ranks' interpreter, when not
     the agents' own (torchrun reads ``PYTHON_EXEC``). ``framework_port``: a free port on the
     first node for a framework that runs its own rendezvous beside torchrun's store (OneFlow's
     rank 0 listens on its ``MASTER_PORT``, which torchrun's agent store already holds).
     ``nodes_share_host``: several nodes have one host address, so a framework that groups ranks
-    into nodes by address (OneFlow) must number them as one host's processes."""
+    into nodes by address (OneFlow) must number them as one host's processes.
+    ``worker_host``: the address peers reach this node's ranks at, for a framework that runs
+    its own servers (TensorFlow); None: the node's own host name (a real cluster's nodes)."""
     env = dict(os.environ)
     env.pop("PYTHON_EXEC", None)
     if python:
@@ -108,11 +117,13 @@ def worker_environment(topology: Topology, tmp_dir: Path, python: str | None,
         TMPDIR=str(tmp_dir),
         PYTHONPATH=os.pathsep.join(p for p in (_SOURCE_ROOT, env.get("PYTHONPATH")) if p),
         PYTHONUNBUFFERED="1",
-        # Where a framework that runs its own servers (TensorFlow) tells its peers to connect.
-        DLPERF_WORKER_HOST="127.0.0.1",
         DLPERF_FRAMEWORK_PORT=str(framework_port),
         DLPERF_NODES_SHARE_HOST="1" if nodes_share_host else "0",
     )
+    # Where a framework that runs its own servers (TensorFlow) tells its peers to connect.
+    env.pop("DLPERF_WORKER_HOST", None)
+    if worker_host:
+        env["DLPERF_WORKER_HOST"] = worker_host
     return env
 
 

@@ -113,7 +113,8 @@ class Case:
                            sizes=sized.sizes, protocol_slug=self.protocol.slug,
                            python=python_minor(env.get("python")),
                            accelerator_stack=self._accelerator_stack(topology, env),
-                           compiler=self.compiler, machine=self.state.settings.machine)
+                           compiler=self.compiler, machine=self.state.settings.machine,
+                           link=self.cluster.launcher.link_fingerprint(topology))
 
     def memory_match(self, version: str, sized: CaseWorkload) -> dict[str, Any]:
         """The fingerprint fields that bear on how much memory a batch takes."""

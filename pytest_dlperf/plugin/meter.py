@@ -184,6 +184,7 @@ class ThroughputMeter:
             baseline_path=case.display(self.state.store.path_for(case.id, fp)),
             baseline_change=change, launched_at=measured.launched_at,
             launcher=self.cluster.launcher.name, isolation=self.cluster.launcher.isolation,
+            network=Facts(self.cluster.launcher.network(self.cluster.topology) or {}),
             cv=cv, record_refused=refused, compiler=case.compiler,
             batch_search=search, machine=self.state.settings.machine,
             other_machines=list(elsewhere.other_machines) if elsewhere else [],

@@ -192,6 +192,12 @@ def _machine_name(raw: str) -> str:
     return value
 
 
+def _link(raw: str) -> Any:
+    from ..core.link import Link
+
+    return Link.parse(raw)
+
+
 def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return lambda raw: None if raw in (None, "") else parse(raw)
 
@@ -320,6 +326,11 @@ OPTIONS: tuple[Option, ...] = (
            "GPU; on CPU 2 simulated devices, fewer when local nodes would otherwise run more "
            "ranks than the host has cores (cores / --nodes, at least 1).", _optional(_int(1)), aliases=("--devices-per-node",),
            metavar="N"),
+    Option("link", "local mode, nodes as network hosts: each node's link to the others, RATE "
+           "or RATE,DELAY (10gbit, 1gbit,0.2ms, 100mbit; 'unshaped'), shaped with the kernel's "
+           "TBF (netem for a delay, where the kernel has it). It enters multi-node cases' "
+           "fingerprints. Default: unshaped (the results say what the link measured).",
+           _link, None, metavar="RATE[,DELAY]"),
     Option("device", "device type to train on: auto (cuda when NVIDIA GPUs are found), cuda or cpu.",
            _choice("auto", "cuda", "cpu"), "auto", metavar="TYPE"),
     Option("launcher", "how workers start: auto (external when pytest runs as a rank of a "

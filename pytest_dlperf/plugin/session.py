@@ -76,9 +76,13 @@ class SessionState:
     def _pick_launcher(self, environ: dict[str, str]) -> Launcher:
         name = self.settings.launcher
         try:
-            return get_launcher(detect(environ) if name == "auto" else name, environ)
+            launcher = get_launcher(detect(environ) if name == "auto" else name, environ)
         except LookupError as exc:
             raise pytest.UsageError(f"pytest-dlperf: {exc}") from None
+        if self.settings.link is not None:
+            check_link(launcher, self.settings.link)
+            launcher.link = self.settings.link
+        return launcher
 
     def _device_type(self, hardware: Hardware) -> str:
         wanted = self.settings.device
@@ -222,7 +226,31 @@ class SessionState:
         if self.history is not None:
             self.history.close()
         if self._started is not None:
+            self._started.launcher.close()
+        if self._started is not None:
             shutil.rmtree(self._started.work_root, ignore_errors=True)
+
+
+def check_link(launcher: Launcher, link: Any) -> None:
+    """--dlperf-link shapes the links of local nodes that are hosts of their own; say so where
+    it cannot be given (another launcher, no namespaces here, a delay the kernel cannot add)."""
+    from ..launch import fabric
+
+    where = "--dlperf-link"
+    if launcher.name != "local":
+        raise pytest.UsageError(
+            f"pytest-dlperf: {where}={link} shapes local nodes' links, but the launcher is "
+            f"{launcher.name}: a real cluster's links are what they are; drop {where}")
+    ok, why = fabric.available()
+    if not ok:
+        raise pytest.UsageError(
+            f"pytest-dlperf: {where}={link} needs local nodes as network hosts, which this "
+            f"process cannot make ({why}); run as root, or drop {where}")
+    if link.delay_ms is not None and not fabric.kernel_has_netem():
+        raise pytest.UsageError(
+            f"pytest-dlperf: {where}={link} asks for a delay, but this kernel has no netem "
+            "qdisc (sch_netem; no module can be loaded), so no delay can be added; give the "
+            "rate alone (e.g. --dlperf-link 1gbit)")
 
 
 def _sibling_key(item: Any) -> tuple[SiblingKey | None, str | None]:

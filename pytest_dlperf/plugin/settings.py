@@ -42,6 +42,7 @@ class Settings:
     change_min: float  # the smallest throughput / efficiency step that fails a run
     nodes: int
     devices_per_node: int | None
+    link: Any  # launch.fabric.Link, or None: unshaped
     device: str
     launcher: str
     python: dict[str, str] | None  # framework -> worker interpreter (absolute path)

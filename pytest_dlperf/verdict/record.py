@@ -43,6 +43,8 @@ class CaseReport:
     launched_at: float = 0.0  # epoch seconds when the case's processes were started
     launcher: str = "local"
     isolation: str | None = None  # local mode: "network-namespace" or "none"
+    # between the nodes: their addresses, the link asked for and measured (launcher.network)
+    network: Facts = field(default_factory=Facts)
     # Multi-device cases: median / the 1n1d median with the same per-device batch, and / devices.
     speedup: float | None = None
     efficiency: float | None = None
