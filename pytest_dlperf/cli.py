@@ -4,7 +4,9 @@
   (a CI job summary);
 - ``html STORE -o DIR``: the history's static page;
 - ``history add FILE URL``: append a run the history store could not take when it ran;
-- ``options``: the options reference (flags, environment variables, ini keys).
+- ``options``: the options reference (flags, environment variables, ini keys);
+- ``slurm start N`` / ``stop`` / ``status`` / ``run -- CMD``: a real Slurm cluster on this
+  machine, each node its own network host (root; ``launch/localslurm.py``).
 
 Running perf tests is pytest's job (``pytest perf_tests``); these commands read what runs left.
 """
@@ -96,6 +98,49 @@ def _options(args: argparse.Namespace) -> int:
     return 0
 
 
+def _slurm(args: argparse.Namespace) -> int:
+    from .launch import slurmkeeper
+
+    state = args.state.absolute()
+    if args.action in ("start", "serve") and args.nodes < 1:
+        args.parser.error(f"nodes: expected 1 or more, got {args.nodes}")
+    if args.action == "start":
+        return slurmkeeper.start(args.nodes, state)
+    if args.action == "serve":
+        return slurmkeeper.serve(args.nodes, state)
+    if args.action == "run":
+        command = args.command[1:] if args.command[:1] == ["--"] else args.command
+        return slurmkeeper.run(state, command)
+    return int(getattr(slurmkeeper, args.action)(state))
+
+
+def _slurm_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from .launch.slurmkeeper import DEFAULT_STATE
+
+    slurm = sub.add_parser(
+        "slurm", help="a real Slurm cluster on this machine (root)",
+        description="A Slurm cluster on this machine: munged, slurmctld and N slurmd, each node "
+                    "its own network host (namespace, address, host name). Needs root and "
+                    "Debian's slurmd slurmctld slurm-client munge.")
+    actions = slurm.add_subparsers(dest="action", required=True, metavar="ACTION")
+    state = argparse.ArgumentParser(add_help=False)
+    state.add_argument("--state", type=Path, default=DEFAULT_STATE,
+                       help=f"the cluster's folder (everything of it; default {DEFAULT_STATE})")
+    start = "start N nodes and their controller, in the background"
+    for action in (actions.add_parser("start", parents=[state], help=start, description=start),
+                   # the background process `start` runs (given no help: not listed)
+                   actions.add_parser("serve", parents=[state])):
+        action.add_argument("nodes", type=int, help="how many nodes (node1, node2, ...)")
+    actions.add_parser("stop", parents=[state], help="stop it: every daemon, namespace, link")
+    actions.add_parser("status", parents=[state], help="its daemons, sinfo, how to use it")
+    run = actions.add_parser("run", parents=[state],
+                             help="run a client command on the controller's host (ctl)",
+                             description="Run COMMAND on the controller's host, SLURM_CONF set: "
+                                         "dlperf slurm run -- salloc -N 2 pytest ...")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command")
+    slurm.set_defaults(run=_slurm, parser=slurm)
+
+
 def parser() -> argparse.ArgumentParser:
     from .verdict.changepoints import MAX_PVALUE
 
@@ -139,6 +184,7 @@ def parser() -> argparse.ArgumentParser:
                              description="Print every option: flag, environment variable, ini "
                                          "key and help, as the documentation's options page.")
     options.set_defaults(run=_options)
+    _slurm_parser(sub)
     return top
 
 

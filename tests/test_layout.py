@@ -29,7 +29,8 @@ ALLOWED: dict[str, set[str]] = {
     "report": {"core", "store", "verdict", "report"},
     "plugin": {"face", "core", "frameworks", "models", "rank", "launch", "store", "verdict",
                "report", "plugin"},
-    "cli": {"core", "store", "verdict", "report", "plugin", "cli"},
+    # `dlperf slurm` starts and stops a local Slurm cluster (launch.localslurm)
+    "cli": {"core", "launch", "store", "verdict", "report", "plugin", "cli"},
 }
 # The rank side: what runs inside a training rank, under any interpreter, without pytest.
 RANK_SIDE = ("core", "frameworks", "models", "rank")
