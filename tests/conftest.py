@@ -70,9 +70,11 @@ def fake_hardware(monkeypatch: pytest.MonkeyPatch,
     PATH that start the agents on this host), which subprocess runs inherit."""
 
     def install(gpus: tuple[str, ...] = (), cpu_model: str = "Fake CPU 9000", cpu_count: int = 2,
-                driver: str | None = None, slurm_nodes: int | None = None) -> topology.Hardware:
+                driver: str | None = None, slurm_nodes: int | None = None,
+                cpu_bf16: bool = False) -> topology.Hardware:
         nvml = topology.NvmlDevices(tuple(gpus), tuple(80 * 2**30 for _ in gpus), driver)
         monkeypatch.setattr(topology, "_nvml_devices", lambda: nvml)
+        monkeypatch.setattr(topology, "_cpu_bf16", lambda: cpu_bf16)
         monkeypatch.setattr(topology, "_cpu_model", lambda: cpu_model)
         monkeypatch.setattr(topology, "_cpu_count", lambda: cpu_count)
         if slurm_nodes is not None:

@@ -282,3 +282,27 @@ def test_perf_cases_refuse_to_run_under_xdist_while_plain_tests_run(
                                  "-p no:xdist*"])
     result.stdout.no_fnmatch_line("*ranks failed*")  # nothing was launched
     assert not (pytester.path / "r.json").exists()
+
+
+PRECISION_TEST = """
+def test_p(amp):
+    assert amp.name in ("fp32", "amp")
+"""
+
+
+@pytest.mark.parametrize("bf16, args, outcomes", [
+    (False, [], {"passed": 1, "skipped": 1}),  # the CPU would emulate bf16: AMP skips
+    (False, ["--dlperf-precisions", "fp32,amp"], {"passed": 2}),  # asked for: it runs
+    (True, [], {"passed": 2}),  # the CPU computes bf16 itself
+    (False, ["--dlperf-precisions", "fp32"], {"passed": 1}),  # not collected at all
+])
+def test_cpu_amp_runs_where_the_cpu_has_bf16_or_where_asked_for(
+        pytester: pytest.Pytester, fake_hardware: Callable[..., object], bf16: bool,
+        args: list[str], outcomes: dict[str, int]) -> None:
+    fake_hardware(cpu_bf16=bf16)
+    pytester.makepyfile(test_p=PRECISION_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rs", *args)
+    result.assert_outcomes(**outcomes)
+    if outcomes.get("skipped"):
+        result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_p.py:*: AMP on this CPU would time "
+                                     "bf16 emulation*--dlperf-precisions fp32,amp runs it anyway"])

@@ -111,7 +111,8 @@ def test_cases_run_under_their_own_interpreter_and_skip_without_one(
     # (OneFlow's control plane on the launcher's spare port); AMP skips on CPU.
     result = run_graph_case(
         pytester, *common, "--dlperf-python", f"oneflow={oneflow_python}", "--dlperf-compilers",
-        "compiled", "-k", "2n1d", "--dlperf-json", "r.json", timeout=400)
+        "compiled", "-k", "2n1d", "--dlperf-json", "r.json", "--dlperf-precisions", "fp32,amp",
+        timeout=400)
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*oneflow has no AMP on cpu*"])
     (bench,) = json.loads((pytester.path / "r.json").read_text())["benchmarks"]

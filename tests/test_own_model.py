@@ -18,7 +18,8 @@ from pytest_dlperf.core.workload import CaseWorkload, Workload, WorkloadError, r
 torch = pytest.importorskip("torch")
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-QUICK = ["-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--dlperf-unstable-cv", "10"]
+QUICK = ["-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--dlperf-unstable-cv", "10",
+         "--dlperf-precisions", "fp32,amp"]
 
 
 def readme_example() -> str:

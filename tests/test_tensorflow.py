@@ -126,7 +126,8 @@ def test_an_own_keras_model_trains_in_fp32_and_mixed_precision(pytester: pytest.
     pytester.makepyfile(test_own=OWN_MODEL)
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--devices-per-node", "2",
-        "-k", "1n2d", "--dlperf-json", "r.json", "--dlperf-unstable-cv", "10", timeout=300)
+        "-k", "1n2d", "--dlperf-json", "r.json", "--dlperf-unstable-cv", "10",
+        "--dlperf-precisions", "fp32,amp", timeout=300)
     result.assert_outcomes(passed=2)
     benches = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
     precisions = sorted(b["extra_info"]["precision"] for b in benches)

@@ -25,6 +25,8 @@ class Hardware:
     cpu_count: int
     gpu_driver: str | None = None
     gpu_memory: tuple[int, ...] = ()
+    # The CPU computes bf16 itself (AVX512-BF16 or AMX); without, CPU AMP is emulated
+    cpu_bf16: bool = False
 
     @property
     def device_type(self) -> str:
@@ -73,6 +75,18 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown-cpu"
 
 
+def _cpu_bf16() -> bool:
+    """Whether the CPU has bf16 instructions (Linux's flags: avx512_bf16, amx_bf16)."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return bool({"avx512_bf16", "amx_bf16"} & set(line.split(":", 1)[1].split()))
+    except OSError:
+        pass
+    return False
+
+
 def _cpu_count() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -83,7 +97,7 @@ def _cpu_count() -> int:
 def detect_hardware() -> Hardware:
     nvml = _nvml_devices()
     return Hardware(gpus=nvml.names, cpu_model=_cpu_model(), cpu_count=_cpu_count(),
-                    gpu_driver=nvml.driver, gpu_memory=nvml.memory)
+                    gpu_driver=nvml.driver, gpu_memory=nvml.memory, cpu_bf16=_cpu_bf16())
 
 
 @dataclass(frozen=True)

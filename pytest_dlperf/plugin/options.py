@@ -280,6 +280,12 @@ OPTIONS: tuple[Option, ...] = (
            "(--dlperf-update-baselines fails the case; 0.10 or 10%; above 1 is allowed: n "
            "windows can vary by up to sqrt(n) x their mean). Default: 0.10.",
            parse_cv, 0.10, metavar="CV"),
+    Option("precisions", "the precision axis of tests that take the `amp` fixture, "
+           "comma-separated: fp32, amp. Default: both; where a CPU has no bf16 instructions "
+           "(avx512_bf16, amx_bf16) the AMP cases skip saying so, since they would time the "
+           "emulation (BERT-base's bf16 step ran ~20x slower than its fp32 step on such a CPU); "
+           "naming amp here runs them anyway.",
+           _optional(_subset("fp32", "amp")), metavar="LIST"),
     Option("compilers", "the compiler axis of tests that take the `compiler` fixture, "
            "comma-separated: eager, compiled (torch.compile for torch, XLA for TensorFlow). "
            "Default: eager on CPU (a compiled ResNet-50 step was slower than eager here and a "

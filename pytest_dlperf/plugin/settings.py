@@ -30,6 +30,7 @@ class Settings:
     launches: int
     max_repeats: int
     unstable_cv: float
+    precisions: tuple[str, ...] | None  # None: both, AMP skipped on a CPU without bf16
     compilers: tuple[str, ...] | None  # None: the device type's default
     strict: bool
     update_baselines: str | None
