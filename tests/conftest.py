@@ -235,3 +235,21 @@ def postgres_url(postgres_server: str) -> str:
     with psycopg.connect(f"{postgres_server}/postgres", autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     return f"{postgres_server}/{name}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_of_the_nodes_network_left() -> Iterator[None]:
+    """No namespace, link or blackhole route of a local node fabric (launch/fabric.py) survives
+    the suite: every test that makes one (or SIGKILLs the pytest that made one) cleans up."""
+    import shutil
+
+    if not shutil.which("ip"):
+        yield
+        return
+    from pytest_dlperf.launch import fabric
+
+    before = fabric.leftovers()
+    yield
+    after = fabric.leftovers()
+    new = {kind: sorted(set(after[kind]) - set(before[kind])) for kind in after}
+    assert not any(new.values()), f"left on this machine by the test suite: {new}"

@@ -106,11 +106,28 @@ def test_nodes_reach_each_other_and_the_root_namespace_reaches_none() -> None:
 @needs_fabric
 def test_a_shaped_link_carries_its_rate_and_an_unshaped_one_far_more() -> None:
     with fabric.Fabric(Link.parse("100mbit")) as shaped:
-        slow = shaped.measure(seconds=0.5)
+        slow = shaped.measure(seconds=1.0)
     with fabric.Fabric() as unshaped:
-        fast = unshaped.measure(seconds=0.5)
+        fast = unshaped.measure(seconds=1.0)
     assert 60e6 < slow < 110e6, fabric.format_rate(slow)
     assert fast > 5 * slow, (fabric.format_rate(fast), fabric.format_rate(slow))
+
+
+@needs_fabric
+def test_a_host_that_fails_half_made_takes_the_whole_fabric_down() -> None:
+    made = fabric.Fabric()
+    made.ensure(1)
+    tag, subnet = made.tag, str(made.subnet)
+    with pytest.raises(fabric.FabricError, match="ip netns add"):
+        made.add_host("no/such/name")  # a namespace name ip refuses
+    left = fabric.leftovers()
+    assert not [n for n in left["namespaces"] + left["links"] if tag in n], left
+    assert subnet not in _blackholes() and not made.record_path.exists()
+    made.ensure(2)  # a new fabric, usable
+    try:
+        assert made.tag == tag and len(made.hosts) == 2 and str(made.subnet) in _blackholes()
+    finally:
+        made.close()
 
 
 _DIES = """
@@ -191,16 +208,19 @@ class Reshaper:
     veth of a fabric made after ``start`` gets ``tc ... tbf rate RATE`` once the plugin has
     shaped it (to ``asked``) itself."""
 
-    def __init__(self, rate: str, asked: str) -> None:
-        self.rate, self.asked = rate, asked
+    def __init__(self, rate: str, asked: str, veths: int = 2) -> None:
+        self.rate, self.asked, self.veths = rate, asked, veths
         self.before = set(fabric.leftovers()["links"])
         self.done: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            for link in set(fabric.leftovers()["links"]) - self.before - set(self.done):
+        while not self._stop.is_set() and len(self.done) < self.veths:
+            links = {p.name for p in Path("/sys/class/net").glob(f"{fabric.PREFIX}*")}
+            for link in links - self.before - set(self.done):
+                if link.endswith("br"):
+                    continue
                 shown = subprocess.run(["tc", "qdisc", "show", "dev", link], capture_output=True,
                                        text=True).stdout
                 if f"rate {self.asked}" not in shown:

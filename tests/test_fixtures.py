@@ -57,7 +57,7 @@ def test_eight_gpus_give_dlperf_1n1d_and_1n8d(pytester: pytest.Pytester,
 
 def test_cpu_simulates_devices_with_processes_sharing_the_cores(
         pytester: pytest.Pytester, fake_hardware: Callable[..., object]) -> None:
-    fake_hardware(cpu_model="Fake CPU 9000", cpu_count=2)
+    fake_hardware(cpu_model="Fake CPU 9000", cpu_count=2, cpu_bf16=True)
     assert cases(pytester, "-k", "single") == [
         "1n1d 1 cpu gloo 'Fake CPU 9000' 2 fp32 float32 False",
         "1n1d 1 cpu gloo 'Fake CPU 9000' 2 amp bfloat16 False",

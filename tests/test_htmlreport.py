@@ -163,3 +163,22 @@ def test_headless_chromium_shows_the_page_with_no_console_error(tmp_path: Path) 
     assert all(complete and width > 100 and height > 100
                for _, complete, width, height in images), images
     assert shot.stat().st_size > 50_000
+
+
+def test_scaling_lines_start_at_the_one_device_case_whatever_link_the_nodes_had() -> None:
+    """One device has no link; 2 nodes at 10 Gbit/s and at 1 Gbit/s are two lines from it."""
+    from pytest_dlperf.report.page import Series, dlperf_tables, scaling_groups
+    from pytest_dlperf.store.history import Point
+
+    def series(nodes: int, median: float, link: str | None) -> Series:
+        fp = {**fingerprint("torch", nodes, 1), **({"link": link} if link else {})}
+        point = Point(None, dt.datetime(2026, 11, 25), None, None, "h", "pass", [[median]])
+        return Series(f"case-{nodes}-{link}", f"id-{nodes}-{link}", fp, "torch",
+                      "resnet50_v1.5", "images", [point])
+
+    all_series = [series(1, 10.0, None), series(2, 18.0, "10gbit"), series(2, 12.0, "1gbit")]
+    lines = scaling_groups(all_series)[("resnet50_v1.5", "torch")]
+    assert lines == {"fp32, batch 2, link 10gbit": [(1, 1.0), (2, 1.8)],
+                     "fp32, batch 2, link 1gbit": [(1, 1.0), (2, 1.2)]}
+    table = dlperf_tables(all_series)
+    assert "18.00 (1.80x)" in table and "12.00 (1.20x)" in table

@@ -19,6 +19,7 @@ Needs root (``ip netns``, ``tc``, bridges): ``available()`` says whether this pr
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import os
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..core.link import Link, format_rate
+from . import linkprobe
 
 RECORDS = Path("/run/pytest-dlperf/fabrics")
 NETNS_DIR = Path("/run/netns")
@@ -48,8 +50,10 @@ Observer = Callable[[list[str]], None]
 
 # -- what this machine allows -----------------------------------------------------------------
 
+@functools.lru_cache(maxsize=1)
 def available() -> tuple[bool, str]:
-    """Whether this process can build a fabric, and if not, why."""
+    """Whether this process can build a fabric, and if not, why: root, the tools, and a bridge
+    made and removed here (root in a container may lack the capability)."""
     if not sys.platform.startswith("linux"):
         return False, "network namespaces are Linux only"
     if os.geteuid() != 0:
@@ -57,18 +61,13 @@ def available() -> tuple[bool, str]:
     missing = [tool for tool in ("ip", "tc", "nsenter") if not shutil.which(tool)]
     if missing:
         return False, f"{', '.join(missing)} not found (Debian: apt-get install iproute2 util-linux)"
+    probe = f"{PREFIX}p{os.getpid() % 10**8}"
+    made = subprocess.run(["ip", "link", "add", probe, "type", "bridge"], capture_output=True,
+                          text=True)
+    if made.returncode != 0:
+        return False, f"cannot make a bridge here ({made.stderr.strip()})"
+    subprocess.run(["ip", "link", "del", probe], capture_output=True)
     return True, ""
-
-
-def kernel_has_netem() -> bool:
-    """Whether this kernel can add a delay (the netem qdisc), tried on a dummy device in a
-    namespace of its own that vanishes with the probe."""
-    if not shutil.which("unshare"):
-        return False
-    probe = ("ip link add dlpfprobe type dummy && ip link set dlpfprobe up && "
-             "tc qdisc add dev dlpfprobe root netem delay 1ms")
-    done = subprocess.run(["unshare", "--net", "sh", "-c", probe], capture_output=True)
-    return done.returncode == 0
 
 
 # -- hosts and the fabric ---------------------------------------------------------------------
@@ -136,32 +135,46 @@ class Fabric:
         tmp.write_text(json.dumps(self._record))
         os.replace(tmp, self.record_path)
 
-    def _open(self) -> None:
-        """The record, the range and its blackhole route, the bridge: once, before any host."""
+    def _open(self) -> ipaddress.IPv4Network:
+        """The record, the range and its blackhole route, the bridge: once, before any host.
+        The range is chosen and routed under a lock, so two runs never take one /24."""
         ok, why = available()
         if not ok:
             raise FabricError(why)
         sweep()
+        import fcntl
+
         import psutil
 
         me = psutil.Process()
-        self.subnet = _free_subnet()
-        self._record = {"owner": me.pid, "started": me.create_time(), "subnet": str(self.subnet),
-                        "bridge": self.bridge, "namespaces": [], "veths": []}
+        self._record = {"owner": me.pid, "started": me.create_time(), "netns": _netns_id(),
+                        "subnet": None, "bridge": self.bridge, "namespaces": [], "veths": []}
         self._save()  # before anything exists: a crash from here on is swept
-        self._run(["ip", "route", "add", "blackhole", str(self.subnet)])
-        shown = self._run(["ip", "route", "show", "type", "blackhole", str(self.subnet)]).stdout
-        if str(self.subnet.network_address) not in shown:
-            raise FabricError(f"the blackhole route for {self.subnet} did not appear "
-                              f"(ip route shows {shown!r}): no address will be given")
+        with open(RECORDS / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            subnet = _free_subnet()
+            self._run(["ip", "route", "add", "blackhole", str(subnet)])
+            self._record["subnet"] = str(subnet)  # ours to remove only once it is added
+            self._save()
+        _check_blackholed(subnet)
         self._run(["ip", "link", "add", self.bridge, "type", "bridge"])
+        # no address on the bridge, IPv6 link-local included
+        self._run(["ip", "link", "set", self.bridge, "addrgenmode", "none"])
         self._run(["ip", "link", "set", self.bridge, "up"])
+        return subnet
 
     def add_host(self, label: str) -> Host:
-        """A new node: its namespace, veth pair, address and shaped link."""
+        """A new node: its namespace, veth pair, address and shaped link. If any step fails,
+        the whole fabric is taken down (the next call builds a new one)."""
+        try:
+            return self._add_host(label)
+        except BaseException:
+            self.close()
+            raise
+
+    def _add_host(self, label: str) -> Host:
         if self.subnet is None:
-            self._open()
-        assert self.subnet is not None
+            self.subnet = self._open()
         index = len(self.hosts)
         host = Host(label=label, namespace=f"{PREFIX}-{self.tag}-{label}",
                     address=str(self.subnet.network_address + 10 + index),
@@ -172,6 +185,7 @@ class Fabric:
         self._run(["ip", "netns", "add", host.namespace])
         self._run(["ip", "link", "add", host.veth, "type", "veth", "peer", "name", "eth0",
                    "netns", host.namespace])
+        self._run(["ip", "link", "set", host.veth, "addrgenmode", "none"])
         self._run(["ip", "link", "set", host.veth, "master", self.bridge, "up"])
         in_ns = ["ip", "-n", host.namespace]
         self._run([*in_ns, "link", "set", "lo", "up"])
@@ -210,15 +224,16 @@ class Fabric:
         measured once and kept."""
         if self._measured is None:
             a, b = self.ensure(2)[:2]
-            self._measured = measure_link(a, b, seconds)
+            self._measured = linkprobe.measure_link(a, b, seconds)
         return self._measured
 
     # -- taking it down ---------------------------------------------------------------------
 
     def close(self) -> None:
+        """Take everything down; the record stays (for the next sweep) if anything did not go."""
         if self._record:
-            teardown(self._record)
-            self.record_path.unlink(missing_ok=True)
+            if teardown(self._record):
+                self.record_path.unlink(missing_ok=True)
         self._record = {}
         self.hosts = []
         self.subnet = None
@@ -228,9 +243,10 @@ class FabricError(RuntimeError):
     pass
 
 
-def teardown(record: dict[str, Any]) -> None:
+def teardown(record: dict[str, Any]) -> bool:
     """Remove what a record lists: what runs in its namespaces, the namespaces (their eth0
-    and so the veth pairs go with them), leftover veths, the bridge, the route."""
+    and so the veth pairs go with them), leftover veths, the bridge, then the route (only once
+    no namespace with an address is left). Whether everything went."""
     for namespace in record.get("namespaces", []):
         kill_namespace_processes(namespace)
         subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
@@ -239,8 +255,14 @@ def teardown(record: dict[str, Any]) -> None:
             subprocess.run(["ip", "link", "del", veth], capture_output=True)
     if record.get("bridge") and Path("/sys/class/net", record["bridge"]).exists():
         subprocess.run(["ip", "link", "del", record["bridge"]], capture_output=True)
+    left = [n for n in record.get("namespaces", []) if (NETNS_DIR / n).exists()]
+    left += [link for link in [*record.get("veths", []), record.get("bridge") or ""]
+             if link and Path("/sys/class/net", link).exists()]
+    if left:
+        return False
     if record.get("subnet"):
         subprocess.run(["ip", "route", "del", "blackhole", record["subnet"]], capture_output=True)
+    return True
 
 
 def kill_namespace_processes(namespace: str, grace_s: float = 3.0) -> None:
@@ -270,16 +292,17 @@ def sweep() -> list[str]:
     from ..core.lifeline import alive
 
     removed = []
+    here = _netns_id()
     for path in sorted(RECORDS.glob("*.json")) if RECORDS.is_dir() else []:
         try:
             record = json.loads(path.read_text())
             owner, started = int(record["owner"]), float(record["started"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if alive(owner, started):
-            continue
-        teardown(record)
-        path.unlink(missing_ok=True)
+        if alive(owner, started) or record.get("netns", here) != here:
+            continue  # a live run's, or made from another network namespace (a container)
+        if teardown(record):
+            path.unlink(missing_ok=True)
         removed.append(path.stem)
     return removed
 
@@ -324,10 +347,35 @@ def _taken_networks() -> list[ipaddress.IPv4Network]:
     return taken
 
 
+def _netns_id() -> int:
+    """This process's network namespace (its inode): records made in another one (a
+    container's) are not this one's to sweep."""
+    return os.stat("/proc/self/ns/net").st_ino
+
+
+def _check_blackholed(subnet: ipaddress.IPv4Network) -> None:
+    """The kernel's own answer for where the range's addresses go, from the root namespace:
+    the blackhole, not a route of a policy rule ahead of the main table (a VPN's), else no
+    address is given."""
+    for address in (subnet.network_address + 10, subnet.broadcast_address - 1):
+        done = subprocess.run(["ip", "-4", "route", "get", str(address)], capture_output=True,
+                              text=True)
+        if done.returncode == 0 and "blackhole" not in done.stdout:
+            raise FabricError(f"{address} would be routed ({done.stdout.strip()!r}) despite the "
+                              f"blackhole route for {subnet} (a policy rule ahead of the main "
+                              "table?): no namespace gets an address")
+
+
 def _free_subnet() -> ipaddress.IPv4Network:
     """A 10.x.y.0/24 that overlaps nothing this machine routes or owns (the default route, 0/0,
-    aside: it overlaps everything, and the blackhole route is what overrides it)."""
+    aside: it overlaps everything, and the blackhole route is what overrides it), nor another
+    fabric's range."""
     taken = [net for net in _taken_networks() if net.prefixlen > 0]
+    for path in RECORDS.glob("*.json") if RECORDS.is_dir() else []:
+        try:
+            taken.append(ipaddress.IPv4Network(json.loads(path.read_text())["subnet"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
     rng = secrets.SystemRandom()
     for _ in range(200):
         candidate = ipaddress.IPv4Network(
@@ -338,46 +386,7 @@ def _free_subnet() -> ipaddress.IPv4Network:
                       "route or address of this machine")
 
 
-_RECEIVER = """
-import socket, sys, time
-server = socket.socket(); server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-server.bind((sys.argv[1], 0)); server.listen(1)
-print(server.getsockname()[1], flush=True)
-conn, _ = server.accept(); total = 0; first = None
-while True:
-    chunk = conn.recv(1 << 20)
-    if not chunk: break
-    if first is None: first = time.perf_counter()
-    total += len(chunk)
-print(total, time.perf_counter() - (first or time.perf_counter()), flush=True)
-"""
-_SENDER = """
-import socket, sys, time
-conn = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
-block = b"x" * (1 << 20); end = time.perf_counter() + float(sys.argv[3])
-while time.perf_counter() < end: conn.sendall(block)
-conn.close()
-"""
-
-
-def measure_link(source: Host, target: Host, seconds: float) -> float:
-    """Bit/s one TCP stream carries from ``source`` to ``target`` (both inside their
-    namespaces), counted by the receiver from its first byte to the end of the stream."""
-    receiver = subprocess.Popen(target.command([sys.executable, "-c", _RECEIVER, target.address]),
-                                stdout=subprocess.PIPE, text=True)
-    try:
-        assert receiver.stdout is not None
-        port = receiver.stdout.readline().strip()
-        subprocess.run(source.command([sys.executable, "-c", _SENDER, target.address, port,
-                                       str(seconds)]), check=True, timeout=seconds + 30)
-        total, elapsed = receiver.stdout.readline().split()
-        receiver.wait(timeout=30)
-    finally:
-        if receiver.poll() is None:
-            receiver.kill()
-            receiver.wait()
-    return float(total) * 8 / max(float(elapsed), 1e-9)
-
+kernel_has_netem = linkprobe.kernel_has_netem
 
 __all__ = ["Fabric", "FabricError", "Host", "Link", "available", "format_rate",
-           "kernel_has_netem", "leftovers", "measure_link", "sweep", "teardown"]
+           "kernel_has_netem", "leftovers", "sweep", "teardown"]

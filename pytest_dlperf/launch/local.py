@@ -20,6 +20,7 @@ host (docs/multinode.md); the ranks train and are timed the same way.
 from __future__ import annotations
 
 import random
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,8 @@ class LocalLauncher(Launcher):
         self.link = link or Link()
         self.node_hosts = fabric.available()[0] if node_hosts is None else node_hosts
         self._fabric: fabric.Fabric | None = None
+        if self.node_hosts:  # what a run killed too hard to clean up left, as for scratch
+            fabric.sweep()
 
     @property
     def isolation(self) -> str | None:
@@ -65,10 +68,13 @@ class LocalLauncher(Launcher):
                     "link": "loopback"}
         hosts = self.hosts(topology.nodes)
         assert self._fabric is not None
-        measured = self._fabric.measure()
-        return {"nodes": "a network namespace per node, on a bridge",
-                "addresses": [h.address for h in hosts], "link": str(self.link),
-                "measured_bps": measured, "measured": format_rate(measured)}
+        facts: dict[str, Any] = {"nodes": "a network namespace per node, on a bridge",
+                                 "addresses": [h.address for h in hosts], "link": str(self.link)}
+        try:
+            measured = self._fabric.measure()
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            return {**facts, "measured": None, "measure_error": str(exc)[:300]}
+        return {**facts, "measured_bps": measured, "measured": format_rate(measured)}
 
     def hosts(self, count: int) -> list[fabric.Host]:
         if self._fabric is None:
@@ -94,7 +100,7 @@ class LocalLauncher(Launcher):
             run_id = new_run_id()
             commands = [agent_command(topology, f"127.0.0.1:{port}", run_id, spec_path, out_dir,
                                       timeout_s) for _ in range(topology.nodes)]
-        if self.isolation == "network-namespace":
+        if netns.available():
             kind = "rank" if ranks_here else "agent"
             logs = [run_dir / f"{kind}-{i}.log" for i in range(len(commands))]
             commands = [netns.wrap(commands, logs, run_dir / "netns-plan.json")]
@@ -114,7 +120,8 @@ class LocalLauncher(Launcher):
         namespaces (a port of theirs may still be in TIME_WAIT)."""
         spec_path, out_dir, tmp_dir = prepare(spec, run_dir)
         hosts = self.hosts(topology.nodes)
-        port, framework_port = random.sample(range(20000, 60000), 2)
+        # (below Linux's ephemeral ports, 32768 and up, that connections take)
+        port, framework_port = random.sample(range(20000, 32768), 2)
         run_id = new_run_id()
         commands = []
         for host in hosts:

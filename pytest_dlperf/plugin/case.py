@@ -24,7 +24,8 @@ from .session import SessionState
 
 # Fingerprint fields that do not bear on how much memory a batch takes: an earlier search's
 # answer is a good start whatever they are.
-NOT_MEMORY = ("framework_version", "python", "accelerator_stack", "protocol", "batch_size")
+NOT_MEMORY = ("framework_version", "python", "accelerator_stack", "protocol", "batch_size",
+              "link")
 
 
 @dataclass(frozen=True)

@@ -141,16 +141,21 @@ Line = list[tuple[int, float]]  # (devices, speedup), 1 device first
 def scaling_groups(all_series: list[Series]) -> dict[tuple[str, str], dict[str, Line]]:
     """(model, framework) -> a line per configuration: (devices, speedup) points, 1 first."""
     by_config: dict[tuple[Any, ...], list[Series]] = {}
-    for s in all_series:
-        by_config.setdefault((s.model, s.framework, s.key_without(_TOPOLOGY)), []).append(s)
+    for s in all_series:  # (one device has no link: it is every link's start)
+        key = s.key_without((*_TOPOLOGY, "link"))
+        by_config.setdefault((s.model, s.framework, key), []).append(s)
     out: dict[tuple[str, str], dict[str, Line]] = {}
     for (model, framework, _), members in by_config.items():
         single = [s for s in members if s.devices == 1]
-        if not single or len(members) < 2:
+        links = sorted({str(s.fingerprint.get("link", "")) for s in members if s.devices > 1})
+        if not single or not links:
             continue
         base = single[0].latest.median
-        line = sorted({s.devices: s.latest.median / base for s in members}.items())
-        out.setdefault((model, framework), {})[members[0].config] = line
+        for link in links:  # a line per link the nodes had
+            on = [s for s in members if s.devices > 1 and str(s.fingerprint.get("link", "")) == link]
+            line = sorted({1: 1.0, **{s.devices: s.latest.median / base for s in on}}.items())
+            label = members[0].config + (f", link {link}" if link else "")
+            out.setdefault((model, framework), {})[label] = line
     return out
 
 
@@ -224,15 +229,18 @@ def dlperf_tables(all_series: list[Series]) -> str:
     for model in models:
         members = [s for s in all_series if s.model == model]
         frameworks = sorted({s.framework for s in members})
-        singles = {(s.framework, s.key_without(_TOPOLOGY)): s.latest.median
+        unlinked = (*_TOPOLOGY, "link")  # one device is every link's start
+        singles = {(s.framework, s.key_without(unlinked)): s.latest.median
                    for s in members if s.devices == 1}
         rows: dict[tuple[int, str, str], dict[str, str]] = {}
         for s in members:
-            base = singles.get((s.framework, s.key_without(_TOPOLOGY)))
+            base = singles.get((s.framework, s.key_without(unlinked)))
             cell = f"{s.latest.median:,.2f}"
             if base and s.devices > 1:
                 cell += f" ({s.latest.median / base:.2f}x)"
-            rows.setdefault((s.devices, s.topology, s.config), {})[s.framework] = cell
+            link = s.fingerprint.get("link")
+            config = s.config + (f", link {link}" if link else "")
+            rows.setdefault((s.devices, s.topology, config), {})[s.framework] = cell
         unit = members[0].unit
         table = [[html.escape(topology), html.escape(config),
                   *(cells.get(fw, "-") for fw in frameworks)]
