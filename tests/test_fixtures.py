@@ -306,3 +306,19 @@ def test_cpu_amp_runs_where_the_cpu_has_bf16_or_where_asked_for(
     if outcomes.get("skipped"):
         result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_p.py:*: AMP on this CPU would time "
                                      "bf16 emulation*--dlperf-precisions fp32,amp runs it anyway"])
+
+
+@pytest.mark.parametrize("args, outcomes", [
+    ([], {"passed": 2, "skipped": 1}), (["--dlperf-oversubscribe"], {"passed": 3})])
+def test_local_cpu_cases_with_more_ranks_than_cores_skip_unless_asked_for(
+        pytester: pytest.Pytester, fake_hardware: Callable[..., object], args: list[str],
+        outcomes: dict[str, int]) -> None:
+    fake_hardware(cpu_count=2)
+    pytester.makepyfile(test_cases=CASES)
+    result = pytester.runpytest("-m", "multinode", "--nodes", "4", "-rs", "-k", "scaling",
+                                *args)
+    result.assert_outcomes(**outcomes)
+    if outcomes.get("skipped"):  # 1n1d and 2n1d run; 4n1d would put 4 ranks on 2 cores
+        result.stdout.fnmatch_lines(["SKIPPED*4n1d runs 4 ranks and local mode runs every node "
+                                     "on this host, which has 2 usable cores*"
+                                     "--dlperf-oversubscribe runs it anyway*"])

@@ -161,6 +161,13 @@ def cluster(request: pytest.FixtureRequest) -> Cluster:
         pytest.skip(f"{topology.id} needs {topology.world_size} GPUs and local mode runs every "
                     f"node on this host, which has {gpus}; lower --devices-per-node or run it "
                     "on a cluster")
+    cores = state.hardware.cpu_count
+    if (state.launcher.all_nodes_here and topology.device_type == "cpu"
+            and topology.world_size > cores and not state.settings.oversubscribe):
+        pytest.skip(f"{topology.id} runs {topology.world_size} ranks and local mode runs every "
+                    f"node on this host, which has {cores} usable cores: ranks sharing cores "
+                    "time the contention (and run many times slower); --dlperf-oversubscribe "
+                    "runs it anyway, or run it on a cluster")
     if not state.launcher.can_run(topology):
         nodes, _ = state.launcher.launched_shape or ("?", None)
         pytest.skip(f"{topology.id}: pytest was launched as a {nodes}-node job with its own "

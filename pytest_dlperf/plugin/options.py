@@ -337,6 +337,9 @@ OPTIONS: tuple[Option, ...] = (
            "TBF (netem for a delay, where the kernel has it). It enters multi-node cases' "
            "fingerprints. Default: unshaped (the results say what the link measured).",
            _link, None, metavar="RATE[,DELAY]"),
+    Option("oversubscribe", "local mode on CPU: run cases with more ranks than this host has "
+           "cores (4n1d on 2 cores). By default they skip, saying so: ranks that share cores "
+           "time the contention, and ran many times slower here.", _bool, False, flag=True),
     Option("device", "device type to train on: auto (cuda when NVIDIA GPUs are found), cuda or cpu.",
            _choice("auto", "cuda", "cpu"), "auto", metavar="TYPE"),
     Option("launcher", "how workers start: auto (external when pytest runs as a rank of a "

@@ -44,6 +44,7 @@ class Settings:
     nodes: int
     devices_per_node: int | None
     link: Any  # launch.fabric.Link, or None: unshaped
+    oversubscribe: bool  # local CPU cases with more ranks than cores run anyway
     device: str
     launcher: str
     python: dict[str, str] | None  # framework -> worker interpreter (absolute path)
