@@ -279,3 +279,25 @@ def test_a_slower_link_behind_the_plugins_back_is_a_regression(
     verdict = json.loads((pytester.path / "other.json").read_text())["benchmarks"][0][
         "extra_info"]["verdict"]
     assert verdict["outcome"] == "no-baseline", verdict
+
+
+@needs_fabric
+@pytest.mark.usefixtures("subprocess_env")
+def test_tensorflow_workers_train_across_two_node_hosts(pytester: pytest.Pytester) -> None:
+    """TensorFlow's gRPC workers bind their node's address (torch's side: the WIDE test above;
+    OneFlow's: tests/test_oneflow.py). A worker bound to an address its peer cannot reach
+    (loopback, the machine's name) would leave MultiWorkerMirroredStrategy waiting."""
+    pytest.importorskip("tensorflow")
+    from test_slurm import RECIPES, SCALING
+
+    pytester.makepyfile(mlp_recipes=RECIPES,
+                        test_scale=SCALING.replace('"torch"', '"tensorflow"'))
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-m", "multinode", "--nodes", "2", "--devices-per-node", "1",
+        "-k", "2n1d", "--dlperf-warmup-steps", "1", "--dlperf-steps", "2", "--dlperf-repeats",
+        "1", "--dlperf-launches", "1", "--dlperf-json", "r.json", "--dlperf-unstable-cv", "10",
+        "--dlperf-timeout", "180", timeout=300)
+    result.assert_outcomes(passed=1)
+    (bench,) = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
+    network = bench["extra_info"]["network"]
+    assert len(set(network["addresses"])) == 2 and network["link"] == "unshaped", network

@@ -106,9 +106,10 @@ def test_cases_run_under_their_own_interpreter_and_skip_without_one(
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*oneflow is not installed in pytest's interpreter*"
                                  "scripts/setup-oneflow*--dlperf-python oneflow=*"])
-    # Configured: two local nodes (one host address: OneFlow must see host-wide local ranks)
-    # training an nn.Graph data-parallel under Python 3.10, beside torchrun's own store
-    # (OneFlow's control plane on the launcher's spare port); AMP skips on CPU.
+    # Configured: two local nodes training an nn.Graph data-parallel under Python 3.10, beside
+    # torchrun's own store (OneFlow's control plane on the launcher's spare port); AMP skips on
+    # CPU. As root each node is a host of its own, so OneFlow sees two nodes at two addresses;
+    # else one host address (OneFlow must then see host-wide local ranks).
     result = run_graph_case(
         pytester, *common, "--dlperf-python", f"oneflow={oneflow_python}", "--dlperf-compilers",
         "compiled", "-k", "2n1d", "--dlperf-json", "r.json", "--dlperf-precisions", "fp32,amp",
@@ -122,6 +123,10 @@ def test_cases_run_under_their_own_interpreter_and_skip_without_one(
     assert info["fingerprint"]["python"] == "3.10"  # the ranks' Python, not pytest's
     assert info["environment"]["compiled"] is True
     assert info["fingerprint"]["framework"] == "oneflow" and info["speedup"] > 0
+    from pytest_dlperf.launch import fabric
+
+    if fabric.available()[0]:
+        assert len(set(info["network"]["addresses"])) == 2, info["network"]
 
 
 OWN_MODEL = """
