@@ -11,9 +11,10 @@ For each link, one pytest session runs ``perf_tests`` at ``-m multinode --nodes 
 sequence length 128, their CPU batches). It prints, per model and link: the 2n1d throughput, the
 speedup over 1n1d and the scaling efficiency; the bytes each rank all-reduces per step (the
 model's parameters x 4 bytes, fp32 gradients); what the link measured (one TCP stream, node 0 to
-node 1); and what the link rate predicts, taking the step as the 1n1d step plus the all-reduce
-with no overlap: a ring all-reduce over 2 nodes sends and receives (2 - 1) / 2 x 2 = 1 x the
-gradient bytes per node. Prints a table; exits non-zero only if a session fails.
+node 1); and the throughput the link rate allows if computing took no time: the global batch
+over the all-reduce's time at the rate asked (measured, unshaped), where a ring all-reduce over 2
+nodes sends and receives (2 - 1) / 2 x 2 = 1 x the gradient bytes per node. Prints a table;
+exits non-zero only if a session fails.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def session(link: str, models: list[str], args: argparse.Namespace, out: Path) -
            "--dlperf-baselines", str(out / "baselines"), "--dlperf-json", str(out / f"{link}.json")]
     env = {k: v for k, v in os.environ.items() if not k.startswith("DLPERF_")}
     started = time.monotonic()
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     if done.returncode not in (0, 1):  # 1: a case failed its verdict (there is no baseline)
         raise RuntimeError(f"{link}: pytest exited {done.returncode}:\n{done.stdout[-4000:]}"
                            f"{done.stderr[-2000:]}")
@@ -55,18 +56,15 @@ def session(link: str, models: list[str], args: argparse.Namespace, out: Path) -
 
 def row(link: str, cases: list[dict], model: str) -> str | None:
     by_topology = {c["topology"]["id"]: c for c in cases if c["model"].startswith(model[:4])}
-    two, one = by_topology.get("2n1d"), by_topology.get("1n1d")
+    two = by_topology.get("2n1d")
     if two is None:
         return None
     params = two["environment"]["parameters"]
     grad_bytes = 4 * params
     network = two.get("network") or {}
     measured = network.get("measured_bps")
-    reference = one["samples_per_s"] if one else two["samples_per_s"] / (two["speedup"] or 1)
-    per_rank_batch = two["batch_size"]
-    step_1n1d = per_rank_batch / reference
     rate = measured if link == "unshaped" else _rate(link)
-    predicted = 2 * per_rank_batch / (step_1n1d + grad_bytes * 8 / rate) if rate else None
+    predicted = 2 * two["batch_size"] / (grad_bytes * 8 / rate) if rate else None
     eff = two.get("scaling_efficiency")
     return (f"{model:<9} {link:>9} {two['samples_per_s']:>10.2f} {two['unit']:<9}"
             f" {two['speedup'] or 0:>7.2f} {100 * (eff or 0):>5.0f}% {grad_bytes / 2**20:>9.1f}"
@@ -103,7 +101,7 @@ def main(argv: list[str]) -> int:
     print(f"protocol: {args.warmup} warm-up, {args.steps} timed steps x {args.repeats} repeats, "
           "1 launch; CPU profile; 2 local nodes x 1 rank, each node a network namespace")
     print(f"{'model':<9} {'link':>9} {'2n1d':>10} {'unit':<9} {'speedup':>7} {'eff.':>6}"
-          f" {'MiB/step':>9} {'meas.Gb/s':>9} {'predicted':>10}")
+          f" {'MiB/step':>9} {'meas.Gb/s':>9} {'link bound':>10}")
     for model in models:
         for link in links:
             line = row(link, results[link], model)
