@@ -19,6 +19,7 @@ host (docs/multinode.md); the ranks train and are timed the same way.
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 from pathlib import Path
@@ -43,10 +44,18 @@ class LocalLauncher(Launcher):
         """``link``: each node's link (nodes as hosts only); ``node_hosts``: whether nodes are
         hosts of their own (None: wherever this process can make them)."""
         self.link = link or Link()
-        self.node_hosts = fabric.available()[0] if node_hosts is None else node_hosts
+        self._node_hosts = node_hosts
         self._fabric: fabric.Fabric | None = None
-        if self.node_hosts:  # what a run killed too hard to clean up left, as for scratch
-            fabric.sweep()
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            fabric.sweep()  # what a run killed too hard to clean up left, as for scratch
+
+    @property
+    def node_hosts(self) -> bool:
+        """Whether nodes are hosts of their own; asked of the machine (a bridge made and
+        removed) when first needed, not at every session's start."""
+        if self._node_hosts is None:
+            self._node_hosts = fabric.available()[0]
+        return self._node_hosts
 
     @property
     def isolation(self) -> str | None:
