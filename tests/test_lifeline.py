@@ -18,7 +18,7 @@ import pytest
 import torch  # noqa: F401  (imported before pytester runs, as the suite's hygiene asks)
 
 from pytest_dlperf.core import lifeline
-from pytest_dlperf.launch import fabric, netns, processes
+from pytest_dlperf.launch import fabric, netns, processes, userhosts
 
 # How often each kill is tried (each attempt a fresh pytest, ~9 s): a race shows as a rare
 # failure. Once per suite run, for CI's budget; DLPERF_KILL_ATTEMPTS=5 to hunt for one.
@@ -83,10 +83,17 @@ def test_scaling(cluster, throughput_meter):
 """
 
 NO_NAMESPACE_CONFTEST = """
-from pytest_dlperf.launch import fabric, netns
+from pytest_dlperf.launch import fabric, netns, userhosts
 
 netns.available.cache_clear()
 netns.available = lambda: False  # as on a host without unprivileged user namespaces
+fabric.available = lambda: (False, "as on a host where this is not root")
+userhosts.available = lambda: (False, "as on a host without unprivileged user namespaces")
+"""
+
+NOT_ROOT_CONFTEST = """
+from pytest_dlperf.launch import fabric
+
 fabric.available = lambda: (False, "as on a host where this is not root")
 """
 
@@ -199,7 +206,8 @@ def test_sigkill_of_pytest_ends_the_case(marking: Path, shape: str, phase: str) 
     if shape.startswith("1n"):
         assert ("pytest_dlperf.launch.netns" in commands) == netns.available()
     else:  # each node's agent on its own address (nsenter has exec'd it: not in the lines)
-        assert bool(re.search(r"--local-addr 10\.", commands)) == fabric.available()[0]
+        assert bool(re.search(r"--local-addr 10\.", commands)) == (
+            fabric.available()[0] or userhosts.available()[0])
         # The nodes' namespaces, links and route outlive a SIGKILLed pytest (nothing runs in
         # them); the next run's sweep removes them.
         if fabric.available()[0]:
@@ -225,6 +233,21 @@ def test_sigkill_of_pytest_ends_the_case_without_a_network_namespace(marking: Pa
     commands = assert_killing_ends_the_case(marking, SHAPES["2n1d"] + PHASES["timed window"],
                                             ["step3-rank0", "step3-rank1"], ranks=2)
     assert "pytest_dlperf.launch.netns" not in commands and "torch.distributed.run" in commands
+
+
+def test_sigkill_of_pytest_ends_the_case_on_nodes_built_in_a_user_namespace(
+        marking: Path) -> None:
+    """Without root the nodes' namespaces, bridge and links belong to the launch's user
+    namespace: they go with the last of its processes, which die with pytest."""
+    if not userhosts.available()[0]:
+        pytest.skip(f"no nodes as hosts in a user namespace here: {userhosts.available()[1]}")
+    (marking / "conftest.py").write_text(NOT_ROOT_CONFTEST)
+    before = fabric.leftovers()
+    commands = assert_killing_ends_the_case(marking, SHAPES["2n1d"] + PHASES["timed window"],
+                                            ["step3-rank0", "step3-rank1"], ranks=2)
+    assert "pytest_dlperf.launch.netns" in commands
+    assert re.search(r"--local-addr 10\.251\.0\.10 ", commands), commands
+    assert fabric.leftovers() == before  # nothing in the root namespace to sweep
 
 
 def test_sigkill_of_pytest_ends_a_slurm_step_through_srun(

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pytest_dlperf.launch import LaunchError, fabric, local, netns
+from pytest_dlperf.launch import LaunchError, fabric, local, netns, userhosts
 from pytest_dlperf.core.protocol import Protocol
 from pytest_dlperf.core.spec import OptimizerSpec, RankSpec
 from pytest_dlperf.core.topology import Topology
@@ -50,17 +50,22 @@ def listeners_of_running_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     return sorted(ports)
 
 
-@pytest.mark.parametrize("node_hosts", [False, True], ids=["one-namespace", "node-hosts"])
+@pytest.mark.parametrize("node_hosts", [False, True, "user"],
+                         ids=["one-namespace", "node-hosts", "node-hosts-in-a-user-namespace"])
 def test_nothing_listens_outside_the_case_namespace(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        hanging_adapter: Callable[[Path], str], node_hosts: bool) -> None:
-    """Both ways: the nodes' agents in one private namespace, or each in its own host."""
-    if node_hosts and not fabric.available()[0]:
+        hanging_adapter: Callable[[Path], str], node_hosts: bool | str) -> None:
+    """Every way: the nodes' agents in one private namespace, or each in its own host (root's
+    fabric, or built inside the launch's user namespace)."""
+    if node_hosts is True and not fabric.available()[0]:
         pytest.skip(f"no nodes as hosts here: {fabric.available()[1]}")
+    if node_hosts == "user" and not userhosts.available()[0]:
+        pytest.skip(f"no nodes as hosts in a user namespace here: {userhosts.available()[1]}")
     if not node_hosts and not netns.available():
         pytest.skip("unprivileged network namespaces are not available on this host")
     launcher = local.LocalLauncher(node_hosts=node_hosts)
     assert launcher.isolation == "network-namespace"
+    assert launcher.hosts_how == {False: "none", True: "root", "user": "user"}[node_hosts]
     assert listeners_of_running_case(tmp_path, monkeypatch, hanging_adapter(tmp_path),
                                      launcher) == []
 

@@ -80,6 +80,14 @@ class Launcher:
         """The nodes' network, as the results record it (None: not known to the launcher)."""
         return None
 
+    @property
+    def node_hosts(self) -> bool:
+        """Whether local nodes are network hosts of their own (their links can be shaped)."""
+        return False
+
+    def why_no_node_hosts(self) -> str:
+        return f"the {self.name} launcher's nodes are what the cluster gives"
+
     def close(self) -> None:
         """At the end of the session: take down what the launcher built for it."""
 

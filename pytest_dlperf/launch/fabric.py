@@ -42,8 +42,6 @@ NETNS_DIR = Path("/run/netns")
 PREFIX = "dlpf"  # every bridge, veth and namespace a fabric makes starts with it
 # Where addresses are taken from: 10.<second>.<third>.0/24 with <second> in this span.
 _SECOND_OCTETS = range(200, 250)
-# The queue TBF may hold before it drops.
-_TBF_LATENCY = "50ms"
 
 Observer = Callable[[list[str]], None]
 
@@ -204,20 +202,9 @@ class Fabric:
     def _shape(self, host: Host) -> None:
         """The link in both directions: into the node (the veth's bridge side) and out of it
         (eth0 inside)."""
-        if not self.link.shaped:
-            return
-        for where in (["tc"], ["tc", "-n", host.namespace]):
-            device = host.veth if len(where) == 1 else "eth0"
-            if self.link.delay_ms is not None:
-                rate = ([] if self.link.rate_bps is None
-                        else ["rate", f"{int(self.link.rate_bps)}bit"])
-                self._run([*where, "qdisc", "replace", "dev", device, "root", "netem", "delay",
-                           f"{self.link.delay_ms * 1000:.0f}us", *rate, "limit", "10000"])
-            else:
-                assert self.link.rate_bps is not None
-                self._run([*where, "qdisc", "replace", "dev", device, "root", "tbf", "rate",
-                           f"{int(self.link.rate_bps)}bit", "burst",
-                           str(self.link.burst_bytes()), "latency", _TBF_LATENCY])
+        if self.link.shaped:
+            self._run(["tc", *linkprobe.shaping(self.link, host.veth)])
+            self._run(["tc", "-n", host.namespace, *linkprobe.shaping(self.link, "eth0")])
 
     def measure(self, seconds: float = 0.5) -> float:
         """Bit/s carried from the first host to the second over TCP (one stream, ``seconds``),

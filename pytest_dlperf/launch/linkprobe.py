@@ -1,5 +1,5 @@
-"""What a fabric's links can do: the bit rate one TCP stream carries between two hosts, and
-whether the kernel can add a delay (netem)."""
+"""What a fabric's links can do: how one is shaped (``shaping``), the bit rate one TCP stream
+carries between two hosts, and whether the kernel can add a delay (netem)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,25 @@ import shutil
 import subprocess
 import sys
 from typing import Any
+
+from ..core.link import Link
+
+# The queue TBF may hold before it drops.
+_TBF_LATENCY = "50ms"
+
+
+def shaping(link: Link, device: str) -> list[str]:
+    """The ``tc`` arguments that shape ``device`` to ``link`` (empty: unshaped): netem where a
+    delay is asked, else TBF with a burst sized for the rate."""
+    if not link.shaped:
+        return []
+    if link.delay_ms is not None:
+        rate = [] if link.rate_bps is None else ["rate", f"{int(link.rate_bps)}bit"]
+        return ["qdisc", "replace", "dev", device, "root", "netem", "delay",
+                f"{link.delay_ms * 1000:.0f}us", *rate, "limit", "10000"]
+    assert link.rate_bps is not None
+    return ["qdisc", "replace", "dev", device, "root", "tbf", "rate", f"{int(link.rate_bps)}bit",
+            "burst", str(link.burst_bytes()), "latency", _TBF_LATENCY]
 
 
 def kernel_has_netem() -> bool:
@@ -16,7 +35,9 @@ def kernel_has_netem() -> bool:
         return False
     probe = ("ip link add dlpfprobe type dummy && ip link set dlpfprobe up && "
              "tc qdisc add dev dlpfprobe root netem delay 1ms")
-    done = subprocess.run(["unshare", "--net", "sh", "-c", probe], capture_output=True)
+    # (a user namespace of its own too, so that a user other than root can ask)
+    done = subprocess.run(["unshare", "--user", "--map-root-user", "--net", "sh", "-c", probe],
+                          capture_output=True)
     return done.returncode == 0
 
 

@@ -4,11 +4,13 @@ Each agent is a real ``torch.distributed.run`` process (the machinery behind ``t
 host exercises the same rendezvous path a cluster uses across nodes. The agents start in their
 own sessions and the whole process tree is reaped afterwards, whatever happened.
 
-Where this process may build one (root: ``fabric.available``), every node is a host of its own:
-a network namespace with its own address on a private bridge, its link shaped by
-``--dlperf-link``; its agent and its ranks run inside it, so traffic between nodes crosses a
-network device and traffic within a node does not. Elsewhere the agents share one namespace and
-its loopback (``netns``), and the results say so (``network``).
+Where this process may build them, every node is a host of its own: a network namespace with
+its own address on a private bridge, its link shaped by ``--dlperf-link``; its agent and its
+ranks run inside it, so traffic between nodes crosses a network device and traffic within a
+node does not. As root the fabric is the machine's (``fabric``: its namespaces last the
+session); otherwise it is built inside each launch's user namespace (``userhosts``), where the
+kernel lets one make veth pairs. Elsewhere the agents share one namespace and its loopback
+(``netns``), and the results say so (``network``).
 
 The ranks of a one-node case (1n1d, 1n8d) have no nodes to rendezvous across: they start without
 an agent, with the variables an agent would give them, and rank 0 hosts the store the others
@@ -27,7 +29,7 @@ from typing import Any
 
 from ..core.link import Link, format_rate
 from ..core.topology import Topology
-from . import fabric, netns
+from . import fabric, netns, userhosts
 from .base import Launcher
 from .processes import (agent_command, free_loopback_port, new_run_id, one_node_environment,
                         prepare, rank_command, rank_variables, run_processes, worker_environment)
@@ -40,22 +42,40 @@ class LocalLauncher(Launcher):
     name = "local"
     all_nodes_here = True
 
-    def __init__(self, link: Link | None = None, node_hosts: bool | None = None) -> None:
+    def __init__(self, link: Link | None = None, node_hosts: bool | str | None = None) -> None:
         """``link``: each node's link (nodes as hosts only); ``node_hosts``: whether nodes are
-        hosts of their own (None: wherever this process can make them)."""
+        hosts of their own: None or True, wherever this process can make them (root's fabric
+        first); ``"user"``, in a user namespace even as root; False, never."""
         self.link = link or Link()
-        self._node_hosts = node_hosts
+        self._asked = node_hosts
+        self._how: str | None = None
         self._fabric: fabric.Fabric | None = None
+        self._measured: float | None = None
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             fabric.sweep()  # what a run killed too hard to clean up left, as for scratch
 
     @property
+    def hosts_how(self) -> str:
+        """How nodes are hosts: ``root`` (``fabric``), ``user`` (``userhosts``) or ``none``;
+        asked of the machine (a bridge made and removed) when first needed, not at every
+        session's start."""
+        if self._how is None:
+            if self._asked is False:
+                self._how = "none"
+            elif self._asked != "user" and fabric.available()[0]:
+                self._how = "root"
+            else:
+                self._how = "user" if userhosts.available()[0] else "none"
+        return self._how
+
+    @property
     def node_hosts(self) -> bool:
-        """Whether nodes are hosts of their own; asked of the machine (a bridge made and
-        removed) when first needed, not at every session's start."""
-        if self._node_hosts is None:
-            self._node_hosts = fabric.available()[0]
-        return self._node_hosts
+        """Whether nodes are hosts of their own."""
+        return self.hosts_how != "none"
+
+    def why_no_node_hosts(self) -> str:
+        return (f"as root: {fabric.available()[1] or 'possible'}; "
+                f"in a user namespace: {userhosts.available()[1] or 'possible'}")
 
     @property
     def isolation(self) -> str | None:
@@ -75,15 +95,26 @@ class LocalLauncher(Launcher):
         if not self.node_hosts:
             return {"nodes": "one network namespace (loopback)", "addresses": ["127.0.0.1"],
                     "link": "loopback"}
-        hosts = self.hosts(topology.nodes)
-        assert self._fabric is not None
         facts: dict[str, Any] = {"nodes": "a network namespace per node, on a bridge",
-                                 "addresses": [h.address for h in hosts], "link": str(self.link)}
+                                 "addresses": self._addresses(topology.nodes),
+                                 "link": str(self.link)}
+        if self.hosts_how == "user":
+            facts["nodes"] += ", inside a user namespace (not root)"
         try:
-            measured = self._fabric.measure()
+            if self._fabric is not None:
+                measured = self._fabric.measure()
+            else:
+                if self._measured is None:
+                    self._measured = userhosts.measure(self.link)
+                measured = self._measured
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             return {**facts, "measured": None, "measure_error": str(exc)[:300]}
         return {**facts, "measured_bps": measured, "measured": format_rate(measured)}
+
+    def _addresses(self, count: int) -> list[str]:
+        if self.hosts_how == "user":
+            return userhosts.addresses(count)
+        return [host.address for host in self.hosts(count)]
 
     def hosts(self, count: int) -> list[fabric.Host]:
         if self._fabric is None:
@@ -128,20 +159,27 @@ class LocalLauncher(Launcher):
         drawn at random: nothing but this run's own earlier processes ever listened in these
         namespaces (a port of theirs may still be in TIME_WAIT)."""
         spec_path, out_dir, tmp_dir = prepare(spec, run_dir)
-        hosts = self.hosts(topology.nodes)
+        addresses = self._addresses(topology.nodes)
         # (below Linux's ephemeral ports, 32768 and up, that connections take)
         port, framework_port = random.sample(range(20000, 32768), 2)
         run_id = new_run_id()
         commands = []
-        for host in hosts:
+        for address in addresses:
             # Gloo binds the address the host name resolves to unless told an interface: the
             # machine's name resolves to an address no node namespace has.
-            here = [f"DLPERF_WORKER_HOST={host.address}", "GLOO_SOCKET_IFNAME=eth0",
+            here = [f"DLPERF_WORKER_HOST={address}", "GLOO_SOCKET_IFNAME=eth0",
                     "NCCL_SOCKET_IFNAME=eth0"]
-            agent = agent_command(topology, f"{hosts[0].address}:{port}", run_id, spec_path,
-                                  out_dir, timeout_s, local_addr=host.address,
-                                  is_host=host is hosts[0])
-            commands.append(host.command(["env", *here, *agent]))
+            agent = agent_command(topology, f"{addresses[0]}:{port}", run_id, spec_path,
+                                  out_dir, timeout_s, local_addr=address,
+                                  is_host=address == addresses[0])
+            commands.append(["env", *here, *agent])
+        if self.hosts_how == "root":
+            commands = [host.command(command)
+                        for host, command in zip(self.hosts(topology.nodes), commands)]
+        else:  # built inside the launch's own user namespace, a node per command
+            logs = [run_dir / f"agent-{i}.log" for i in range(len(commands))]
+            commands = [netns.wrap(commands, logs, run_dir / "netns-plan.json",
+                                   hosts=str(self.link))]
         env = worker_environment(topology, tmp_dir, spec.get("python"), framework_port,
                                  nodes_share_host=False, worker_host=None)
         return run_processes(commands, env, run_dir, out_dir, topology.world_size, timeout_s)

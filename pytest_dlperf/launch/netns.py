@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 
 from ..core.lifeline import die_with_parent, tethered
+from ..core.link import Link
+from . import userhosts
 from .processes import EXITS_FILE, kill_tree, wait_all
 
 
@@ -38,10 +40,13 @@ def available() -> bool:
     return probe.returncode == 0
 
 
-def wrap(commands: list[list[str]], logs: list[Path], plan_path: Path) -> list[str]:
-    """One command that runs all ``commands`` (logging to ``logs``) inside a new namespace."""
+def wrap(commands: list[list[str]], logs: list[Path], plan_path: Path,
+         hosts: str | None = None) -> list[str]:
+    """One command that runs all ``commands`` (logging to ``logs``) inside a new namespace;
+    ``hosts`` (a link, ``core.link``): each command in a node of its own there
+    (``userhosts``)."""
     plan_path.write_text(json.dumps({"commands": commands, "logs": [str(p) for p in logs],
-                                     "parent": os.getpid()}))
+                                     "parent": os.getpid(), "hosts": hosts}))
     return ["unshare", "--user", "--map-root-user", "--net", sys.executable, "-m",
             "pytest_dlperf.launch.netns", str(plan_path)]
 
@@ -52,10 +57,15 @@ def main(argv: list[str]) -> int:
     # as it changes user namespace): end with pytest, whatever ends it.
     die_with_parent(parent=plan["parent"])
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    commands = plan["commands"]
+    nodes: list[userhosts.Node] = []
     procs: list[subprocess.Popen[bytes]] = []
     ended: list[int | None] = []
     try:
-        for command, log in zip(plan["commands"], plan["logs"]):
+        if plan.get("hosts") is not None:
+            nodes = userhosts.build(len(commands), Link.parse(plan["hosts"]))
+            commands = [node.command(command) for node, command in zip(nodes, commands)]
+        for command, log in zip(commands, plan["logs"]):
             with open(log, "wb") as fh:
                 procs.append(subprocess.Popen(tethered(command), stdout=fh,
                                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -64,6 +74,7 @@ def main(argv: list[str]) -> int:
         ended = [p.poll() for p in procs]
     finally:
         kill_tree(procs)
+        userhosts.release(nodes)
         # How each command ended on its own (None: reaped here after another failed), for a
         # launcher whose commands are the ranks themselves (no agent to say how they ended).
         Path(argv[0]).with_name(EXITS_FILE).write_text(json.dumps(ended))

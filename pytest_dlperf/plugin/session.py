@@ -245,11 +245,11 @@ def check_link(launcher: Launcher, link: Any) -> None:
         raise pytest.UsageError(
             f"pytest-dlperf: {where}={link} shapes local nodes' links, but the launcher is "
             f"{launcher.name}: a real cluster's links are what they are; drop {where}")
-    ok, why = fabric.available()
-    if not ok:
+    if not launcher.node_hosts:
         raise pytest.UsageError(
             f"pytest-dlperf: {where}={link} needs local nodes as network hosts, which this "
-            f"process cannot make ({why}); run as root, or drop {where}")
+            f"process cannot make ({launcher.why_no_node_hosts()}); run as root, or where "
+            f"user namespaces may make veth pairs, or drop {where}")
     if link.delay_ms is not None and not fabric.kernel_has_netem():
         raise pytest.UsageError(
             f"pytest-dlperf: {where}={link} asks for a delay, but this kernel has no netem "
