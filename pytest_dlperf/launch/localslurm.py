@@ -244,7 +244,10 @@ class LocalSlurm:
         for path, mode in ((folder, 0o755), (key, 0o400)):
             os.chown(path, munge.pw_uid, munge.pw_gid)
             path.chmod(mode)
-        self._start_daemon("munged", None, [
+        # On the controller's host, as slurmctld: a start cut short (its pid not yet recorded)
+        # leaves it in a namespace that the fabric's sweep empties. Its socket is a file,
+        # which every namespace reaches.
+        self._start_daemon("munged", CONTROLLER, [
             "runuser", "-u", "munge", "--", "munged", f"--socket={self.munge_socket}",
             f"--key-file={key}", f"--pid-file={folder / 'munged.pid'}",
             f"--log-file={folder / 'munged.log'}", f"--seed-file={folder / 'munged.seed'}"],
