@@ -244,9 +244,7 @@ class LocalSlurm:
         for path, mode in ((folder, 0o755), (key, 0o400)):
             os.chown(path, munge.pw_uid, munge.pw_gid)
             path.chmod(mode)
-        # On the controller's host, as slurmctld: a start cut short (its pid not yet recorded)
-        # leaves it in a namespace that the fabric's sweep empties. Its socket is a file,
-        # which every namespace reaches.
+        # On ctl's host: if cut short before its pid is recorded, the fabric's sweep ends it.
         self._start_daemon("munged", CONTROLLER, [
             "runuser", "-u", "munge", "--", "munged", f"--socket={self.munge_socket}",
             f"--key-file={key}", f"--pid-file={folder / 'munged.pid'}",
