@@ -22,8 +22,8 @@ PROG = "dlperf"
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .report.tables import (frameworks_side_by_side, history_lines, markdown_table,
-                                pivot_rows, regressed, rows, text_table)
+    from .report.tables import (AB_HEADER, ab_rows, frameworks_side_by_side, history_lines,
+                                markdown_table, pivot_rows, regressed, rows, text_table)
 
     try:
         data = json.loads(args.results.read_text())
@@ -39,6 +39,10 @@ def _report(args: argparse.Namespace) -> int:
         print(f"Regressed ({len(failing)}):\n")
         print("\n".join(failing) + "\n")
     print("\n".join(render(table)) if table else "No pytest-dlperf cases ran.")
+    sides, ab_table = ab_rows(data["benchmarks"])
+    if ab_table:
+        print(f"\nA/B, head against base ({sides}):\n")
+        print("\n".join(render(ab_table, AB_HEADER)))
     if pivot is not None:
         header, side_by_side = pivot_rows(pivot)
         print("\nFrameworks side by side:\n")
@@ -96,6 +100,13 @@ def _options(args: argparse.Namespace) -> int:
 
     print(options_markdown())
     return 0
+
+
+def _bisect(args: argparse.Namespace) -> int:
+    from .bisect import main as bisect
+
+    command = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
+    return bisect(args.good, args.bad, command)
 
 
 def _slurm(args: argparse.Namespace) -> int:
@@ -184,6 +195,17 @@ def parser() -> argparse.ArgumentParser:
                              description="Print every option: flag, environment variable, ini "
                                          "key and help, as the documentation's options page.")
     options.set_defaults(run=_options)
+    bisect = sub.add_parser(
+        "bisect", help="find the first commit that made cases slower (A/B probes)",
+        description="Binary search over the first-parent commits after GOOD up to BAD: each "
+                    "probe runs the selected cases as an A/B run (--dlperf-ab GOOD) in a "
+                    "worktree of the probe commit, and is slow when a case's paired verdict is "
+                    "a regression. Ends with 'first slow commit: SHA SUBJECT'.")
+    bisect.add_argument("good", help="a commit whose cases are not slow (the base of every probe)")
+    bisect.add_argument("bad", help="a later commit whose cases are slow")
+    bisect.add_argument("pytest_args", nargs=argparse.REMAINDER,
+                        help="-- then pytest's arguments: the tests and options of each probe")
+    bisect.set_defaults(run=_bisect, parser=bisect)
     _slurm_parser(sub)
     return top
 

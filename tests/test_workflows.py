@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / ".github" / "workflows"
 CI_PATH = WORKFLOWS / "ci.yml"
 NIGHTLY_PATH = WORKFLOWS / "nightly.yml"
+PERF_PR_PATH = WORKFLOWS / "perf-pr.yml"
 README_PATH = ROOT / "README.md"
 TEST_COMMAND = "./scripts/test"
 PINNED_USES = re.compile(r"^[\w.-]+/[\w./-]+@(v\d[\w.-]*|[0-9a-f]{40})$")
@@ -190,7 +191,7 @@ def test_nightly_writes_the_gates_summary_always(nightly: Workflow) -> None:
 # --- Both ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", [CI_PATH, NIGHTLY_PATH], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [CI_PATH, NIGHTLY_PATH, PERF_PR_PATH], ids=lambda p: p.name)
 def test_every_action_is_pinned(path: Path) -> None:
     uses = [str(step["uses"]) for step in all_steps(load_workflow(path)) if "uses" in step]
     assert uses, f"{path.name} uses no actions"
@@ -208,3 +209,28 @@ def test_nightly_summary_links_the_uploaded_page(nightly: Workflow) -> None:
     assert summary["env"]["ARTIFACT_URL"] == f"${{{{ steps.{upload['id']}.outputs.artifact-url }}}}"
     assert "${{" not in summary["run"] and "ARTIFACT_URL" in summary["run"]
 
+
+
+# --- The pull-request A/B -------------------------------------------------------------
+
+
+def test_the_pr_workflow_compares_the_merge_commit_with_its_first_parent() -> None:
+    """Head: the merge commit that pull_request checks out; base: its first parent, the base
+    branch's tip (not the raw PR head against the tip: that counts the base's newer commits,
+    reversed). Full history, so the base's worktree can be made."""
+    pr = load_workflow(PERF_PR_PATH)
+    assert "pull_request" in triggers(pr)
+    (job,) = jobs(pr).values()
+    assert "self-hosted" in runs_on_labels(job)
+    (checkout,) = uses_steps(pr, "actions/checkout")
+    assert checkout["with"]["fetch-depth"] == 0 and "ref" not in checkout["with"]
+    step = perf_step(pr)
+    command = step["run"].replace("\\\n", " ")
+    (line,) = [line for line in command.splitlines() if "pytest perf_tests" in line]
+    argv = shlex.split(line)
+    assert option_value(argv, "--dlperf-ab") == "HEAD^1"
+    assert "--dlperf-update-baselines" not in step["run"]
+    for run in run_steps(pr):
+        assert "${{" not in run["run"], "expressions must not be interpolated into scripts"
+    (summary,) = [s for s in run_steps(pr) if "GITHUB_STEP_SUMMARY" in s["run"]]
+    assert summary["if"] == "always()" and "pytest_dlperf report" in summary["run"]

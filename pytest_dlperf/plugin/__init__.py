@@ -16,7 +16,8 @@ from ..core.jsonio import write_json_atomic
 from ..core.workload import PRECISIONS, Precision
 from ..launch import Cluster
 from ..report.results import benchmark_entry, change_lines, results_json
-from ..report.tables import frameworks_side_by_side, pivot_rows, rows, text_table
+from ..report.tables import (AB_HEADER, ab_rows, frameworks_side_by_side, pivot_rows, rows,
+                             text_table)
 from ..store.baselines import BaselineStore
 from . import hooks, options
 from . import settings as settings_mod
@@ -235,6 +236,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
                     if network.get("measured") else "")
         terminalreporter.write_line(f"nodes: {network['nodes']}; link {network['link']}"
                                     f"{measured}")
+    sides, ab_table = ab_rows(benchmarks)
+    if ab_table:
+        terminalreporter.write_sep("-", f"pytest-dlperf: A/B, head against base ({sides})")
+        for line in text_table(ab_table, AB_HEADER):
+            terminalreporter.write_line(line)
     pivot = frameworks_side_by_side(benchmarks)
     if pivot is not None:
         terminalreporter.write_sep("-", "pytest-dlperf: frameworks side by side (throughput, "

@@ -73,7 +73,8 @@ class Launches:
         return lambda path: live.watch(path, name, label)
 
     def run(self, cluster: Cluster, spec: RankSpec, *, at_the_edge: bool = False,
-            label: str = "launch") -> tuple[Result, dict[str, Any]]:
+            label: str = "launch", who: str = "") -> tuple[Result, dict[str, Any]]:
+        """One launch; ``who``: which side of an A/B run it is, for a failure's message."""
         started = time.perf_counter()
         try:
             ranks = cluster.run(spec, self.watch(label))
@@ -81,7 +82,7 @@ class Launches:
             if at_the_edge and exc.kind == "out_of_memory":
                 raise OutOfMemoryAtTheEdge(time.perf_counter() - started,
                                            _first_line(exc)) from exc
-            fail(f"pytest-dlperf: {self.case.id} {exc.kind.replace('_', ' ')} on "
+            fail(f"pytest-dlperf: {self.case.id}{who} {exc.kind.replace('_', ' ')} on "
                  f"{cluster.topology.id}: {exc}")
         env = dict(ranks[0]["environment"])
         if spec.count_flops:
@@ -120,10 +121,12 @@ class Launches:
                  f"{case.cluster.topology.id}; --dlperf-memory-limit "
                  f"{case.state.settings.memory_limit or 'none'})")
 
-    def reference(self, spec: RankSpec, topology: Topology) -> float:
+    def reference(self, spec: RankSpec, topology: Topology,
+                  cluster: Cluster | None = None) -> float:
         """Measure the 1n1d reference now (not reported): the same per-device batch, its
-        learning rate scaled to the one device's global batch."""
+        learning rate scaled to the one device's global batch; on ``cluster``'s launcher and
+        interpreters (default: the case's)."""
         world = self.case.cluster.world_size
         single = replace(spec, optimizer=spec.optimizer.for_batch_ratio(1 / world))
-        return self.run(self.case.cluster.at(topology), single,
+        return self.run((cluster or self.case.cluster).at(topology), single,
                         label="1n1d reference")[0].median

@@ -57,7 +57,12 @@ class ThroughputMeter:
         every rank, apply the protocol, compare the median (and a multi-device case's scaling
         efficiency) with the baseline, failing this test on a regression, and return the
         record. ``batch_size`` (per device) and ``sizes`` override the workload's for this
-        call; ``--dlperf-batch-size`` overrides both."""
+        call; ``--dlperf-batch-size`` overrides both. In A/B mode (``--dlperf-ab``) the case
+        is judged head against base instead (``ab``)."""
+        if self.state.ab is not None:
+            from . import ab
+
+            return ab.measure(self, framework, workload, batch_size, sizes)
         case, chosen, sized, recipe, searching = self._prepare(framework, workload, batch_size,
                                                                sizes)
         version = case.framework_version()

@@ -23,6 +23,7 @@ from ..verdict.mfu import FlopsCount
 from ..verdict.record import CaseReport
 from ..launch import Launcher, detect, get_launcher
 from ..core.lifeline import claim, sweep
+from .absetup import AbSetup
 from .live import LiveLine
 from .history import HistoryKeeper
 from .settings import Settings
@@ -59,6 +60,7 @@ class SessionState:
     commit_info: Callable[[], dict[str, Any] | None] = dict
     history: HistoryKeeper | None = None  # --dlperf-history, opened by the reporting process
     live: LiveLine | None = None  # live progress of the running case (reporting process)
+    ab: AbSetup | None = None  # --dlperf-ab / --dlperf-ab-python: the base side
     _commit: dict[str, Any] | None = None
     _started: SessionSetup | None = None
 
@@ -70,6 +72,12 @@ class SessionState:
         device_type = self._device_type(hardware)
         devices = self._devices_per_node(launcher, hardware, device_type)
         self._check_nodes(launcher)
+        self.ab = AbSetup.open(self.settings, self.rootpath)
+        if self.ab is not None and not launcher.can_add_repeats:
+            raise pytest.UsageError(
+                f"pytest-dlperf: --dlperf-ab/--dlperf-ab-python needs a launcher that starts "
+                f"the case's processes itself (local or slurm), not {launcher.name}: each pair "
+                "is two fresh launches")
         work_root = self._make_work_root(launcher)
         self._started = SessionSetup(launcher, hardware, device_type, devices, work_root)
 
@@ -226,6 +234,8 @@ class SessionState:
         try:
             if self.history is not None:
                 self.history.close()
+            if self.ab is not None:
+                self.ab.close()
         finally:
             if self._started is not None:
                 self._started.launcher.close()

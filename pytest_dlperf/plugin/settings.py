@@ -48,6 +48,8 @@ class Settings:
     device: str
     launcher: str
     python: dict[str, str] | None  # framework -> worker interpreter (absolute path)
+    ab: str | None  # A/B mode: the base side's git revision
+    ab_python: str | None  # A/B mode: the base side's rank interpreter
     timeout: float
 
 
@@ -109,8 +111,26 @@ def resolve(config: pytest.Config) -> Settings:
                                 else (bases["history"] or Path.cwd()) / path)
     if values["python"] is not None:
         values["python"] = _interpreters(config, values["python"], bases["python"] or Path.cwd())
+    if values["ab_python"] is not None:
+        values["ab_python"] = _ab_python(config, values["ab_python"],
+                                         bases["ab_python"] or Path.cwd())
     _check_outputs(config, values)
     return Settings(protocol=proto, **values)
+
+
+def _ab_python(config: pytest.Config, raw: str, base: Path) -> str:
+    """The base side's interpreter: an existing executable that runs Python."""
+    _, source, _ = _raw(config, next(o for o in OPTIONS if o.name == "ab_python"))
+    path = Path(raw).expanduser()
+    path = path if path.is_absolute() else base / path
+    if not path.is_file() or not os.access(path, os.X_OK):
+        problem = "does not exist" if not path.exists() else "is not an executable file"
+        raise pytest.UsageError(f"pytest-dlperf: bad value for {source}: {path} {problem}; "
+                                "give the path of the base side's python executable")
+    unfit = _interpreter_problem(path)
+    if unfit:
+        raise pytest.UsageError(f"pytest-dlperf: bad value for {source}: {path} {unfit}")
+    return str(path)
 
 
 def _check_outputs(config: pytest.Config, values: dict[str, Any]) -> None:

@@ -40,6 +40,7 @@ def benchmark_entry(report: CaseReport) -> dict[str, Any]:
             "machine": report.machine,
             "rendezvous_isolation": report.isolation,
             "network": dict(report.network) or None,
+            "ab": dict(report.ab) or None,
             "precision": report.precision.label,
             "batch_size": report.workload.batch_size,
             "batch_size_requested": "max" if report.batch_search else report.workload.batch_size,

@@ -161,3 +161,32 @@ def history_lines(benchmarks: list[dict[str, Any]]) -> list[str]:
                 state = "for the worse" if step["worse"] else "for the better"
             lines.append(f"- `{info['case']}` ({history['runs']} runs): {step['text']}: {state}")
     return lines
+
+
+AB_HEADER = ["case", "base", "head", "head/base", "interval", "pairs", "p", "efficiency base -> head",
+             "verdict"]
+
+
+def ab_rows(benchmarks: list[dict[str, Any]]) -> tuple[str, list[list[str]]]:
+    """The A/B table (--dlperf-ab, --dlperf-ab-python): each side's median, the paired ratio
+    with its interval, the pairs; and what the base side was."""
+    table, base = [], ""
+    for bench in benchmarks:
+        info = bench["extra_info"]
+        ab = info.get("ab")
+        if not ab:
+            continue
+        base = f"base: {ab['base']}; head: {ab['head']}"
+        unit = f" {info['unit']}/s"
+        ci = ab.get("ratio_ci")
+        p = ab["p_better"] if ab["outcome"] == "improvement" else ab["p_worse"]
+        efficiency = ab.get("efficiency") or {}
+        table.append([
+            info["case"], _fmt(ab["base_median"]) + unit, _fmt(ab["head_median"]) + unit,
+            f"{ab['ratio']:.3f}" if ab.get("ratio") else "-",
+            f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "-", str(len(ab["pairs"])),
+            f"{p:.2g}" if p is not None else "-",
+            (f"{efficiency['base']:.1%} -> {efficiency['head']:.1%}"
+             if "base" in efficiency and "head" in efficiency else "-"),
+            ab["outcome"]])
+    return base, table

@@ -70,10 +70,13 @@ class CaseReport:
     # --dlperf-update-baselines asked for a baseline that was not written: its windows were too
     # far apart (above --dlperf-unstable-cv) for a baseline to judge anything.
     record_refused: bool = False
+    # --dlperf-ab / --dlperf-ab-python: the base side, each side's figures, the pairs; the
+    # verdict is then head against base (verdict.paired), and no baseline was read.
+    ab: Facts = field(default_factory=Facts)
 
     def __post_init__(self) -> None:
         # Built from plain dicts too (tests, a user's own tooling): one kind of field, always.
-        for name in ("params", "fingerprint", "environment"):
+        for name in ("params", "fingerprint", "environment", "ab"):
             value = getattr(self, name)
             if not isinstance(value, Facts):
                 object.__setattr__(self, name, Facts(value))

@@ -1,0 +1,147 @@
+"""A/B mode (``--dlperf-ab REV``, ``--dlperf-ab-python PATH``; the base side: ``absetup``):
+every selected case is launched
+alternately on a base side and on the head (this checkout, as it is), and judged from the pairs
+(``verdict.paired``). No baseline is read or written, and nothing goes to the history.
+
+The base side differs from the head in what was asked: with ``--dlperf-ab``, its recipes and the
+user's model code come from a worktree of REV (the recipe's import root, mapped from this
+checkout into the worktree, goes first on the ranks' ``sys.path``); with
+``--dlperf-ab-python``, its ranks run under that interpreter. The case's settings (its batch,
+sizes, protocol) are the head's test's, and the plugin's own code is this one on both sides.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from ..core.facts import Facts
+from ..core.protocol import Result
+from ..verdict import paired
+from ..verdict.record import CaseReport, efficiencies
+from ..verdict.stats import INCONCLUSIVE, coefficient_of_variation, look_alpha
+from .launches import Launches
+from .outcome import conclude
+
+# ``meter``: the case's ``meter.ThroughputMeter`` (not imported: the meter imports this module).
+ThroughputMeter = Any
+
+
+def measure(meter: ThroughputMeter, framework: str, workload: Any, batch_size: int | None,
+            sizes: Any) -> CaseReport:
+    """One case in A/B mode: pairs of launches until the verdict is settled or the pairs
+    run out; the head's test fails on a regression."""
+    state = meter.state
+    setup = state.ab
+    assert setup is not None
+    case, chosen, sized, recipe, _ = meter._prepare(framework, workload, batch_size, sizes)
+    version = case.framework_version()
+    case.check_modes()
+    launches = Launches(case)
+    head_spec = case.spec(chosen, sized, recipe)
+    sides = {"head": (meter.cluster, head_spec),
+             "base": (setup.base_cluster(meter.cluster, framework),
+                      setup.base_spec(meter.node, head_spec))}
+    policy = case.policy(None)
+    per_round = policy.launches
+    most = max(per_round, -(-policy.max_repeats // policy.windows_per_launch))
+    alpha = look_alpha(1 + -(-(most - per_round) // per_round))
+    pairs: list[tuple[Result, Result]] = []
+    env: dict[str, Any] = {}
+    launched_at = time.time()
+    while True:
+        for _ in range(per_round):
+            figures: dict[str, Result] = {}
+            for side in paired.order(len(pairs)):
+                cluster, spec = sides[side]
+                spec = replace(spec, protocol=replace(spec.protocol,
+                                                      repeats=policy.windows_per_launch))
+                who = f" (A/B {side} side: {setup.base if side == 'base' else setup.head})"
+                figures[side], got = launches.run(cluster, spec, label=f"{side}, pair "
+                                                  f"{len(pairs) + 1}", who=who)
+                env = got if side == "head" else env
+            pairs.append((figures["base"], figures["head"]))
+        verdict = paired.paired_compare([(b.samples_per_s, h.samples_per_s) for b, h in pairs],
+                                        policy.tolerance, alpha=alpha)
+        if verdict.outcome != INCONCLUSIVE or len(pairs) + per_round > most:
+            break
+    report = _report(meter, case, version, sized, pairs, verdict, env, launched_at, launches,
+                     sides)
+    state.reports.append(report)
+    conclude(meter.node, paired.decide(report, policy), meter.cluster.launcher,
+             state.settings.timeout)
+    return report
+
+
+def _joined(results: list[Result]) -> Result:
+    joined = results[0]
+    for more in results[1:]:
+        joined = joined.extended(more)
+    return joined
+
+
+def _report(meter: ThroughputMeter, case: Any, version: str, sized: Any,
+            pairs: list[tuple[Result, Result]], verdict: Any, env: dict[str, Any],
+            launched_at: float, launches: Launches, sides: dict[str, Any]) -> CaseReport:
+    """The case record: the head's figures, the paired verdict, each side's in ``ab``."""
+    setup = meter.state.ab
+    assert setup is not None
+    head, base = _joined([h for _, h in pairs]), _joined([b for b, _ in pairs])
+    devices = meter.cluster.world_size
+    efficiency_verdict = None
+    references: dict[str, float | None] = {"head": None, "base": None}
+    if devices > 1:
+        references = _references(meter, launches, sides)
+        if references["head"] and references["base"]:
+            efficiency_verdict = paired.paired_compare(
+                [(efficiencies(b.samples_per_s, references["base"], devices),
+                  efficiencies(h.samples_per_s, references["head"], devices)) for b, h in pairs],
+                verdict.tolerance, alpha=verdict.alpha)
+    ratio = paired.ratio(verdict)
+    facts = {
+        "base": setup.base, "head": setup.head, "base_revision": setup.revision,
+        "base_commit": setup.commit.sha if setup.commit else None,
+        "base_python": setup.python, "order": "ABBA",
+        "pairs": [{"first": paired.order(i)[0], "base": b.median, "head": h.median}
+                  for i, (b, h) in enumerate(pairs)],
+        "base_median": base.median, "head_median": head.median, "ratio": ratio,
+        "ratio_ci": list(verdict.ratio_ci) if verdict.ratio_ci else None,
+        "p_worse": verdict.p_worse, "p_better": verdict.p_better, "outcome": verdict.outcome,
+        "efficiency": ({side: base_or_head.median / ref / devices for side, base_or_head, ref in
+                        (("base", base, references["base"]), ("head", head, references["head"]))
+                        if ref} if devices > 1 else None),
+    }
+    speedup = head.median / references["head"] if references["head"] else None
+    fp = case.fingerprint(meter.cluster.topology, version, env, sized, False)
+    return CaseReport(
+        case=case.id, name=meter.node.name, nodeid=meter.node.nodeid,
+        params=Facts(case.params_json()), param=case.param, framework=case.framework,
+        framework_version=str(env.get("framework_version", version)),
+        topology=meter.cluster.topology, precision=meter.amp, workload=sized,
+        protocol=case.protocol, result=head, fingerprint=Facts(fp), environment=Facts(env),
+        verdict=verdict, efficiency_verdict=efficiency_verdict, launched_at=launched_at,
+        launcher=meter.cluster.launcher.name, isolation=meter.cluster.launcher.isolation,
+        network=Facts(meter.cluster.launcher.network(meter.cluster.topology) or {}),
+        compiler=case.compiler, machine=meter.state.settings.machine,
+        cv=coefficient_of_variation(head.samples_per_s),
+        reference=references["head"], speedup=speedup,
+        efficiency=speedup / devices if speedup is not None else None, ab=Facts(facts))
+
+
+def _references(meter: ThroughputMeter, launches: Launches,
+                sides: dict[str, Any]) -> dict[str, float | None]:
+    """Each side's 1n1d median with the same per-device batch: from this session's 1n1d case
+    (its head figure, and its base figure in ``ab``), else measured now on that side."""
+    from ..core.topology import make_topology
+
+    state = meter.state
+    topology = make_topology(state.hardware, 1, 1, meter.cluster.device_type)
+    found = state.case_at(meter.node, topology)
+    for report in state.reports:
+        if report.nodeid == found and report.ab:
+            return {"head": report.result.median, "base": report.ab.get("base_median")}
+    if not meter.cluster.launcher.can_run(topology):
+        return {"head": None, "base": None}
+    return {side: launches.reference(spec, topology, cluster=cluster)
+            for side, (cluster, spec) in sides.items()}
