@@ -4,27 +4,28 @@ wall time each mode takes.
 
 Usage::
 
-    .venv/bin/python benchmarks/ab_power.py [--trials 6] [--levels 0,2,3,5,10] [--pairs 3]
-        [--max-pairs 6] [--tolerance 0.02] [--pool-out pool.json | --pool-in pool.json]
+    .venv/bin/python benchmarks/ab_power.py [--pairs-per-level 8] [--levels 0,2,3,5,10]
+        [--pairs 3] [--max-pairs 6] [--tolerance 0.02] [--trials 2000]
+        [--pool-out pool.json | --pool-in pool.json]
 
-Method. Real launches, one process each, as ``detection_power.py`` makes them (the plugin's torch
-trainer, ResNet-50 v1.5 in its CPU profile by default, every core, a level of N% busy-waiting N%
-of the launch's calibrated step after every step), taken in **blocks**, one block a trial: a
-block is ``--max-pairs`` pairs of launches, base (0%) and head (the block's level), in the A/B
-mode's order (base-head, head-base, ...). The levels take turns block by block, so the machine's
-drift over the run reaches every level alike. Each trial is judged twice, on the same launches:
+Method. 1. *Collect*: real launches, one process each, as ``detection_power.py`` makes them (the
+plugin's torch trainer, ResNet-50 v1.5 in its CPU profile, every core; a level of N% busy-waits
+N% of the launch's calibrated step after every step), taken as **pairs**: a base launch (0%)
+and a head launch (the pair's level) right after each other, in the A/B mode's order
+(base-head, head-base, ...). The levels take turns pair by pair over the whole collection, so
+the machine's drift reaches every level alike.
 
-- **A/B**: the block's first ``--pairs`` pairs (``verdict.paired``), more pairs while the
-  verdict is inconclusive up to ``--max-pairs``, the false-alarm budget split over the looks,
-  as the plugin does;
-- **baseline**: the block's head launches, ``--pairs`` at a time, against a baseline of the base
-  launches of an earlier block (``--pairs`` launches: one run, recorded minutes earlier) and of
-  three earlier blocks (three runs), by the plugin's baseline verdict (``decide.verdicts``).
+2. *Judge* (resampling): an **A/B** trial draws ``--pairs`` pairs of one level and judges them
+as the plugin does (``verdict.paired``), drawing more pairs while the verdict is inconclusive,
+up to ``--max-pairs``, the false-alarm budget split over the looks. A **baseline** trial judges
+``--pairs`` head launches of a level from the second half of the collection against a baseline
+of base launches from its first half (minutes earlier): ``--pairs`` of them (a baseline of one
+run) or three times as many (three runs), with the plugin's baseline verdict
+(``decide.verdicts``), adding launches while inconclusive as the meter does. The rate of
+``regression`` verdicts is the share caught (at 0%: false alarms). Wall time per trial: the
+launches the mode used (not the baseline's own, recorded once for many runs).
 
-The table gives the share of trials judged a regression at each level (at 0%: false alarms),
-and the median wall time per trial: every launch the mode used (a baseline's own launches not
-counted: it was recorded once for many runs). A benchmark, not a test: it prints what it
-measures and exits 0.
+A benchmark, not a test: it prints what it measures and exits 0.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -61,98 +63,102 @@ def launch(level: float, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def collect(args: argparse.Namespace) -> dict[str, Any]:
-    blocks, started = [], time.perf_counter()
-    for trial in range(args.trials):
-        for level in args.levels:
-            pairs = []
-            for index in range(args.max_pairs):
-                made: dict[str, Any] = {}
-                for side in paired.order(index):
-                    made[side] = launch(0.0 if side == "base" else level, args)
-                pairs.append(made)
-            blocks.append({"level": level, "trial": trial, "at": time.time(), "pairs": pairs})
-            print(f"  trial {trial + 1}/{args.trials}, {level:g}%: "
-                  f"{time.perf_counter() - started:.0f} s", flush=True)
-    return {"steps": args.steps, "windows": args.windows, "blocks": blocks}
+    pairs, started = [], time.perf_counter()
+    total = args.pairs_per_level * len(args.levels)
+    for index in range(total):
+        level = args.levels[index % len(args.levels)]
+        made: dict[str, Any] = {}
+        for side in paired.order(index // len(args.levels)):
+            made[side] = launch(0.0 if side == "base" else level, args)
+        pairs.append({"level": level, "at": time.time(), **made})
+        if (index + 1) % len(args.levels) == 0:
+            print(f"  {index + 1}/{total} pairs, {time.perf_counter() - started:.0f} s",
+                  flush=True)
+    return {"steps": args.steps, "windows": args.windows, "pairs": pairs}
 
 
-def ab_trial(block: dict[str, Any], args: argparse.Namespace) -> tuple[str, float]:
+def ab_trial(rng: random.Random, pool: list[dict[str, Any]],
+             args: argparse.Namespace) -> tuple[str, float]:
     looks = 1 + -(-(args.max_pairs - args.pairs) // args.pairs)
+    drawn = rng.sample(pool, min(len(pool), args.max_pairs))
     taken = args.pairs
     while True:
-        used = block["pairs"][:taken]
+        used = drawn[:taken]
         verdict = paired.paired_compare(
             [(p["base"]["samples_per_s"], p["head"]["samples_per_s"]) for p in used],
             args.tolerance, alpha=look_alpha(looks))
-        if verdict.outcome != INCONCLUSIVE or taken + args.pairs > args.max_pairs:
-            wall = sum(p["base"]["wall_s"] + p["head"]["wall_s"] for p in used)
-            return verdict.outcome, wall
+        if verdict.outcome != INCONCLUSIVE or taken + args.pairs > len(drawn):
+            return verdict.outcome, sum(p["base"]["wall_s"] + p["head"]["wall_s"] for p in used)
         taken += args.pairs
 
 
-def baseline_trial(block: dict[str, Any], earlier: list[dict[str, Any]],
-                   args: argparse.Namespace) -> tuple[str, float]:
-    base = [p["base"]["samples_per_s"] for b in earlier for p in b["pairs"][:args.pairs]]
+def baseline_trial(rng: random.Random, early: list[dict[str, Any]], late: list[dict[str, Any]],
+                   runs: int, args: argparse.Namespace) -> tuple[str, float]:
+    base = [x["samples_per_s"] for x in rng.sample(early, min(len(early), runs * args.pairs))]
     baseline = Baseline("c", {}, {THROUGHPUT: Metric(base, statistics.median(
         statistics.median(x) for x in base))})
     k = args.windows
     policy = Policy(tolerance=args.tolerance, repeats=args.pairs * k,
                     max_repeats=args.max_pairs * k, launches=args.pairs)
-    heads = [p["head"] for p in block["pairs"]]
+    heads = rng.sample(late, min(len(late), args.max_pairs))
     taken = args.pairs
     while True:
         run = heads[:taken]
         samples = [w for h in run for w in h["samples_per_s"]]
         verdict, _ = verdicts(samples, [len(h["samples_per_s"]) for h in run], baseline, None,
                               1, args.tolerance, policy)
-        if verdict.outcome != INCONCLUSIVE or taken + args.pairs > args.max_pairs:
+        if verdict.outcome != INCONCLUSIVE or taken + args.pairs > len(heads):
             return verdict.outcome, sum(h["wall_s"] for h in run)
         taken += args.pairs
 
 
 def judge(data: dict[str, Any], args: argparse.Namespace) -> None:
-    blocks = data["blocks"]
-    levels = sorted({b["level"] for b in blocks})
-    minutes = (blocks[-1]["at"] - blocks[0]["at"]) / 60
-    launches = [p[s] for b in blocks for p in b["pairs"] for s in ("base", "head")]
-    print(f"\n{len(blocks)} trials, {len(launches)} launches over {minutes:.0f} min; "
+    pairs = data["pairs"]
+    levels = sorted({p["level"] for p in pairs})
+    minutes = (pairs[-1]["at"] - pairs[0]["at"]) / 60
+    launches = [p[s] for p in pairs for s in ("base", "head")]
+    print(f"\n{len(pairs)} pairs ({len(launches)} launches) over {minutes:.0f} min; "
           f"{data['windows']} windows of {data['steps']} steps a launch, step "
           f"{statistics.median(x['step_ms'] for x in launches):.1f} ms, "
           f"{statistics.median(x['wall_s'] for x in launches):.1f} s a launch")
-    zero = [statistics.median(p["base"]["samples_per_s"]) for b in blocks for p in b["pairs"]]
-    print(f"base launches: median {statistics.median(zero):.3f} samples/s, min {min(zero):.3f}, "
-          f"max {max(zero):.3f}")
-    modes: dict[str, dict[float, list[tuple[str, float]]]] = {}
-    for position, block in enumerate(blocks):
-        level = block["level"]
-        modes.setdefault(f"A/B, {args.pairs} pairs (up to {args.max_pairs})", {}).setdefault(
-            level, []).append(ab_trial(block, args))
+    base = [statistics.median(p["base"]["samples_per_s"]) for p in pairs]
+    ratios = [statistics.median(p["head"]["samples_per_s"]) / statistics.median(
+        p["base"]["samples_per_s"]) for p in pairs if p["level"] == 0]
+    print(f"base launches: median {statistics.median(base):.3f} samples/s (min {min(base):.3f}, "
+          f"max {max(base):.3f}); 0% pairs' head/base: {', '.join(f'{r:.3f}' for r in ratios)}")
+    half = len(pairs) // 2
+    early = [p["base"] for p in pairs[:half]]
+    rng = random.Random(args.seed)
+    rows: dict[str, dict[float, list[tuple[str, float]]]] = {}
+    for level in levels:
+        pool = [p for p in pairs if p["level"] == level]
+        late = [p["head"] for p in pairs[half:] if p["level"] == level]
+        name = f"A/B, {args.pairs} pairs (up to {args.max_pairs})"
+        rows.setdefault(name, {})[level] = [ab_trial(rng, pool, args) for _ in range(args.trials)]
         for runs in (1, 3):
-            # the base launches of the blocks just before this one: recorded minutes earlier
-            earlier = blocks[max(0, position - runs):position]
-            if len(earlier) < runs:
+            if not late:
                 continue
             name = (f"baseline of {runs} run{'s' if runs > 1 else ''} ({runs * args.pairs} "
-                    f"launches), run {args.pairs} launches (up to {args.max_pairs})")
-            modes.setdefault(name, {}).setdefault(level, []).append(
-                baseline_trial(block, earlier, args))
+                    f"launches, minutes earlier), run {args.pairs} launches (up to "
+                    f"{args.max_pairs})")
+            rows.setdefault(name, {})[level] = [baseline_trial(rng, early, late, runs, args)
+                                                for _ in range(args.trials)]
     header = " | ".join("false alarms (0%)" if lv == 0 else f"caught at {lv:g}%"
                         for lv in levels)
-    print(f"\ntolerance {args.tolerance:.0%}; trials per cell in brackets\n\n| mode | {header} "
-          f"| wall time per trial (median) |\n|" + "---|" * (len(levels) + 2))
-    for name, by_level in modes.items():
-        cells = []
-        for level in levels:
-            got = by_level.get(level, [])
-            caught = sum(outcome == REGRESSION for outcome, _ in got)
-            cells.append(f"{caught}/{len(got)}" if got else "-")
+    print(f"\ntolerance {args.tolerance:.0%}, {args.trials} resampled trials per cell\n\n"
+          f"| mode | {header} | wall time per trial (median) |\n|" + "---|" * (len(levels) + 2))
+    for name, by_level in rows.items():
+        cells = [f"{sum(o == REGRESSION for o, _ in got) / len(got):.1%}" if got else "-"
+                 for got in (by_level.get(lv, []) for lv in levels)]
         walls = [wall for got in by_level.values() for _, wall in got]
         print(f"| {name} | " + " | ".join(cells) + f" | {statistics.median(walls):.0f} s |")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials", type=int, default=6, help="trials per level")
+    parser.add_argument("--pairs-per-level", type=int, default=8)
+    parser.add_argument("--trials", type=int, default=2000, help="resampled trials per cell")
+    parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--levels", default="0,2,3,5,10", help="slowdowns in percent")
     parser.add_argument("--pairs", type=int, default=3, help="pairs (runs' launches) per look")
     parser.add_argument("--max-pairs", type=int, default=6)
