@@ -22,7 +22,7 @@ from ..core.protocol import median
 from .decide import Decision, Policy, without_baseline
 from .record import CaseReport
 from .stats import (ALPHA, IMPROVEMENT, INCONCLUSIVE, PASS, REGRESSION, TTest, Verdict,
-                    launch_medians)
+                    decide_outcome, launch_medians)
 
 Pair = tuple[Sequence[float], Sequence[float]]  # (base windows, head windows) of one pair
 
@@ -61,12 +61,7 @@ def paired_compare(pairs: Sequence[Pair], tolerance: float, *, alpha: float = AL
     p_worse, p_better = ((test.p_less, test.p_greater) if higher_is_better
                          else (test.p_greater, test.p_less))
     lo, hi = (math.exp(bound) for bound in test.interval(alpha))
-    if good < 1 - tolerance:
-        outcome = REGRESSION if p_worse < alpha else INCONCLUSIVE
-    elif good > 1 + tolerance and p_better < alpha:
-        outcome = IMPROVEMENT
-    else:
-        outcome = PASS
+    outcome = decide_outcome(good, tolerance, p_worse, p_better, alpha)
     return Verdict(outcome, median(head), median(base), tolerance, higher_is_better, alpha,
                    p_worse, p_better, (lo, hi), spread=spread, **counts)
 

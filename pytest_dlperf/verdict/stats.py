@@ -170,14 +170,22 @@ def compare(launches: Launches, baseline: Launches | None, tolerance: float, *,
     p_less, p_greater, spread = test.p_less, test.p_greater, test.spread
     lo, hi = (math.exp(bound) for bound in test.interval(alpha))
     p_worse, p_better = (p_less, p_greater) if higher_is_better else (p_greater, p_less)
-    if good < 1 - tolerance:
-        outcome = REGRESSION if p_worse < alpha else INCONCLUSIVE
-    elif good > 1 + tolerance and p_better < alpha:
-        outcome = IMPROVEMENT
-    else:
-        outcome = PASS
+    outcome = decide_outcome(good, tolerance, p_worse, p_better, alpha)
     return Verdict(outcome, measured_median, base_median, tolerance, higher_is_better, alpha, p_worse,
                    p_better, (lo, hi), spread=spread, **counts)
+
+
+def decide_outcome(good: float, tolerance: float, p_worse: float, p_better: float,
+                   alpha: float) -> str:
+    """The four outcomes from the ratio oriented so that > 1 is better (``good``) and the
+    one-sided p-values: beyond the tolerance and significant is a regression (improvement);
+    worse beyond it without that evidence, inconclusive; else a pass. The baseline verdict and
+    the A/B verdict (``paired``) both ask it."""
+    if good < 1 - tolerance:
+        return REGRESSION if p_worse < alpha else INCONCLUSIVE
+    if good > 1 + tolerance and p_better < alpha:
+        return IMPROVEMENT
+    return PASS
 
 
 @dataclass(frozen=True)
