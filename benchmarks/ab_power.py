@@ -18,10 +18,11 @@ the machine's drift reaches every level alike.
 2. *Judge* (resampling): an **A/B** trial draws ``--pairs`` pairs of one level and judges them
 as the plugin does (``verdict.paired``), drawing more pairs while the verdict is inconclusive,
 up to ``--max-pairs``, the false-alarm budget split over the looks. A **baseline** trial judges
-``--pairs`` head launches of a level from the second half of the collection against a baseline
-of base launches from its first half (minutes earlier): ``--pairs`` of them (a baseline of one
-run) or three times as many (three runs), with the plugin's baseline verdict
-(``decide.verdicts``), adding launches while inconclusive as the meter does. The rate of
+head launches of a level from the second half of the collection (consecutive ones, as a run
+takes them) against a baseline of base launches from its first half (minutes earlier): one run
+of ``--pairs`` consecutive launches, or three such runs, with the plugin's baseline verdict
+(``decide.verdicts``, by runs), judged after every launch as the meter does
+(``decide.next_launches``). The rate of
 ``regression`` verdicts is the share caught (at 0%: false alarms). Wall time per trial: the
 launches the mode used (not the baseline's own, recorded once for many runs).
 
@@ -43,9 +44,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_dlperf.store.baselines import THROUGHPUT, Baseline, Metric  # noqa: E402
+from pytest_dlperf.store.baselines import THROUGHPUT, Baseline, Metric, Run  # noqa: E402
 from pytest_dlperf.verdict import paired  # noqa: E402
-from pytest_dlperf.verdict.decide import Policy, verdicts  # noqa: E402
+from pytest_dlperf.verdict.decide import Policy, next_launches, verdicts  # noqa: E402
 from pytest_dlperf.verdict.stats import INCONCLUSIVE, REGRESSION, look_alpha  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -94,22 +95,28 @@ def ab_trial(rng: random.Random, pool: list[dict[str, Any]],
 
 def baseline_trial(rng: random.Random, early: list[dict[str, Any]], late: list[dict[str, Any]],
                    runs: int, args: argparse.Namespace) -> tuple[str, float]:
-    base = [x["samples_per_s"] for x in rng.sample(early, min(len(early), runs * args.pairs))]
+    """A run of head launches judged against a baseline of ``runs`` runs, each run
+    ``--pairs`` base launches taken back to back (as a run takes them), as the meter judges:
+    after every launch, more while the verdict is not settled (``decide.next_launches``)."""
+    size = args.pairs
+    starts = rng.sample(range(len(early) - size + 1), runs)
+    base = [x["samples_per_s"] for start in starts for x in early[start:start + size]]
     baseline = Baseline("c", {}, {THROUGHPUT: Metric(base, statistics.median(
-        statistics.median(x) for x in base))})
+        statistics.median(x) for x in base))}, runs=[Run(None, None, None, size)] * runs)
     k = args.windows
     policy = Policy(tolerance=args.tolerance, repeats=args.pairs * k,
                     max_repeats=args.max_pairs * k, launches=args.pairs)
-    heads = rng.sample(late, min(len(late), args.max_pairs))
-    taken = args.pairs
+    start = rng.randrange(len(late) - min(len(late), policy.max_launches) + 1)
+    heads = late[start:start + policy.max_launches]
+    taken = 1
     while True:
         run = heads[:taken]
         samples = [w for h in run for w in h["samples_per_s"]]
         verdict, _ = verdicts(samples, [len(h["samples_per_s"]) for h in run], baseline, None,
                               1, args.tolerance, policy)
-        if verdict.outcome != INCONCLUSIVE or taken + args.pairs > len(heads):
+        if not next_launches([verdict, None, None], taken, policy) or taken >= len(heads):
             return verdict.outcome, sum(h["wall_s"] for h in run)
-        taken += args.pairs
+        taken += 1
 
 
 def judge(data: dict[str, Any], args: argparse.Namespace) -> None:

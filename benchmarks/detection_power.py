@@ -50,7 +50,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pytest_dlperf.verdict.decide import Policy, verdicts  # noqa: E402
-from pytest_dlperf.store.baselines import THROUGHPUT, Baseline, Metric  # noqa: E402
+from pytest_dlperf.store.baselines import THROUGHPUT, Baseline, Metric, Run  # noqa: E402
 from pytest_dlperf.verdict.stats import REGRESSION, coefficient_of_variation  # noqa: E402
 
 GOAL_DETECTION, GOAL_FALSE_ALARMS = 0.95, 0.01
@@ -128,8 +128,10 @@ def trial(rng: random.Random, zero: list[list[float]], pool: list[list[float]], 
             else rng.sample(pool, len(pool)))
     if design.get("windows_as_samples"):  # the old unit: every window its own sample
         base = [[w] for launch in base for w in launch]
+    # Each baseline launch was its own process at its own time (in a random order over the
+    # collection): each counts as one run of the baseline.
     baseline = Baseline("c", {}, {THROUGHPUT: Metric(base, statistics.median(
-        statistics.median(x) for x in base))})
+        statistics.median(x) for x in base))}, runs=[Run(None, None, None, 1) for _ in base])
     policy = Policy(tolerance=tolerance, repeats=lau * k, max_repeats=max_windows, launches=lau)
     taken = 0
     while True:
@@ -139,7 +141,8 @@ def trial(rng: random.Random, zero: list[list[float]], pool: list[list[float]], 
         sizes = ([1] * len(samples) if design.get("windows_as_samples")
                  else [len(launch) for launch in run])
         verdict, _ = verdicts(samples, sizes, baseline, None, 1, tolerance, policy)
-        if (verdict.outcome != "inconclusive" or len(samples) + k > max_windows
+        if (verdict.outcome != "inconclusive" or not verdict.resolvable
+                or len(samples) + k > max_windows
                 or taken + lau > len(rest)):
             return verdict.outcome
 

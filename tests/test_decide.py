@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from pytest_dlperf.verdict import decide
-from pytest_dlperf.store.baselines import EFFICIENCY, THROUGHPUT, Baseline, Change, Metric
+from pytest_dlperf.store.baselines import EFFICIENCY, THROUGHPUT, Baseline, Change, Metric, Run
 from pytest_dlperf.core.protocol import QUICK, Result
 from pytest_dlperf.verdict.record import CaseReport
 from pytest_dlperf.verdict.stats import INCONCLUSIVE, NO_BASELINE, PASS, REGRESSION, Verdict
@@ -28,7 +28,9 @@ def baseline(throughput: list[float], efficiency: list[float] | None = None) -> 
     if efficiency is not None:
         metrics[EFFICIENCY] = Metric(launches(efficiency),
                                      sorted(efficiency)[len(efficiency) // 2])
-    return Baseline(case="c", fingerprint={}, metrics=metrics)
+    # three runs of one launch each: a baseline that knows how runs differ (``levels``)
+    runs = [Run(None, None, None, 1) for _ in range(len(throughput) // 2)]
+    return Baseline(case="c", fingerprint={}, metrics=metrics, runs=runs)
 
 
 def report(samples: list[float], verdict: Verdict, efficiency: Verdict | None = None,
@@ -46,12 +48,12 @@ def report(samples: list[float], verdict: Verdict, efficiency: Verdict | None = 
     return CaseReport(**data)
 
 
-def test_looks_count_the_batches_of_extra_launches() -> None:
-    assert POLICY.looks == 3  # 6 windows, then 12, then 15
-    assert decide.Policy(0.05, 5, 12).looks == 3  # the last batch is partial
-    assert decide.Policy(0.05, 5, 5).looks == 1
-    assert decide.Policy(0.05, 5, 15, can_add_repeats=False).looks == 1
+def test_every_launch_is_a_look_up_to_the_most_launches_a_case_may_take() -> None:
     assert POLICY.windows_per_launch == 2
+    assert POLICY.max_launches == 7 and POLICY.looks == 7  # 15 windows in whole launches of 2
+    assert decide.Policy(0.05, 5, 12).max_launches == 2  # one launch of 5 windows, then one more
+    assert decide.Policy(0.05, 5, 5).looks == 1
+    assert decide.Policy(0.05, 6, 15, can_add_repeats=False, launches=3).looks == 3
     assert decide.Policy(0.05, 6, 15, launches=4).windows_per_launch == 2
 
 
@@ -60,35 +62,62 @@ def test_a_clear_drop_is_a_regression_and_gets_no_more_launches() -> None:
                                           baseline(STEADY), None, 2, 0.05, POLICY)
     assert verdict.outcome == REGRESSION and efficiency is None
     assert verdict.launches == 3 and verdict.baseline_launches == 3
-    assert decide.more_launches(verdict, efficiency, 6, POLICY) == []
+    assert verdict.level == "runs" and verdict.baseline_runs == 3
+    assert decide.next_launches([verdict, efficiency, None], 3, POLICY) == []
     outcome = decide.decide(report([80.0] * 6, verdict), POLICY)
     assert outcome.failure is not None
     assert outcome.failure.startswith("pytest-dlperf: REGRESSION in perf/test_m.py::test_m[1n2d]: "
                                       "tokens/s median 80.00 (of 3 launch medians) is below the "
                                       "threshold 94.95")
+    assert "between-run spread 0.2% over the baseline's 3 runs" in outcome.failure
 
 
-def test_an_inconclusive_verdict_asks_for_a_run_of_launches_up_to_the_maximum() -> None:
+def test_an_inconclusive_verdict_asks_for_launches_one_at_a_time_up_to_the_maximum() -> None:
     noisy = [60.0, 61.0, 140.0, 139.0, 90.0, 91.0]  # launches at 60, 140 and 90
     verdict, efficiency = decide.verdicts(noisy, LAUNCHES, baseline(STEADY), None, 2, 0.05,
                                           POLICY)
-    assert verdict.outcome == INCONCLUSIVE
-    assert decide.more_launches(verdict, efficiency, 6, POLICY) == [2, 2, 2]
-    # Up to 15 windows in all, in whole launches (a 1-window launch would weigh as much as a
-    # full one): one more launch of 2.
-    assert decide.more_launches(verdict, efficiency, 12, POLICY) == [2]
-    assert decide.more_launches(verdict, efficiency, 14, POLICY) == []
-    assert decide.more_launches(verdict, efficiency, 15, POLICY) == []
+    assert verdict.outcome == INCONCLUSIVE and verdict.resolvable  # this run's launches are noisy
+    assert decide.next_launches([verdict, efficiency, None], 3, POLICY) == [2]
+    assert decide.next_launches([verdict, efficiency, None], 6, POLICY) == [2]
+    assert decide.next_launches([verdict, efficiency, None], 7, POLICY) == []  # 14 of 15 windows
     for policy in (decide.Policy(0.05, 6, 15, update="all", launches=3),
                    decide.Policy(0.05, 6, 15, update="add", launches=3),
                    decide.Policy(0.05, 6, 15, can_add_repeats=False, launches=3)):
-        assert decide.more_launches(verdict, efficiency, 6, policy) == []
+        assert decide.next_launches([verdict, efficiency, None], 3, policy) == []
+    # A recording run takes its planned launches, whatever a verdict says on the way.
+    recording = decide.Policy(0.05, 6, 15, update="all", launches=3)
+    assert decide.next_launches([verdict, efficiency, None], 1, recording) == [2]
     warned = decide.decide(report(noisy, verdict), POLICY)
     assert warned.failure is None and warned.warnings[-1].startswith(
         "pytest-dlperf: INCONCLUSIVE perf/test_m.py::test_m[1n2d]: tokens/s median")
     assert "after 6 windows in 3 launch(es)" in warned.warnings[-1]
+    assert "raise --dlperf-max-repeats" in warned.warnings[-1]
     strict = decide.decide(report(noisy, verdict), decide.Policy(0.05, 5, 15, strict=True))
     assert strict.failure is not None and strict.failure.endswith("(failing: --dlperf-strict)")
+
+
+def test_launches_stop_once_every_figure_is_settled_and_go_on_while_one_is_not() -> None:
+    """Judged after every launch: a proven regression or a clear pass needs no more; a pass
+    whose interval still reaches beyond the tolerance takes the run's planned launches."""
+    clear = Verdict(PASS, 100.0, 100.0, 0.05, ratio_ci=(0.97, 1.03), launches=2)
+    unsure = Verdict(PASS, 100.0, 100.0, 0.05, ratio_ci=(0.90, 1.10), launches=2)
+    drop = Verdict(REGRESSION, 10.0, 100.0, 0.05, ratio_ci=(0.09, 0.11), launches=1)
+    inconclusive = Verdict(INCONCLUSIVE, 90.0, 100.0, 0.05, resolvable=False, launches=3)
+    none = Verdict(NO_BASELINE, 100.0)
+    assert clear.settled and not unsure.settled and drop.settled
+    assert not replace(clear, level="one-run").settled  # how runs differ is unknown
+    assert decide.next_launches([clear, None, None], 1, POLICY) == []
+    assert decide.next_launches([drop, unsure, None], 1, POLICY) == []
+    assert decide.next_launches([clear, unsure, None], 1, POLICY) == [2]
+    assert decide.next_launches([unsure, None, None], 2, POLICY) == [2]
+    assert decide.next_launches([unsure, None, None], 3, POLICY) == []  # planned launches done
+    assert decide.next_launches([none, None, None], 1, POLICY) == [2]  # a first run's figure
+    assert decide.next_launches([none, None, None], 3, POLICY) == []
+    # Inconclusive for want of runs, not launches: the planned launches, then no more.
+    assert decide.next_launches([inconclusive, None, None], 2, POLICY) == [2]
+    assert decide.next_launches([inconclusive, None, None], 3, POLICY) == []
+    lower = Verdict(PASS, 100.0, 100.0, 0.05, higher_is_better=False, ratio_ci=(0.97, 1.04))
+    assert lower.settled and not replace(lower, ratio_ci=(0.97, 1.06)).settled
 
 
 def test_a_scaling_regression_fails_even_when_throughput_passes() -> None:
@@ -102,7 +131,7 @@ def test_a_scaling_regression_fails_even_when_throughput_passes() -> None:
     assert efficiency.outcome == REGRESSION
     outcome = decide.decide(report(STEADY, verdict, efficiency), POLICY)
     assert outcome.failure is not None and "SCALING REGRESSION" in outcome.failure
-    assert decide.more_launches(verdict, efficiency, 6, POLICY) == []
+    assert decide.next_launches([verdict, efficiency, None], 3, POLICY) == []
 
 
 def test_no_baseline_warns_or_fails_under_strict_and_records_when_asked() -> None:

@@ -115,15 +115,8 @@ def _report(meter: ThroughputMeter, case: Any, version: str, sized: Any,
     speedup = head.median / references["head"] if references["head"] else None
     fp = case.fingerprint(meter.cluster.topology, version, env, sized, False)
     return CaseReport(
-        case=case.id, name=meter.node.name, nodeid=meter.node.nodeid,
-        params=Facts(case.params_json()), param=case.param, framework=case.framework,
-        framework_version=str(env.get("framework_version", version)),
-        topology=meter.cluster.topology, precision=meter.amp, workload=sized,
-        protocol=case.protocol, result=head, fingerprint=Facts(fp), environment=Facts(env),
+        **meter.identity(case, version, env, sized, fp), result=head,
         verdict=verdict, efficiency_verdict=efficiency_verdict, launched_at=launched_at,
-        launcher=meter.cluster.launcher.name, isolation=meter.cluster.launcher.isolation,
-        network=Facts(meter.cluster.launcher.network(meter.cluster.topology) or {}),
-        compiler=case.compiler, machine=meter.state.settings.machine,
         cv=coefficient_of_variation(head.samples_per_s),
         reference=references["head"], speedup=speedup,
         efficiency=speedup / devices if speedup is not None else None, ab=Facts(facts))

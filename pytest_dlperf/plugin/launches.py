@@ -45,18 +45,21 @@ class Launches:
     rank_flops: dict[str, Any] | None = field(default=None)
 
     def measure(self, spec: RankSpec, windows: list[int], *, at_the_edge: bool = False,
-                extra: int = 0) -> tuple[Result, dict[str, Any]]:
+                done: int = 0, planned: int | None = None) -> tuple[Result, dict[str, Any]]:
         """One launch per entry of ``windows``, each timing that many windows.
         ``at_the_edge``: the batch is one a search found; running out of memory raises
         ``OutOfMemoryAtTheEdge`` (the caller steps down) instead of failing the case.
-        ``extra``: these launches come after that many, for an inconclusive verdict."""
+        ``done``: these launches come after that many; ``planned``: the run's launches (those
+        beyond them are extra, for an inconclusive verdict)."""
         result: Result | None = None
         env: dict[str, Any] = {}
+        planned = planned or len(windows)
         for index, count in enumerate(windows):
             launched = replace(spec, protocol=replace(spec.protocol, repeats=count),
                                count_flops=spec.count_flops and index == 0)
-            label = (f"extra launch {index + 1}/{len(windows)} (inconclusive after {extra})"
-                     if extra else f"launch {index + 1}/{len(windows)}")
+            number = done + index + 1
+            label = (f"launch {number}/{planned}" if number <= planned
+                     else f"extra launch {number - planned} (inconclusive after {planned})")
             one, env = self.run(self.case.cluster, launched, at_the_edge=at_the_edge,
                                 label=label)
             result = one if result is None else result.extended(one)

@@ -115,6 +115,10 @@ class ThroughputMeter:
                  recipe: RecipeReference | None, search: Search | None) -> Measured:
         """The run's launches; at a searched batch that runs out of memory, one batch down."""
         policy = case.policy(None)
+        # Judging runs launch once, then judge after every launch (``_verdicts``); recording
+        # runs and a searched batch (whose launches may run out of memory) take the run's.
+        first = (policy.launches if search is not None or policy.update in ("all", "add")
+                 else 1)
         while True:
             spec = case.spec(workload, sized, recipe)
             if self._rank_counts_flops(case, workload, sized):
@@ -122,8 +126,9 @@ class ThroughputMeter:
             launched_at = time.time()
             launches.rank_flops = None  # what this attempt's rank 0 counts, if it counts
             try:
-                result, env = launches.measure(spec, [policy.windows_per_launch] *
-                                               policy.launches, at_the_edge=search is not None)
+                result, env = launches.measure(spec, [policy.windows_per_launch] * first,
+                                               at_the_edge=search is not None,
+                                               planned=policy.launches)
                 return Measured(result, env, replace(spec, count_flops=False), sized,
                                 launched_at)
             except OutOfMemoryAtTheEdge as edge:
@@ -180,18 +185,11 @@ class ThroughputMeter:
         speedup = result.median / reference if reference is not None else None
         used = self._utilization(flops, measured, result)
         report = CaseReport(
-            case=case.id, name=self.node.name, nodeid=self.node.nodeid,
-            params=Facts(case.params_json()), param=case.param, framework=case.framework,
-            framework_version=str(env.get("framework_version", version)),
-            topology=self.cluster.topology, precision=self.amp, workload=sized,
-            protocol=case.protocol, result=result, fingerprint=Facts(fp), environment=Facts(env),
+            **self.identity(case, version, env, sized, fp), result=result,
             verdict=verdicts[0], efficiency_verdict=verdicts[1], memory_verdict=verdicts[2],
             baseline_path=case.display(self.state.store.path_for(case.id, fp)),
             baseline_change=change, launched_at=measured.launched_at,
-            launcher=self.cluster.launcher.name, isolation=self.cluster.launcher.isolation,
-            network=Facts(self.cluster.launcher.network(self.cluster.topology) or {}),
-            cv=cv, record_refused=refused, compiler=case.compiler,
-            batch_search=search, machine=self.state.settings.machine,
+            cv=cv, record_refused=refused, batch_search=search,
             other_machines=list(elsewhere.other_machines) if elsewhere else [],
             unnamed_baselines=elsewhere.unnamed if elsewhere else None,
             reference=reference, speedup=speedup,
@@ -203,11 +201,27 @@ class ThroughputMeter:
             history_blocking=history.blocking if history else None)
         return report, policy
 
+    def identity(self, case: Case, version: str, env: dict[str, Any], sized: CaseWorkload,
+                 fp: dict[str, Any]) -> dict[str, Any]:
+        """The fields of a case record that say which case ran where and how, whatever its
+        figures and verdict (the A/B record's too)."""
+        launcher = self.cluster.launcher
+        return dict(
+            case=case.id, name=self.node.name, nodeid=self.node.nodeid,
+            params=Facts(case.params_json()), param=case.param, framework=case.framework,
+            framework_version=str(env.get("framework_version", version)),
+            topology=self.cluster.topology, precision=self.amp, workload=sized,
+            protocol=case.protocol, fingerprint=Facts(fp), environment=Facts(env),
+            launcher=launcher.name, isolation=launcher.isolation,
+            network=Facts(launcher.network(self.cluster.topology) or {}),
+            compiler=case.compiler, machine=self.state.settings.machine)
+
     def _verdicts(self, launches: Launches, measured: Measured, baseline: Any,
                   reference: float | None, policy: Policy
                   ) -> tuple[Result, tuple[Verdict, Verdict | None, Verdict | None]]:
-        """Throughput, scaling efficiency and memory against the baseline, measuring more
-        while a verdict is inconclusive."""
+        """Throughput, scaling efficiency and memory against the baseline, judged after
+        every launch: more launches until the run's are done or every figure is settled, and
+        beyond them while a figure is inconclusive and more launches can settle it."""
         devices = self.cluster.world_size
 
         def judge(result: Result) -> tuple[Verdict, Verdict | None, Verdict | None]:
@@ -220,10 +234,10 @@ class ThroughputMeter:
 
         result = measured.result
         verdicts = judge(result)
-        while more := decide.more_launches(verdicts[0], verdicts[1], len(result.window_s),
-                                           policy, verdicts[2]):
-            result = result.extended(
-                launches.measure(measured.spec, more, extra=len(result.windows_per_launch))[0])
+        while more := decide.next_launches(verdicts, len(result.windows_per_launch), policy):
+            result = result.extended(launches.measure(
+                measured.spec, more, done=len(result.windows_per_launch),
+                planned=policy.launches)[0])
             verdicts = judge(result)
         return result, verdicts
 

@@ -117,9 +117,10 @@ OPTIONS: tuple[Option, ...] = (
            "was launched once. Default: %d." % protocol_mod.DEFAULT_LAUNCHES,
            _int(1), protocol_mod.DEFAULT_LAUNCHES, metavar="N"),
     Option("max_repeats", "when a case's verdict is inconclusive (its median is beyond the "
-           "tolerance but the difference is not significant), measure more, a run's worth of "
-           "launches at a time, up to this many windows in total before deciding. At least the "
-           "protocol's repeats (which turns it off). Default: 3 x repeats.",
+           "tolerance but the difference is not significant) and more launches can settle it, "
+           "launch again, judging after each launch, up to this many windows in total before "
+           "deciding. At least the protocol's repeats (which turns it off). Default: 3 x "
+           "repeats.",
            _optional(_int(1)), metavar="N"),
     Option("unstable_cv", "warn that a case is unstable when its repeats' coefficient of "
            "variation (stdev / mean) exceeds this, and refuse to record its baseline "

@@ -16,6 +16,7 @@ from .changepoints import Step
 from ..core.protocol import RankFigures, split
 from ..core.units import format_bytes, format_flops
 from .record import CaseReport, efficiencies
+from .levels import compare_runs
 from .stats import (IMPROVEMENT, INCONCLUSIVE, NO_BASELINE, REGRESSION, Verdict, compare,
                     look_alpha)
 
@@ -38,39 +39,50 @@ class Policy:
     straggler_threshold: float = 0.10
 
     @property
-    def looks(self) -> int:
-        """How many times a verdict may be taken: once, then once per run's worth of extra
-        launches (each look gets its share of the false-alarm budget)."""
-        if not self.can_add_repeats:
-            return 1
-        extra = max(0, self.max_repeats - self.repeats)
-        return 1 + -(-extra // self.repeats)
-
-    @property
     def windows_per_launch(self) -> int:
         return -(-self.repeats // self.launches)
+
+    @property
+    def max_launches(self) -> int:
+        """The most launches a case may take: the run's, then more while a verdict is
+        inconclusive, up to ``max_repeats`` windows in whole launches (a launch of fewer
+        windows would count as much as a full one)."""
+        if not self.can_add_repeats:
+            return self.launches
+        return max(self.launches, self.max_repeats // self.windows_per_launch)
+
+    @property
+    def looks(self) -> int:
+        """How many times a verdict may be taken: after every launch (a group-sequential
+        design: a drop beyond doubt fails after the first launch or two, a clear pass stops
+        early too), each look with its share of the false-alarm budget."""
+        return self.max_launches
 
 
 def verdicts(samples: Sequence[float], launch_windows: Sequence[int], baseline: Baseline | None,
              reference: float | None, devices: int, tolerance: float,
              policy: Policy) -> tuple[Verdict, Verdict | None]:
     """Throughput, and a multi-device case's scaling efficiency: this run's launches (window
-    figures ``samples``, ``launch_windows`` of them per launch) against the baseline's."""
+    figures ``samples``, ``launch_windows`` of them per launch) against the baseline's, by the
+    runs that recorded them (``levels``)."""
     alpha = look_alpha(policy.looks)
     sizes = list(launch_windows)
-    verdict = compare(split(list(samples), sizes),
-                      baseline.throughput.launches if baseline else None, tolerance, alpha=alpha)
+    runs = [run.launches for run in baseline.runs] if baseline else None
+    verdict = compare_runs(split(list(samples), sizes),
+                           baseline.throughput.launches if baseline else None, runs, tolerance,
+                           alpha=alpha)
     if reference is None or baseline is None or baseline.efficiency is None:
         return verdict, None
-    return verdict, compare(split(efficiencies(samples, reference, devices), sizes),
-                            baseline.efficiency.launches, tolerance, alpha=alpha)
+    return verdict, compare_runs(split(efficiencies(samples, reference, devices), sizes),
+                                 baseline.efficiency.launches, runs, tolerance, alpha=alpha)
 
 
 def memory_verdict(memory_launches: Sequence[Sequence[float]], baseline: Baseline | None,
                    tolerance: float, policy: Policy) -> Verdict | None:
     """Peak memory, lower is better: this run's launches (each window's peak over the ranks)
-    against the baseline's. None where memory was not measured; no-baseline where the baseline
-    has no memory figure (recorded before it was measured)."""
+    against the baseline's, launch by launch (memory does not drift between runs as time
+    does). None where memory was not measured; no-baseline where the baseline has no memory
+    figure (recorded before it was measured)."""
     if not memory_launches:
         return None
     base = baseline.memory if baseline is not None else None
@@ -78,21 +90,27 @@ def memory_verdict(memory_launches: Sequence[Sequence[float]], baseline: Baselin
                    higher_is_better=False, alpha=look_alpha(policy.looks))
 
 
-def more_launches(verdict: Verdict, efficiency: Verdict | None, measured: int,
-                  policy: Policy, memory: Verdict | None = None) -> list[int]:
-    """The windows of each further launch to measure: a run's worth of whole launches while a
-    figure is inconclusive, up to ``max_repeats`` windows in all; none once either figure is a proven
-    regression (more launches cannot undo it), when replacing or adding to every baseline, or
-    where the launcher cannot run the case again (external mode: every rank would have to
-    agree)."""
-    outcomes = (verdict.outcome, efficiency.outcome if efficiency else None,
-                memory.outcome if memory else None)
-    if (INCONCLUSIVE not in outcomes or REGRESSION in outcomes
-            or policy.update in ("all", "add") or not policy.can_add_repeats):
+def next_launches(judged: Sequence[Verdict | None], launched: int, policy: Policy) -> list[int]:
+    """The windows of the next launch, if any, after ``launched`` launches judged as
+    ``judged`` (throughput, efficiency, memory): none once a figure is a proven regression
+    (more launches cannot undo it) or every figure is settled (a proven change, or a pass whose
+    interval is within the tolerance); else the run's planned launches, then more while a
+    figure is inconclusive and more launches can settle it, up to ``policy.max_launches``.
+    Recording runs (every baseline replaced or added to) take their planned launches, no more;
+    external mode takes the one it was given."""
+    verdicts = [v for v in judged if v is not None]
+    if not policy.can_add_repeats or launched >= policy.max_launches:
         return []
-    # Whole launches only: a launch of fewer windows would count as much as a full one.
-    left = max(0, min(policy.repeats, policy.max_repeats - measured))
-    return [policy.windows_per_launch] * (left // policy.windows_per_launch)
+    one = [policy.windows_per_launch]
+    if policy.update in ("all", "add"):
+        return one if launched < policy.launches else []
+    if any(v.outcome == REGRESSION for v in verdicts):
+        return []
+    if verdicts and all(v.settled for v in verdicts):
+        return []
+    if launched < policy.launches:
+        return one
+    return one if any(v.outcome == INCONCLUSIVE and v.resolvable for v in verdicts) else []
 
 
 def records(policy: Policy, has_baseline: bool) -> bool:
@@ -284,12 +302,14 @@ def regression_message(report: CaseReport) -> str:
 
 
 def inconclusive_message(report: CaseReport, what: str, v: Verdict, policy: Policy) -> str:
-    return (f"pytest-dlperf: INCONCLUSIVE {report.case}: {what} median {v.measured:,.4g} is "
-            f"{v.delta:+.1%} against the baseline's {v.baseline:,.4g} (beyond the tolerance "
-            f"{v.tolerance:.1%}) but the difference is not significant ({v.evidence}) after "
-            f"{len(report.result.window_s)} windows in {v.launches} launch(es) "
-            f"(--dlperf-max-repeats {policy.max_repeats}); rerun on a quieter machine, raise "
-            "--dlperf-max-repeats or --dlperf-launches, or give the baseline more launches "
+    start = (f"pytest-dlperf: INCONCLUSIVE {report.case}: {what} median {v.measured:,.4g} is "
+             f"{v.delta:+.1%} against the baseline's {v.baseline:,.4g} (beyond the tolerance "
+             f"{v.tolerance:.1%}) but the difference is not significant ({v.evidence}) after "
+             f"{len(report.result.window_s)} windows in {v.launches} launch(es)")
+    if not v.resolvable:  # the evidence says why more launches would not help, and what would
+        return start
+    return (f"{start} (--dlperf-max-repeats {policy.max_repeats}); rerun on a quieter machine, "
+            "raise --dlperf-max-repeats or --dlperf-launches, or give the baseline more runs "
             "(--dlperf-update-baselines=add)")
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import asdict, dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from ..core.protocol import median, median_of_launches
 
@@ -57,7 +57,12 @@ class Verdict:
     baseline_samples: int = 0
     launches: int = 0
     baseline_launches: int = 0
-    spread: float | None = None  # between-launch standard deviation of log medians (~ CV)
+    spread: float | None = None  # standard deviation of log medians (~ CV) between launches,
+    # or between runs where ``level`` is "runs"
+    level: str = "launches"  # what the test compared: "launches", "runs" or "one-run" (``levels``)
+    baseline_runs: int = 0  # the runs the baseline's launches came from (0: not asked)
+    resolvable: bool = True  # more launches of this run can settle an inconclusive verdict
+    beyond_doubt: bool = False  # a change no drift between runs explains (``levels``)
 
     @property
     def threshold(self) -> float | None:
@@ -79,6 +84,19 @@ class Verdict:
         return self.spread is not None
 
     @property
+    def settled(self) -> bool:
+        """Whether more launches are needless: a proven change, or a pass whose interval
+        lies within the tolerance on the worse side (not from a one-run baseline: its interval
+        is the launches', and how runs differ is unknown)."""
+        if self.outcome in (REGRESSION, IMPROVEMENT):
+            return True
+        if (self.outcome != PASS or self.ratio_ci is None or self.tolerance is None
+                or self.level == "one-run"):
+            return False
+        lo, hi = self.ratio_ci
+        return lo >= 1 - self.tolerance if self.higher_is_better else hi <= 1 + self.tolerance
+
+    @property
     def detectable(self) -> float | None:
         """The smallest relative change this comparison could prove at its ``alpha`` (half the
         width of its interval): changes smaller than this cannot be told from the
@@ -96,16 +114,28 @@ class Verdict:
         counts = (f"{self.launches} vs {self.baseline_launches} launch"
                   f"{'es' if self.baseline_launches != 1 else ''} ({self.samples} vs "
                   f"{self.baseline_samples} windows)")
+        if self.level == "one-run":
+            return (f"{counts}; the baseline was recorded by one run, so the spread between "
+                    "runs is unknown and a difference this size may be the machine's drift "
+                    "between sessions (more launches of this run cannot tell): add later runs "
+                    "to the baseline with --dlperf-update-baselines=add, or judge head against "
+                    "base in one run with --dlperf-ab")
         if self.spread is None:
             return (f"{counts}; the between-run spread is unknown with one launch on each "
                     "side: record the baseline with --dlperf-launches 2 or more (or add runs "
                     "to it with --dlperf-update-baselines=add)")
         p = self.p_better if self.outcome == IMPROVEMENT else self.p_worse
-        parts = [counts, f"between-launch spread {self.spread:.1%}", f"t-test p={p:.3g}"]
+        level = (f"between-run spread {self.spread:.1%} over the baseline's "
+                 f"{self.baseline_runs} runs" if self.level == "runs"
+                 else f"between-launch spread {self.spread:.1%}")
+        parts = [counts, level, f"t-test p={p:.3g}"]
         if self.ratio_ci is not None:
             lo, hi = self.ratio_ci
             parts.append(f"{1 - 2 * self.alpha:.1%} CI of the ratio [{lo:.3f}, {hi:.3f}]")
-        return ", ".join(parts)
+        text = ", ".join(parts)
+        if self.beyond_doubt:
+            text += "; beyond a factor of 2, more than runs drift: judged on the launches"
+        return text
 
     def to_json(self) -> dict[str, object]:
         data = asdict(self)
@@ -157,8 +187,9 @@ def compare(launches: Launches, baseline: Launches | None, tolerance: float, *,
     base = _check(baseline, "baseline samples")
     base_medians = sorted(launch_medians(base))
     base_median = median_of_launches(base)
-    counts = dict(samples=windows, baseline_samples=sum(len(launch) for launch in base),
-                  launches=len(measured), baseline_launches=len(base))
+    counts: dict[str, Any] = dict(
+        samples=windows, baseline_samples=sum(len(launch) for launch in base),
+        launches=len(measured), baseline_launches=len(base))
     ratio = measured_median / base_median
     # "good" is the ratio oriented so that > 1 is better, whatever the metric's direction.
     good = ratio if higher_is_better else 1 / ratio
