@@ -66,17 +66,33 @@ def session(store: Path, out: Path, selection: str, *extra: str,
             "tail": "" if cases else (done.stdout + done.stderr)[-2000:]}
 
 
+def launches_alone(store: Path, result: Path) -> list[str]:
+    """The same run judged as before runs counted: a t-test on the launches of both sides,
+    taken as exchangeable, at the level of a verdict that may look 3 times (the old default)."""
+    sys.path.insert(0, str(ROOT))
+    from pytest_dlperf.verdict.stats import compare, look_alpha
+
+    (stored,) = [json.loads(p.read_text()) for p in store.rglob("*.json")]
+    base = stored["metrics"]["samples_per_s"]["launches"]
+    return [compare(bench["extra_info"]["samples_per_s_launches"], base, 0.05,
+                    alpha=look_alpha(3)).outcome
+            for bench in json.loads(result.read_text())["benchmarks"]]
+
+
 def show(name: str, runs: list[dict[str, Any]]) -> str:
     outcomes = [c["outcome"] for r in runs for c in r["cases"]]
     launches = [c["launches"] for r in runs for c in r["cases"]]
     deltas = [c["delta"] for r in runs for c in r["cases"] if c["delta"] is not None]
     walls = [r["wall_s"] for r in runs]
     count = {o: outcomes.count(o) for o in ("regression", "inconclusive", "pass", "improvement")}
+    before = [o for r in runs for o in r.get("launches_alone", [])]
     return (f"| {name} | {len(runs)} | {count['regression']} | {count['inconclusive']} | "
             f"{count['pass'] + count['improvement']} | "
             f"{min(deltas):+.1%} .. {max(deltas):+.1%} | "
             f"{statistics.median(launches):g} ({min(launches)}-{max(launches)}) | "
-            f"{statistics.median(walls):.0f} s ({min(walls):.0f}-{max(walls):.0f}) |"
+            f"{statistics.median(walls):.0f} s ({min(walls):.0f}-{max(walls):.0f}) | "
+            f"{before.count('regression')} regression, {before.count('inconclusive')} "
+            "inconclusive |"
             if runs and deltas else f"| {name} | {len(runs)} | no verdicts |")
 
 
@@ -88,7 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-k", dest="selection",
                         default="torch and resnet50 and 1n1d and fp32 and eager")
     parser.add_argument("--out", type=Path, help="keep the stores and results JSON here")
+    parser.add_argument("--rejudge", type=Path, help="print the table of an earlier --out "
+                        "folder again, measuring nothing")
     args = parser.parse_args(argv)
+    if args.rejudge:
+        summary = json.loads((args.rejudge / "summary.json").read_text())
+        table(args.rejudge, summary["reruns"], summary["hog"], summary.get("started", "?"),
+              args)
+        return 0
     work = args.out or Path(tempfile.mkdtemp(prefix="dlperf-baseline-runs-"))
     one, three = work / "one-run", work / "three-run"
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -123,23 +146,36 @@ def main(argv: list[str] | None = None) -> int:
             for p in hogs:
                 p.kill()
                 p.wait()
+    (work / "summary.json").write_text(json.dumps(
+        {"started": started, "recorded": recorded, "reruns": against, "hog": hog},
+        indent=1) + "\n")
+    table(work, against, hog, started, args)
+    print(f"\n(stores and results in {work})")
+    return 0
+
+
+def table(work: Path, against: dict[str, list[dict[str, Any]]], hog: dict[str, Any] | None,
+          started: str, args: argparse.Namespace) -> None:
+    for name, runs in against.items():
+        for i, run in enumerate(runs):
+            result = work / f"rerun-{i + 1}-{name}.json"
+            if result.exists():
+                run["launches_alone"] = launches_alone(work / name, result)
     print(f"\n{started}, {os.cpu_count()} cores; -k {args.selection!r}, quick protocol, "
           "3 launches a run\n")
     print("| baseline | reruns | regression | inconclusive | pass | delta range | "
-          "launches per case | wall per run |\n|---|---|---|---|---|---|---|---|")
+          "launches per case | wall per run | the same launches judged alone |\n"
+          "|---|---|---|---|---|---|---|---|---|")
     for name, runs in against.items():
         print(show(name, runs))
     if hog is not None:
+        hogs = getattr(args, "hogs", 3)
         for c in hog["cases"]:
-            print(f"\nbeside {args.hogs} CPU hogs, against the one-run store: {c['outcome']} "
+            print(f"\nbeside {hogs} CPU hogs, against the one-run store: {c['outcome']} "
                   f"({c['level']}) at {c['median']:.3f} samples/s ({c['delta']:+.1%}) after "
                   f"{c['launches']} launch(es), session {hog['wall_s']:.0f} s")
         if not hog["cases"]:
             print(f"\nhog run: no verdict, rc {hog['rc']}: {hog['tail']}")
-    (work / "summary.json").write_text(json.dumps(
-        {"recorded": recorded, "reruns": against, "hog": hog}, indent=1) + "\n")
-    print(f"\n(stores and results in {work})")
-    return 0
 
 
 if __name__ == "__main__":
