@@ -137,6 +137,11 @@ def test_the_same_code_passes_and_a_second_interpreter_runs_the_base_side(
     assert ab["base_python"] == str(wrapper) and ab["base_commit"] == git(repo, "rev-parse",
                                                                            "HEAD")
     assert ab["outcome"] in ("pass", "inconclusive") and len(ab["pairs"]) == 3
+    import torch  # the build each side's ranks ran, as they reported it (here the same one)
+
+    assert ab["base_framework_version"] == ab["head_framework_version"] == torch.__version__
+    result.stdout.fnmatch_lines([f"*A/B, head against base (base: *ranks under {wrapper} (torch "
+                                 f"{torch.__version__}); head: *(torch {torch.__version__}))*"])
     # the option's check (is it a Python 3.10+?), then the base side's 3 launches (one rank
     # each); never the head's
     assert len(list(marks.iterdir())) == 1 + 3

@@ -48,7 +48,7 @@ def measure(meter: ThroughputMeter, framework: str, workload: Any, batch_size: i
     most = max(per_round, -(-policy.max_repeats // policy.windows_per_launch))
     alpha = look_alpha(1 + -(-(most - per_round) // per_round))
     pairs: list[tuple[Result, Result]] = []
-    env: dict[str, Any] = {}
+    envs: dict[str, dict[str, Any]] = {}  # what each side's ranks saw (its framework build)
     launched_at = time.time()
     while True:
         for _ in range(per_round):
@@ -60,13 +60,13 @@ def measure(meter: ThroughputMeter, framework: str, workload: Any, batch_size: i
                 who = f" (A/B {side} side: {setup.base if side == 'base' else setup.head})"
                 figures[side], got = launches.run(cluster, spec, label=f"{side}, pair "
                                                   f"{len(pairs) + 1}", who=who)
-                env = got if side == "head" else env
+                envs[side] = got
             pairs.append((figures["base"], figures["head"]))
         verdict = paired.paired_compare([(b.samples_per_s, h.samples_per_s) for b, h in pairs],
                                         policy.tolerance, alpha=alpha)
         if verdict.outcome != INCONCLUSIVE or len(pairs) + per_round > most:
             break
-    report = _report(meter, case, version, sized, pairs, verdict, env, launched_at, launches,
+    report = _report(meter, case, version, sized, pairs, verdict, envs, launched_at, launches,
                      sides)
     state.reports.append(report)
     conclude(meter.node, paired.decide(report, policy), meter.cluster.launcher,
@@ -82,10 +82,11 @@ def _joined(results: list[Result]) -> Result:
 
 
 def _report(meter: ThroughputMeter, case: Any, version: str, sized: Any,
-            pairs: list[tuple[Result, Result]], verdict: Any, env: dict[str, Any],
+            pairs: list[tuple[Result, Result]], verdict: Any, envs: dict[str, dict[str, Any]],
             launched_at: float, launches: Launches, sides: dict[str, Any]) -> CaseReport:
     """The case record: the head's figures, the paired verdict, each side's in ``ab``."""
     setup = meter.state.ab
+    env = envs["head"]
     assert setup is not None
     head, base = _joined([h for _, h in pairs]), _joined([b for b, _ in pairs])
     devices = meter.cluster.world_size
@@ -103,6 +104,8 @@ def _report(meter: ThroughputMeter, case: Any, version: str, sized: Any,
         "base": setup.base, "head": setup.head, "base_revision": setup.revision,
         "base_commit": setup.commit.sha if setup.commit else None,
         "base_python": setup.python, "order": "ABBA",
+        "base_framework_version": envs["base"].get("framework_version"),
+        "head_framework_version": env.get("framework_version"),
         "pairs": [{"first": paired.order(i)[0], "base": b.median, "head": h.median}
                   for i, (b, h) in enumerate(pairs)],
         "base_median": base.median, "head_median": head.median, "ratio": ratio,

@@ -176,7 +176,10 @@ def ab_rows(benchmarks: list[dict[str, Any]]) -> tuple[str, list[list[str]]]:
         ab = info.get("ab")
         if not ab:
             continue
-        base = f"base: {ab['base']}; head: {ab['head']}"
+        builds = {side: ab.get(f"{side}_framework_version") for side in ("base", "head")}
+        base, head = ((f"{ab[side]} ({info['framework']} {builds[side]})" if builds[side]
+                       else ab[side]) for side in ("base", "head"))
+        base = f"base: {base}; head: {head}"
         unit = f" {info['unit']}/s"
         ci = ab.get("ratio_ci")
         p = ab["p_better"] if ab["outcome"] == "improvement" else ab["p_worse"]
