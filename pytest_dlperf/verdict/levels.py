@@ -32,12 +32,9 @@ from dataclasses import replace
 from typing import Sequence
 
 from ..core.protocol import split
-from .stats import (ALPHA, INCONCLUSIVE, PASS, Launches, TTest, Verdict, compare, decide_outcome,
-                    launch_medians)
+from .stats import (ALPHA, DOUBT_FACTOR, INCONCLUSIVE, PASS, Launches, TTest, Verdict, compare,
+                    decide_outcome, launch_medians)
 
-# A change beyond this factor is not drift (the largest seen between runs of an unchanged case
-# on this project's VMs: 1.39x slower).
-DOUBT_FACTOR = 2.0
 
 
 def run_sizes(runs: Sequence[int] | None, launches: int) -> list[int]:

@@ -37,6 +37,9 @@ INCONCLUSIVE = "inconclusive"
 NO_BASELINE = "no-baseline"
 
 ALPHA = 0.01  # one-sided false-alarm budget of a whole verdict (split over its looks)
+# A change beyond this factor is not drift (the largest seen between runs of an unchanged case
+# on this project's VMs: 1.39x slower); ``levels`` judges it on the launches alone.
+DOUBT_FACTOR = 2.0
 
 Launches = Sequence[Sequence[float]]  # one list of window figures per launch
 
@@ -134,7 +137,8 @@ class Verdict:
             parts.append(f"{1 - 2 * self.alpha:.1%} CI of the ratio [{lo:.3f}, {hi:.3f}]")
         text = ", ".join(parts)
         if self.beyond_doubt:
-            text += "; beyond a factor of 2, more than runs drift: judged on the launches"
+            text += (f"; beyond a factor of {DOUBT_FACTOR:g}, more than runs drift: judged on "
+                     "the launches")
         return text
 
     def to_json(self) -> dict[str, object]:
