@@ -44,3 +44,24 @@ def tensorflow(ctx: BuildContext) -> Parts:
     factor = LOSS[str(ctx.sizes["loss"])]
     return Parts(model=model, inputs=tf.ones((BATCH, IN)), targets=tf.zeros((BATCH,)),
                  loss=lambda out, _: factor * tf.reduce_sum(out))
+
+
+def paddle(ctx: BuildContext) -> Parts:
+    import paddle
+
+    model = paddle.nn.Linear(IN, OUT, bias_attr=paddle.ParamAttr(
+        initializer=paddle.nn.initializer.Constant(1.0)))
+    factor = LOSS[str(ctx.sizes["loss"])]
+    return Parts(model=model, inputs=paddle.ones([BATCH, IN]), targets=paddle.zeros([BATCH]),
+                 loss=lambda out, _: factor * out.sum())
+
+
+def paddle_random(ctx: BuildContext) -> Parts:
+    """A linear layer on random data of its own per ``data_rank`` (a size), so that one rank
+    alone can train on the data of either rank of a pair."""
+    import paddle
+
+    model = paddle.nn.Linear(IN, OUT)
+    paddle.seed(100 + int(ctx.sizes["data_rank"]))
+    return Parts(model=model, inputs=paddle.randn([BATCH, IN]), targets=paddle.randn([BATCH, OUT]),
+                 loss=lambda out, target: ((out - target) ** 2).mean())

@@ -1,13 +1,14 @@
 """The optimizer each adapter builds is the workload's: the global gradient norm clipped to
 ``clip_norm`` before the update, and AdamW's decoupled decay kept off 1-D parameters (BERT's
 "not on biases and LayerNorm"). One real step of each framework's trainer on a linear layer
-(torch and TensorFlow in a fresh interpreter, OneFlow under its own), weights read before and
-after. Measured against the arithmetic of the update, so a missing clip (an update 1000x too
-big), a per-group clip or decay on a bias shows as a wrong number."""
+(torch, TensorFlow and Paddle in a fresh interpreter, OneFlow under its own), weights read
+before and after. Measured against the arithmetic of the update, so a missing clip (an update
+1000x too big), a per-group clip or decay on a bias shows as a wrong number."""
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
 import os
 import sys
@@ -70,7 +71,8 @@ def norm(values: list[float]) -> float:
 def interpreters() -> list[object]:
     oneflow = str(oneflow_interpreter())
     cases = [("torch", sys.executable, "eager"), ("tensorflow", sys.executable, "eager"),
-             ("oneflow", oneflow, "eager"), ("oneflow", oneflow, "compiled")]
+             ("oneflow", oneflow, "eager"), ("oneflow", oneflow, "compiled"),
+             ("paddle", sys.executable, "eager"), ("paddle", sys.executable, "compiled")]
     return [pytest.param(*case, id=f"{case[0]}-{case[2]}") for case in cases]
 
 
@@ -79,6 +81,8 @@ def _need(framework: str, python: str) -> None:
         pytest.skip(f"no OneFlow interpreter at {python}: run scripts/setup-oneflow")
     if framework == "tensorflow":
         pytest.importorskip("tensorflow")
+    if framework == "paddle" and importlib.util.find_spec("paddle") is None:
+        pytest.skip("PaddlePaddle is not installed (pip install 'pytest-dlperf[paddle]')")
 
 
 @pytest.mark.parametrize("framework, python, mode", interpreters())

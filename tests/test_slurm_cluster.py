@@ -92,8 +92,22 @@ def oneflow_mlp(ctx):
     return Parts(model=model, inputs=flow.randn(ctx.batch_size, 32), targets=targets)
 
 
+def paddle_mlp(ctx):
+    import paddle
+
+    model = paddle.nn.Sequential(paddle.nn.Linear(32, 64), paddle.nn.ReLU(),
+                                 paddle.nn.Linear(64, 10))
+
+    def targets():
+        step()
+        return paddle.randint(0, 10, [ctx.batch_size])
+
+    return Parts(model=model, inputs=paddle.randn([ctx.batch_size, 32]), targets=targets)
+
+
 MLP = Workload("mlp", recipes={"torch": torch_mlp, "tensorflow": tensorflow_mlp,
-                               "oneflow": oneflow_mlp}, batch_size={"cpu": 2})
+                               "oneflow": oneflow_mlp, "paddle": paddle_mlp},
+               batch_size={"cpu": 2})
 """
 
 SCALING = """
@@ -237,7 +251,7 @@ def framework_args(framework: str, request: pytest.FixtureRequest) -> list[str]:
 
 @pytest.mark.usefixtures("subprocess_env")
 @pytest.mark.parametrize("framework, how", [("torch", "sbatch"), ("tensorflow", "salloc"),
-                                            ("oneflow", "salloc")])
+                                            ("oneflow", "salloc"), ("paddle", "salloc")])
 def test_a_two_node_job_trains_one_rank_on_each_node(
         slurm: LocalSlurm, pytester: pytest.Pytester, request: pytest.FixtureRequest,
         framework: str, how: str) -> None:

@@ -23,8 +23,9 @@ The CPU keeps the model and the algorithm but a sequence of 32 with 5 masked pos
 15%) and a batch of 2, so that a quick case takes about as long as ResNet-50's.
 
 torch uses ``transformers``' ``BertForPreTraining`` built from its config (nothing downloaded);
-TensorFlow (``bert_keras``) and OneFlow (``bert_oneflow``) build the same network from their
-own layers, under torch's parameter names. Frameworks are imported inside the recipes only.
+TensorFlow (``bert_keras``), OneFlow (``bert_oneflow``) and PaddlePaddle (``bert_paddle``) build
+the same network from their own layers, under torch's parameter names. Frameworks are imported
+inside the recipes only.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ WORKLOAD = Workload(
         "torch": "pytest_dlperf.models.bert:torch_recipe",
         "tensorflow": "pytest_dlperf.models.bert_keras:recipe",
         "oneflow": "pytest_dlperf.models.bert_oneflow:recipe",
+        "paddle": "pytest_dlperf.models.bert_paddle:recipe",
     },
 )
 

@@ -7,11 +7,12 @@ SGD with momentum 0.9 and coupled L2 weight decay 1e-4 on every parameter (lr 0.
 of global batch), cross-entropy on fresh random labels every step, synthetic images resident on
 the device.
 
-torch and OneFlow use their zoos' ResNet-50 (torchvision and flowvision: v1.5, stride 2 on the
-3x3 conv). Keras' own ``keras.applications.ResNet50`` is v1 (stride on the first 1x1 conv), so
-the Keras model is written here, layer for layer in torchvision's order: 25,557,032 trainable
-parameters, the same as torch's ``parameters()`` (BN moving statistics are buffers in torch and
-non-trainable weights in Keras).
+torch, OneFlow and Paddle use their zoos' ResNet-50 (torchvision, flowvision and
+``paddle.vision``: v1.5, stride 2 on the 3x3 conv). Keras' own ``keras.applications.ResNet50``
+is v1 (stride on the first 1x1 conv), so the Keras model is written here, layer for layer in
+torchvision's order: 25,557,032 trainable parameters, the same as torch's ``parameters()`` (BN
+moving statistics are buffers in torch, non-trainable weights in Keras and non-trainable
+parameters in Paddle).
 
 Frameworks are imported inside the recipes only (this module is imported on the pytest side).
 """
@@ -37,6 +38,7 @@ WORKLOAD = Workload(
         "torch": "pytest_dlperf.models.resnet50:torch_recipe",
         "tensorflow": "pytest_dlperf.models.resnet50:tensorflow_recipe",
         "oneflow": "pytest_dlperf.models.resnet50:oneflow_recipe",
+        "paddle": "pytest_dlperf.models.resnet50:paddle_recipe",
     },
 )
 
@@ -72,6 +74,34 @@ def oneflow_recipe(ctx: BuildContext) -> Parts:
         return flow.randint(0, NUM_CLASSES, (ctx.batch_size,), device=ctx.device)
 
     return Parts(model=model, inputs=images, targets=fresh_labels)
+
+
+def paddle_recipe(ctx: BuildContext) -> Parts:
+    import paddle
+
+    # The adapter has made the case's device Paddle's current one: tensors are created there.
+    model = paddle.vision.models.resnet50(num_classes=NUM_CLASSES)
+    size = int(ctx.sizes["image_size"])
+    images = paddle.randn([ctx.batch_size, 3, size, size])
+
+    def fresh_labels() -> Any:
+        return paddle.randint(0, NUM_CLASSES, [ctx.batch_size])
+
+    return Parts(model=model, inputs=images, targets=fresh_labels)
+
+
+def paddle_torch_named_shapes(model: Any) -> dict[str, tuple[int, ...]]:
+    """Paddle's trainable parameters under torchvision's names, in torch's layout: the names
+    are torchvision's already (``paddle.vision`` follows it; BatchNorm's running statistics,
+    ``_mean`` and ``_variance``, are non-trainable parameters and left out), and a Linear
+    weight is (in, out) in Paddle, (out, in) in torch."""
+    shapes = {}
+    for name, param in model.named_parameters():
+        if param.stop_gradient:
+            continue
+        shape = tuple(int(d) for d in param.shape)
+        shapes[name] = shape[::-1] if len(shape) == 2 else shape
+    return shapes
 
 
 def tensorflow_recipe(ctx: BuildContext) -> Parts:

@@ -134,7 +134,8 @@ OPTIONS: tuple[Option, ...] = (
            "naming amp here runs them anyway.",
            _optional(_subset("fp32", "amp")), metavar="LIST"),
     Option("compilers", "the compiler axis of tests that take the `compiler` fixture, "
-           "comma-separated: eager, compiled (torch.compile for torch, XLA for TensorFlow). "
+           "comma-separated: eager, compiled (torch.compile for torch, XLA for TensorFlow, "
+           "nn.Graph for OneFlow, to_static for Paddle). "
            "Default: eager on CPU (a compiled ResNet-50 step was slower than eager here and a "
            "cold compile takes ~1 min), eager,compiled on CUDA.",
            _optional(_subset(*COMPILERS)), metavar="LIST"),

@@ -1,0 +1,242 @@
+"""PaddlePaddle: a workload's ``paddle.nn.Layer`` under ``paddle.DataParallel``, eager or
+``paddle.jit.to_static`` (the ``compiled`` mode: the whole forward as one static program).
+
+Ranks are started by the plugin's launchers (torchrun agents, srun), not by
+``paddle.distributed.launch``: ``init_parallel_env`` needs only what every launcher already says
+(rank, world size, the first node's address), under Paddle's names, which the adapter sets from
+RANK / WORLD_SIZE / MASTER_ADDR before Paddle is imported. Paddle's rank 0 serves its TCP store
+on ``MASTER_PORT``, which torchrun's agent store already holds, so it takes the launcher's spare
+port on the first node (``DLPERF_FRAMEWORK_PORT``) instead, as OneFlow does. Gradients cross
+ranks through gloo on CPU and NCCL on CUDA; ``DataParallel`` averages them in backward.
+
+Paddle runs eagerly on CPU (a step returns when its kernels are done); on CUDA its kernels are
+queued on the stream, and ``synchronize`` waits for the device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from typing import Any, Callable, Iterator, MutableMapping
+
+from ..core.spec import OptimizerSpec, RankSpec
+from ..core.workload import BuildContext, Parts
+from . import DeviceUnavailable, DistEnv, fresh
+
+# The CPU wheel and the CUDA one are different distributions; either provides ``paddle``.
+DISTRIBUTION = ("paddlepaddle", "paddlepaddle-gpu")
+RECIPE_FOR = "paddle"
+INSTALL_HINT = ("PaddlePaddle is not installed: pip install 'pytest-dlperf[paddle]' (the CPU "
+                "wheel; on CUDA hosts paddlepaddle-gpu from Paddle's own index)")
+
+
+def prepare_environ(environ: MutableMapping[str, str], dist: DistEnv, cuda: bool) -> None:
+    """What ``paddle.distributed.init_parallel_env`` reads, from the launcher's variables (so:
+    before Paddle is imported, and before any Paddle process group exists).
+
+    Paddle's store goes on the launcher's spare port when there is one: under torchrun
+    MASTER_PORT is the agent's store. Paddle also insists on every rank's endpoint
+    (``PADDLE_CURRENT_ENDPOINT``, ``PADDLE_TRAINER_ENDPOINTS``); with a store they only name
+    the ranks (gloo and NCCL pick their own ports through the store), so they are written as
+    the first node's address and a port number per rank that nothing listens on."""
+    port = environ.get("DLPERF_FRAMEWORK_PORT")
+    if port:
+        environ["MASTER_PORT"] = port
+    elif environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and dist.world_size > 1:
+        raise RuntimeError(
+            "Paddle's ranks need a free port on the first node for Paddle's own store: torchrun's "
+            "agent holds MASTER_PORT and DLPERF_FRAMEWORK_PORT is not set; export "
+            "DLPERF_FRAMEWORK_PORT=<a free port on the first node> for every rank")
+    host = environ.get("MASTER_ADDR", "127.0.0.1")
+    base = int(environ.get("MASTER_PORT", "0"))
+    endpoints = [f"{host}:{base + 1 + rank}" for rank in range(dist.world_size)]
+    environ.update(
+        PADDLE_TRAINER_ID=str(dist.rank),
+        PADDLE_TRAINERS_NUM=str(dist.world_size),
+        PADDLE_CURRENT_ENDPOINT=endpoints[dist.rank],
+        PADDLE_TRAINER_ENDPOINTS=",".join(endpoints),
+        PADDLE_DISTRI_BACKEND="nccl" if cuda else "gloo",
+    )
+    if cuda:
+        environ["FLAGS_selected_gpus"] = str(dist.local_rank)
+
+
+class PaddleTrainer:
+    def __init__(self, spec: RankSpec, dist: DistEnv,
+                 recipe: Callable[[BuildContext], Parts]) -> None:
+        self.cuda = spec.device_type == "cuda"
+        prepare_environ(os.environ, dist, self.cuda)
+        import paddle
+
+        self._paddle = paddle
+        self.threads = spec.threads
+        paddle.base.core.set_num_threads(self.threads)
+        if self.cuda:
+            count = paddle.device.cuda.device_count() if paddle.is_compiled_with_cuda() else 0
+            if dist.local_rank >= count:
+                raise DeviceUnavailable(
+                    f"the case runs on CUDA (NVML found GPUs) but Paddle {paddle.__version__} "
+                    f"sees {count} GPU(s) and this rank has local rank {dist.local_rank}; "
+                    "install paddlepaddle-gpu or run with --dlperf-device cpu")
+            self.device = f"gpu:{dist.local_rank}"
+        else:
+            self.device = "cpu"
+        # The recipe makes its tensors on the current device, Paddle's default place.
+        paddle.set_device(self.device)
+        self.world_size = dist.world_size
+        if dist.world_size > 1:
+            paddle.distributed.init_parallel_env()
+        # One seed for the model on every rank (DataParallel broadcasts rank 0's anyway), a seed
+        # per rank for the data drawn afterwards.
+        paddle.seed(spec.seed)
+        parts = recipe(spec.context(dist.rank, dist.world_size, dist.local_rank,
+                                    self.device.replace("gpu", "cuda")))
+        model = parts.model
+        # BatchNorm's running statistics are parameters with stop_gradient in Paddle.
+        self.params = [p for p in model.parameters() if not p.stop_gradient]
+        self.parameters = sum(math.prod(p.shape) for p in self.params)
+        paddle.seed(spec.seed + dist.rank)
+        self.compiled = spec.compiled
+        # to_static turns the forward into one static program (Paddle's PIR) the first time it
+        # runs, which the warm-up absorbs; backward and the update stay eager, as for torch.
+        if self.compiled:
+            model = paddle.jit.to_static(model, full_graph=True, backend=None)
+        self.model = paddle.DataParallel(model) if dist.world_size > 1 else model
+        self.optimizer = make_optimizer(paddle, self.params, spec.optimizer)
+        self.criterion = parts.loss or paddle.nn.functional.cross_entropy
+        self.inputs, self.targets = parts.inputs, parts.targets
+        self._data_source = parts.data
+        self.data: Iterator[Any] | None = iter(parts.data) if parts.data is not None else None
+        self.amp = spec.precision.enabled
+        self.amp_dtype = spec.precision.dtype
+        self.scaler = (paddle.amp.GradScaler(init_loss_scaling=2.0 ** 16)
+                       if spec.precision.loss_scaling else None)
+        self._loss: Any = None
+
+    def _next_batch(self) -> tuple[Any, Any]:
+        if self.data is None:
+            return fresh(self.inputs), fresh(self.targets)
+        try:
+            return next(self.data)  # type: ignore[no-any-return]
+        except StopIteration:  # an epoch ended: start the next
+            self.data = iter(self._data_source)  # type: ignore[arg-type]
+            return next(self.data)  # type: ignore[no-any-return]
+
+    def _autocast(self) -> Any:
+        if not self.amp:
+            return contextlib.nullcontext()
+        return self._paddle.amp.auto_cast(enable=True, dtype=self.amp_dtype, level="O1")
+
+    def step(self) -> None:
+        inputs, targets = self._next_batch()
+        with self._autocast():
+            outputs = self.model(*inputs) if isinstance(inputs, tuple) else self.model(inputs)
+            loss = self.criterion(outputs, targets)
+        if self.scaler is not None:
+            # Unscales, skips the step on an inf or NaN, and clips (the optimizer's grad_clip)
+            # the unscaled gradients.
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()  # DataParallel all-reduces (averages) the gradients here
+            self.optimizer.step()
+        self.optimizer.clear_grad(set_to_zero=False)
+        self._loss = loss
+
+    def local_step(self) -> None:
+        """Forward and backward on this rank alone, no all-reduce (DataParallel's ``no_sync``)
+        and no update: the straggler check's measure of the rank's own speed."""
+        inputs, targets = self._next_batch()
+        no_sync = getattr(self.model, "no_sync", None)
+        with no_sync() if no_sync is not None else contextlib.nullcontext():
+            with self._autocast():
+                outputs = (self.model(*inputs) if isinstance(inputs, tuple)
+                           else self.model(inputs))
+                loss = self.criterion(outputs, targets)
+            loss.backward()
+        self.optimizer.clear_grad(set_to_zero=False)
+
+    def reset_peak_memory(self) -> None:
+        if self.cuda:
+            cuda = self._paddle.device.cuda
+            cuda.reset_max_memory_allocated(self.device)
+            cuda.reset_max_memory_reserved(self.device)
+
+    def peak_memory(self) -> dict[str, int]:
+        """Paddle's allocator peaks on this rank's GPU since the last reset."""
+        if not self.cuda:
+            return {}
+        cuda = self._paddle.device.cuda
+        return {"allocated_peak_bytes": int(cuda.max_memory_allocated(self.device)),
+                "reserved_peak_bytes": int(cuda.max_memory_reserved(self.device))}
+
+    def synchronize(self) -> None:
+        # On CPU, Paddle's kernels have run when the op returns (paddle.device.synchronize
+        # raises TypeError there); tests/test_paddle.py checks a window against a wall clock.
+        if self.cuda:
+            self._paddle.device.synchronize(self.device)
+
+    def loss(self) -> float:
+        return 0.0 if self._loss is None else float(self._loss.astype("float32").item())
+
+    def environment(self) -> dict[str, Any]:
+        paddle = self._paddle
+        env: dict[str, Any] = {
+            "framework": "paddle",
+            "framework_version": paddle.__version__,
+            "threads": self.threads,
+            "parameters": self.parameters,
+            "compiled": self.compiled,
+            "data_parallel_ranks": (paddle.distributed.get_world_size()
+                                    if self.world_size > 1 else 1),
+        }
+        if self.cuda:
+            env.update(device_name=paddle.device.cuda.get_device_name(self.device),
+                       cuda=paddle.version.cuda(), cudnn=paddle.version.cudnn())
+        return env
+
+    def close(self) -> None:
+        pass  # Paddle's gloo and NCCL groups are torn down at interpreter exit
+
+
+def make_optimizer(paddle: Any, params: list[Any], opt: OptimizerSpec) -> Any:
+    """The workload's optimizer. Momentum with a float ``weight_decay`` is coupled L2 decay (the
+    decay term added to the gradient before the momentum, as torch's SGD); AdamW's decay is
+    decoupled, kept off the parameters the workload excludes by Paddle's parameter names; the
+    global-norm clip is the optimizer's, over every parameter at once."""
+    clip = (paddle.nn.ClipGradByGlobalNorm(opt.clip_norm) if opt.clip_norm is not None
+            else None)
+    if opt.kind == "sgd":
+        return paddle.optimizer.Momentum(learning_rate=opt.lr, momentum=opt.momentum,
+                                         parameters=params, weight_decay=opt.weight_decay or None,
+                                         grad_clip=clip)
+    if opt.kind == "adamw":
+        decayed = {p.name for p in params if opt.decays(p.shape)}
+        return paddle.optimizer.AdamW(learning_rate=opt.lr, beta1=opt.betas[0],
+                                      beta2=opt.betas[1], epsilon=opt.eps, parameters=params,
+                                      weight_decay=opt.weight_decay, grad_clip=clip,
+                                      apply_decay_param_fun=lambda name: name in decayed)
+    raise ValueError(f"the paddle adapter has no optimizer {opt.kind!r} (has: sgd, adamw)")
+
+
+def amp_unavailable(device_type: str) -> str | None:
+    """Paddle's AMP is CUDA's (and XPU's): ``auto_cast`` on CPU leaves every op in fp32 with a
+    warning ("only support CUDAPlace, XPUPlace..."), and pure bf16 fails on CPU (conv2d has no
+    bf16 CPU kernel). Measuring that as "amp" would be a lie."""
+    if device_type == "cpu":
+        return ("Paddle has no CPU mixed precision (auto_cast on CPU runs fp32 with a warning; "
+                "pure bf16 has no CPU conv2d kernel)")
+    return None
+
+
+def compile_unavailable(device_type: str) -> str | None:
+    return None  # to_static runs on CPU and CUDA alike
+
+
+def build_trainer(spec: RankSpec, dist: DistEnv,
+                  recipe: Callable[[BuildContext], Parts] | None) -> PaddleTrainer:
+    if recipe is None:
+        raise ValueError("the paddle adapter needs the workload's paddle recipe")
+    return PaddleTrainer(spec, dist, recipe)

@@ -1,0 +1,275 @@
+"""PaddlePaddle: its ResNet-50 is torchvision's, its data parallelism averages gradients over
+ranks started by the plugin's own launchers, and its windows are honest.
+
+Paddle runs in subprocesses only (``run_snippet``, pytester): importing Paddle and TensorFlow
+in one process segfaults here (tensorflow-cpu 2.21 + paddlepaddle 3.3.1), and this suite's
+process imports TensorFlow in other modules.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from snippets import run_snippet
+
+if importlib.util.find_spec("paddle") is None:
+    pytest.skip("PaddlePaddle is not installed (pip install 'pytest-dlperf[paddle]')",
+                allow_module_level=True)
+
+PYTHON = sys.executable
+
+
+def test_paddle_vision_resnet50_is_torchvisions_layer_for_layer() -> None:
+    torchvision = pytest.importorskip("torchvision")
+    out = run_snippet(PYTHON, """
+import json, paddle
+from pytest_dlperf.models.resnet50 import paddle_torch_named_shapes
+model = paddle.vision.models.resnet50(num_classes=1000)
+block = model.layer2[0]
+bn = model.bn1
+print(json.dumps({"shapes": paddle_torch_named_shapes(model),
+                  "strides": [block.conv1._stride, block.conv2._stride, block.conv3._stride],
+                  "bn": [bn._momentum, bn._epsilon]}))
+""")
+    assert isinstance(out, dict)
+    shapes = {name: tuple(shape) for name, shape in out["shapes"].items()}
+    torch_shapes = {n: tuple(p.shape) for n, p in torchvision.models.resnet50().named_parameters()}
+    assert list(shapes) == list(torch_shapes)  # the same 161 names, in torch's order
+    assert {n: (s, torch_shapes[n]) for n, s in shapes.items() if torch_shapes[n] != s} == {}
+    assert sum(math.prod(shape) for shape in shapes.values()) == 25_557_032
+    # v1.5: a stage's first block strides on its 3x3 conv, not on its first 1x1.
+    assert out["strides"] == [[1, 1], [2, 2], [1, 1]]
+    # Paddle's BatchNorm keeps momentum x the old statistics: 0.9 is torch's momentum 0.1.
+    assert out["bn"] == [pytest.approx(0.9), pytest.approx(1e-5)]
+
+
+def test_torchvisions_weights_give_torchvisions_logits(tmp_path: Path) -> None:
+    """Eval mode (BatchNorm on its running statistics, loaded too) on one 64x64 image: the same
+    function, not only the same shapes. Random running statistics make the logits large
+    (130 at most, here); a faithful model is within 1.4e-4 of them (1.1e-6 relative), and the
+    tolerance, 1e-5 relative, sits far below what a changed layer costs: epsilon 1e-3 in the
+    last BatchNorm alone moved the logits by 0.036 (measured 2026-11-25)."""
+    torch = pytest.importorskip("torch")
+    torchvision = pytest.importorskip("torchvision")
+    import numpy as np
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet50().eval()
+    with torch.no_grad():  # running statistics that are not BatchNorm's initial 0 and 1
+        for module in model.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.running_mean.uniform_(-0.1, 0.1)
+                module.running_var.uniform_(0.5, 1.5)
+        image = torch.randn(1, 3, 64, 64)
+        logits = model(image)
+    arrays = {name: value.numpy() for name, value in model.state_dict().items()
+              if not name.endswith("num_batches_tracked")}
+    np.savez(tmp_path / "ref.npz", image=image.numpy(), logits=logits.numpy(),
+             **{f"param/{n}": a for n, a in arrays.items()})
+    out = run_snippet(PYTHON, f"""
+import json
+import numpy as np
+import paddle
+ref = np.load({str(tmp_path / "ref.npz")!r})
+model = paddle.vision.models.resnet50(num_classes=1000)
+model.eval()
+renames = {{"running_mean": "_mean", "running_var": "_variance"}}
+state = {{}}
+for key in ref.files:
+    if key.startswith("param/"):
+        name = key[len("param/"):]
+        head, _, tail = name.rpartition(".")
+        value = ref[key]
+        state[head + "." + renames.get(tail, tail)] = value.T if name == "fc.weight" else value
+model.set_state_dict(state)
+assert sorted(state) == sorted(model.state_dict()), set(state) ^ set(model.state_dict())
+with paddle.no_grad():
+    logits = model(paddle.to_tensor(ref["image"])).numpy()
+scale = float(np.abs(ref["logits"]).max())
+print(json.dumps({{"error": float(np.abs(logits - ref["logits"]).max()), "scale": scale}}))
+""")
+    assert isinstance(out, dict)
+    assert out["scale"] > 0.1  # logits worth comparing
+    assert out["error"] < 1e-5 * out["scale"], out
+
+
+STEP = """
+import json, sys
+sys.path.insert(0, "tests")
+from pytest_dlperf import SGD, Workload
+from pytest_dlperf.frameworks import DistEnv, load
+from pytest_dlperf.core.protocol import QUICK
+from pytest_dlperf.core.spec import spec_for
+from pytest_dlperf.core.workload import load_recipe
+workload = Workload("linear", recipes={"paddle": "optimizer_recipes:paddle_random"},
+                    batch_size={"cpu": 4}, sizes={"data_rank": RANK},
+                    optimizer=SGD(lr_per_256=0.1 * 256 / 4, momentum=0.0))
+spec = spec_for("paddle", workload, protocol=QUICK, device_type="cpu", compiler=COMPILER)
+dist = DistEnv(RANK, WORLD, RANK, WORLD, 0) if WORLD > 1 else DistEnv(0, 1, 0, 1, 0)
+trainer = load("paddle").build_trainer(spec, dist, load_recipe(spec.recipe))
+before = [p.numpy().tolist() for p in trainer.params]
+trainer.step()
+trainer.synchronize()
+print(json.dumps({"before": before, "after": [p.numpy().tolist() for p in trainer.params],
+                  "ranks": trainer.environment()["data_parallel_ranks"]}))
+"""
+
+
+def _flat(weights: list[object]) -> list[float]:
+    out: list[float] = []
+    for value in weights:
+        out.extend(_flat(value) if isinstance(value, list) else [float(value)])  # type: ignore[arg-type]
+    return out
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_two_ranks_average_their_gradients(mode: str, tmp_path: Path) -> None:
+    """Two ranks through the adapter (Paddle's process group from the launcher's variables,
+    gloo, DataParallel), each on its own data: one step of plain SGD leaves both with the same
+    weights, the mean of what each rank's data alone gives (summed gradients would give twice
+    the update, a rank training alone its own)."""
+    import os
+    import socket
+    import subprocess
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    head = f"COMPILER = {mode!r}\n"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "OMP_NUM_THREADS": "1", "GLOG_minloglevel": "2", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(port)}
+    env.pop("DLPERF_FRAMEWORK_PORT", None)
+    ranks = [subprocess.Popen([PYTHON, "-c", head + f"RANK, WORLD = {rank}, 2\n" + STEP],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                              cwd=Path(__file__).resolve().parents[1])
+             for rank in (0, 1)]
+    together = []
+    for proc in ranks:
+        stdout, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 0, stderr[-3000:]
+        together.append(json.loads(stdout.strip().splitlines()[-1]))
+    alone = [run_snippet(PYTHON, head + f"RANK, WORLD = {rank}, 1\n" + STEP) for rank in (0, 1)]
+    assert [r["ranks"] for r in together] == [2, 2]
+    assert together[0]["before"] == together[1]["before"] == alone[0]["before"]  # type: ignore[index]
+    first, second = (_flat(r["after"]) for r in together)
+    assert first == pytest.approx(second, abs=1e-7)
+    each = [_flat(r["after"]) for r in alone]  # type: ignore[index]
+    assert each[0] != pytest.approx(each[1], abs=1e-4)  # the ranks' data differ
+    assert first == pytest.approx([(a + b) / 2 for a, b in zip(*each)], abs=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_a_window_agrees_with_a_wall_clock(mode: str) -> None:
+    """On CPU a Paddle op returns when its kernel is done, so the adapter's synchronize does
+    nothing there. Proven both ways: the meter's window over ResNet-50 steps agrees with a wall
+    clock read after a blocking loss fetch, and so does the same window with a no-op
+    synchronize (were Paddle asynchronous here, as OneFlow is, that window would read short
+    and this test would say the adapter needs a real wait)."""
+    figures = run_snippet(PYTHON, f"COMPILER = {mode!r}\n" + """
+import json, time
+from pytest_dlperf.frameworks import DistEnv
+from pytest_dlperf.models import RESNET50
+from pytest_dlperf.core.protocol import QUICK, Protocol
+from pytest_dlperf.core.spec import spec_for
+from pytest_dlperf.rank.timing import measure
+from pytest_dlperf.rank.worker import build
+spec = spec_for("paddle", RESNET50, protocol=QUICK, device_type="cpu", compiler=COMPILER,
+                sizes={"image_size": 32})
+trainer = build(spec, DistEnv(0, 1, 0, 1, 0))
+for _ in range(3):
+    trainer.step()
+trainer.synchronize()
+out = {}
+for name, sync in (("synchronized", trainer.synchronize), ("not synchronized", lambda: None)):
+    began = time.perf_counter()
+    window = measure(Protocol(0, 8, 1), trainer.step, sync).windows[0].elapsed_s
+    trainer.loss()  # blocks until the last step's loss exists
+    out[name] = [window, time.perf_counter() - began]
+print(json.dumps(out))
+""")
+    assert isinstance(figures, dict)
+    for name in ("synchronized", "not synchronized"):
+        window, outside = figures[name]
+        assert 0.9 * outside <= window <= outside, (name, window, outside)
+
+
+def test_paddles_store_takes_the_launchers_spare_port() -> None:
+    from pytest_dlperf.frameworks import DistEnv
+    from pytest_dlperf.frameworks.paddle import prepare_environ
+
+    environ = {"MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29500",
+               "DLPERF_FRAMEWORK_PORT": "31000", "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    prepare_environ(environ, DistEnv(1, 2, 0, 1, 1), cuda=True)
+    assert environ["MASTER_PORT"] == "31000"  # torchrun's agent store keeps 29500
+    assert (environ["PADDLE_TRAINER_ID"], environ["PADDLE_TRAINERS_NUM"]) == ("1", "2")
+    assert environ["PADDLE_DISTRI_BACKEND"] == "nccl"
+    assert environ["FLAGS_selected_gpus"] == "0"  # the local rank's GPU
+    assert environ["PADDLE_CURRENT_ENDPOINT"] in environ["PADDLE_TRAINER_ENDPOINTS"].split(",")
+    # An agent store on MASTER_PORT and no spare port: Paddle's store would fail to bind it.
+    with pytest.raises(RuntimeError, match="DLPERF_FRAMEWORK_PORT"):
+        prepare_environ({"MASTER_ADDR": "h", "MASTER_PORT": "29500",
+                         "TORCHELASTIC_USE_AGENT_STORE": "True"},
+                        DistEnv(0, 2, 0, 2, 0), cuda=False)
+
+
+OWN_MODEL = """
+import pytest
+
+from pytest_dlperf import Parts, Workload
+
+
+def build(ctx):
+    import paddle  # inside the recipe: the pytest side never imports Paddle
+
+    width = int(ctx.sizes["width"])
+    model = paddle.nn.Sequential(paddle.nn.Linear(width, 2 * width), paddle.nn.ReLU(),
+                                 paddle.nn.Linear(2 * width, 10))
+    return Parts(model=model, inputs=paddle.randn([ctx.batch_size, width]),
+                 targets=lambda: paddle.randint(0, 10, [ctx.batch_size]))
+
+
+MLP = Workload("pd-mlp", recipes={"paddle": build}, batch_size={"cpu": 16}, sizes={"width": 32},
+               unit="rows")
+
+
+@pytest.mark.multinode
+def test_mlp(cluster, amp, compiler, throughput_meter):
+    report = throughput_meter.measure("paddle", MLP)
+    assert report.environment["data_parallel_ranks"] == cluster.world_size
+    assert report.environment["parameters"] == 32 * 64 + 64 + 64 * 10 + 10
+"""
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_an_own_model_trains_on_two_nodes_eager_and_compiled(pytester: pytest.Pytester) -> None:
+    """Two local nodes (as root, two network hosts: gloo's traffic crosses the link between
+    them), eager and to_static; AMP skips on CPU with Paddle's reason."""
+    pytester.makepyfile(test_own=OWN_MODEL)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--dlperf-protocol", "quick", "-m", "multinode", "--nodes",
+        "2", "--devices-per-node", "1", "--dlperf-compilers", "eager,compiled", "-k", "2n1d",
+        "--dlperf-precisions", "fp32,amp", "--dlperf-json", "r.json", "-rs",
+        "--dlperf-unstable-cv", "50", timeout=400)
+    result.assert_outcomes(passed=2, skipped=2)
+    result.stdout.fnmatch_lines(["*paddle has no AMP on cpu*Paddle has no CPU mixed precision*"])
+    benches = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
+    assert sorted(b["name"] for b in benches) == ["test_mlp[2n1d-fp32-compiled]",
+                                                 "test_mlp[2n1d-fp32-eager]"]
+    for bench in benches:
+        info = bench["extra_info"]
+        assert info["fingerprint"]["framework"] == "paddle" and info["unit"] == "rows"
+        assert info["environment"]["compiled"] == bench["name"].endswith("compiled]")
+        ranks = info["peak_memory_per_rank"]
+        assert [r["rank"] for r in ranks] == [0, 1]
+        assert all(r["own_step_s"] > 0 and r["peak_memory_bytes"] > 0 for r in ranks)
+        from pytest_dlperf.launch import fabric
+
+        if fabric.available()[0]:
+            assert len(set(info["network"]["addresses"])) == 2, info["network"]
