@@ -1,4 +1,4 @@
-"""Issue 16 for TensorFlow and OneFlow, through the plugin with real ranks on CPU:
+"""Issue 16 for TensorFlow, OneFlow and Paddle, through the plugin with real ranks on CPU:
 --dlperf-batch-size max searches under a memory limit the OS enforces, each probe a fresh launch
 of that framework, and the case is measured at the batch found (test_memory_cases.py does the
 same, and more, for torch)."""
@@ -49,7 +49,24 @@ def of_wide(ctx):
                  targets=lambda: flow.randint(0, 10, (ctx.batch_size,)))
 
 
-WIDE = Workload("wide", recipes={"tensorflow": tf_wide, "oneflow": of_wide},
+def pd_wide(ctx):
+    import paddle
+
+    class Wide(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.proj = paddle.nn.Linear(1024, 1024)
+            self.head = paddle.nn.Linear(1024, 10)
+
+        def forward(self, x):
+            h = self.proj(x).unsqueeze(-1).tile([1, 1, 4096])
+            return self.head(paddle.nn.functional.relu(h).mean(-1))
+
+    return Parts(model=Wide(), inputs=paddle.randn([ctx.batch_size, 1024]),
+                 targets=lambda: paddle.randint(0, 10, [ctx.batch_size]))
+
+
+WIDE = Workload("wide", recipes={"tensorflow": tf_wide, "oneflow": of_wide, "paddle": pd_wide},
                 batch_size={"cpu": 8})
 """
 
@@ -59,7 +76,7 @@ import pytest
 from wide_recipes import WIDE
 
 
-@pytest.mark.parametrize("framework", ["tensorflow", "oneflow"])
+@pytest.mark.parametrize("framework", ["tensorflow", "oneflow", "paddle"])
 def test_wide(framework, throughput_meter):
     throughput_meter.measure(framework, WIDE)
 """
@@ -72,13 +89,13 @@ def framework_args(request: pytest.FixtureRequest) -> tuple[str, ...]:
     if framework == "oneflow":
         python = request.getfixturevalue("oneflow_python")
         return ("--dlperf-python", f"oneflow={python}")
-    if importlib.util.find_spec("tensorflow") is None:
-        pytest.skip("TensorFlow is not installed in pytest's interpreter (scripts/setup)")
+    if importlib.util.find_spec(framework) is None:
+        pytest.skip(f"{framework} is not installed in pytest's interpreter (scripts/setup)")
     return ()
 
 
 @pytest.mark.usefixtures("subprocess_env")
-@pytest.mark.parametrize("framework_args", ["tensorflow", "oneflow"], indirect=True)
+@pytest.mark.parametrize("framework_args", ["tensorflow", "oneflow", "paddle"], indirect=True)
 def test_batch_size_max_searches_each_frameworks_own_memory(
         pytester: pytest.Pytester, framework_args: tuple[str, ...],
         request: pytest.FixtureRequest) -> None:
