@@ -65,3 +65,13 @@ def paddle_random(ctx: BuildContext) -> Parts:
     paddle.seed(100 + int(ctx.sizes["data_rank"]))
     return Parts(model=model, inputs=paddle.randn([BATCH, IN]), targets=paddle.randn([BATCH, OUT]),
                  loss=lambda out, target: ((out - target) ** 2).mean())
+
+
+def paddle_loader(ctx: BuildContext) -> Parts:
+    """A linear layer fed by a ``paddle.io.DataLoader`` of 3 batches (an input pipeline)."""
+    import paddle
+
+    dataset = paddle.io.TensorDataset([paddle.randn([3 * BATCH, IN]),
+                                       paddle.randint(0, OUT, [3 * BATCH])])
+    return Parts(model=paddle.nn.Linear(IN, OUT),
+                 data=paddle.io.DataLoader(dataset, batch_size=BATCH, shuffle=True))

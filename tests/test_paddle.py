@@ -165,6 +165,30 @@ def test_two_ranks_average_their_gradients(mode: str, tmp_path: Path) -> None:
     assert first == pytest.approx([(a + b) / 2 for a, b in zip(*each)], abs=1e-6)
 
 
+def test_a_data_loader_feeds_the_steps_and_starts_over_at_its_end() -> None:
+    out = run_snippet(PYTHON, """
+import json, sys
+sys.path.insert(0, "tests")
+from pytest_dlperf import SGD, Workload
+from pytest_dlperf.frameworks import DistEnv, load
+from pytest_dlperf.core.protocol import QUICK
+from pytest_dlperf.core.spec import spec_for
+from pytest_dlperf.core.workload import load_recipe
+workload = Workload("loader", recipes={"paddle": "optimizer_recipes:paddle_loader"},
+                    batch_size={"cpu": 4}, optimizer=SGD(lr_per_256=1.0))
+spec = spec_for("paddle", workload, protocol=QUICK, device_type="cpu")
+trainer = load("paddle").build_trainer(spec, DistEnv(0, 1, 0, 1, 0), load_recipe(spec.recipe))
+losses = []
+for _ in range(7):  # the loader holds 3 batches: two restarts
+    trainer.step()
+    losses.append(trainer.loss())
+print(json.dumps(losses))
+""")
+    assert isinstance(out, list) and len(out) == 7
+    assert all(math.isfinite(loss) and loss > 0 for loss in out)
+    assert len(set(out)) > 1  # different batches (and a model that learns)
+
+
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
 def test_a_window_agrees_with_a_wall_clock(mode: str) -> None:
     """On CPU a Paddle op returns when its kernel is done, so the adapter's synchronize does

@@ -85,6 +85,7 @@ class PaddleTrainer:
         # The recipe makes its tensors on the current device, Paddle's default place.
         paddle.set_device(self.device)
         self.world_size = dist.world_size
+        self.local_rank = dist.local_rank
         if dist.world_size > 1:
             paddle.distributed.init_parallel_env()
         # One seed for the model on every rank (DataParallel broadcasts rank 0's anyway), a seed
@@ -118,10 +119,23 @@ class PaddleTrainer:
         if self.data is None:
             return fresh(self.inputs), fresh(self.targets)
         try:
-            return next(self.data)  # type: ignore[no-any-return]
+            inputs, targets = next(self.data)
         except StopIteration:  # an epoch ended: start the next
             self.data = iter(self._data_source)  # type: ignore[arg-type]
-            return next(self.data)  # type: ignore[no-any-return]
+            inputs, targets = next(self.data)
+        return self._to_device(inputs), self._to_device(targets)
+
+    def _to_device(self, value: Any) -> Any:
+        """A batch from the workload's iterator on this rank's device (a DataLoader's tensors
+        are on the CPU), inside the timed step."""
+        paddle = self._paddle
+        if isinstance(value, paddle.Tensor):
+            return value.cuda(self.local_rank, blocking=False) if self.cuda else value
+        if isinstance(value, (tuple, list)):
+            return type(value)(self._to_device(v) for v in value)
+        if isinstance(value, dict):
+            return {k: self._to_device(v) for k, v in value.items()}
+        return value
 
     def _autocast(self) -> Any:
         if not self.amp:
