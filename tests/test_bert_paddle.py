@@ -120,6 +120,8 @@ for mode in ("eager", "compiled"):
     for _ in range(2):
         trainer.step()
         losses[mode].append(trainer.loss())
+    if mode == "compiled":  # to_static built one static program and ran it
+        losses["programs"] = len(trainer.model.forward.program_cache)
 print(json.dumps(losses))
 """
 
@@ -129,7 +131,8 @@ def test_the_recipe_trains_through_the_adapter_eager_and_under_to_static() -> No
     exclusions), two steps eager and two with ``to_static(full_graph=True)``: the model's
     forward traced whole, no fallback to eager."""
     out = run_snippet(sys.executable, TRAIN)
-    assert isinstance(out, dict) and sorted(out) == ["compiled", "eager"]
+    assert isinstance(out, dict) and sorted(out) == ["compiled", "eager", "programs"]
+    assert out.pop("programs") == 1  # no fallback to eager (full_graph=True)
     for losses in out.values():
         assert all(math.isfinite(loss) for loss in losses)
         # An untrained model is near uniform over both heads' classes. Later steps wander by

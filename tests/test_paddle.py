@@ -113,11 +113,21 @@ workload = Workload("linear", recipes={"paddle": "optimizer_recipes:paddle_rando
 spec = spec_for("paddle", workload, protocol=QUICK, device_type="cpu", compiler=COMPILER)
 dist = DistEnv(RANK, WORLD, RANK, WORLD, 0) if WORLD > 1 else DistEnv(0, 1, 0, 1, 0)
 trainer = load("paddle").build_trainer(spec, dist, load_recipe(spec.recipe))
+import os, socket
+def taken(port):  # whether something listens on this port (Paddle's store binds every address)
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", int(port)))
+        except OSError:
+            return True
+        return False
+ports = {name: taken(os.environ[name]) for name in ("MASTER_PORT", "DLPERF_FRAMEWORK_PORT")
+         if RANK == 0 and WORLD > 1}
 before = [p.numpy().tolist() for p in trainer.params]
 trainer.step()
 trainer.synchronize()
 print(json.dumps({"before": before, "after": [p.numpy().tolist() for p in trainer.params],
-                  "ranks": trainer.environment()["data_parallel_ranks"]}))
+                  "ranks": trainer.environment()["data_parallel_ranks"], "ports": ports}))
 """
 
 
@@ -138,14 +148,17 @@ def test_two_ranks_average_their_gradients(mode: str, tmp_path: Path) -> None:
     import socket
     import subprocess
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    ports = []
+    for _ in range(2):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            ports.append(sock.getsockname()[1])
     head = f"COMPILER = {mode!r}\n"
+    # As the launchers start ranks: MASTER_PORT is torchrun's store there (unused here), and
+    # Paddle's own store takes the spare port.
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
            "OMP_NUM_THREADS": "1", "GLOG_minloglevel": "2", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(port)}
-    env.pop("DLPERF_FRAMEWORK_PORT", None)
+           "MASTER_PORT": str(ports[0]), "DLPERF_FRAMEWORK_PORT": str(ports[1])}
     ranks = [subprocess.Popen([PYTHON, "-c", head + f"RANK, WORLD = {rank}, 2\n" + STEP],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                               cwd=Path(__file__).resolve().parents[1])
@@ -157,6 +170,8 @@ def test_two_ranks_average_their_gradients(mode: str, tmp_path: Path) -> None:
         together.append(json.loads(stdout.strip().splitlines()[-1]))
     alone = [run_snippet(PYTHON, head + f"RANK, WORLD = {rank}, 1\n" + STEP) for rank in (0, 1)]
     assert [r["ranks"] for r in together] == [2, 2]
+    # Rank 0's Paddle store listened on the spare port, leaving MASTER_PORT alone.
+    assert together[0]["ports"] == {"MASTER_PORT": False, "DLPERF_FRAMEWORK_PORT": True}
     assert together[0]["before"] == together[1]["before"] == alone[0]["before"]  # type: ignore[index]
     first, second = (_flat(r["after"]) for r in together)
     assert first == pytest.approx(second, abs=1e-7)
@@ -231,12 +246,19 @@ def test_paddles_store_takes_the_launchers_spare_port() -> None:
     environ = {"MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29500",
                "DLPERF_FRAMEWORK_PORT": "31000", "TORCHELASTIC_USE_AGENT_STORE": "True"}
     prepare_environ(environ, DistEnv(1, 2, 0, 1, 1), cuda=True)
-    assert environ["MASTER_PORT"] == "31000"  # torchrun's agent store keeps 29500
+    # Where Paddle's C++ store binds (rank 0) and connects (the others); torchrun's agent store
+    # keeps MASTER_PORT. (test_two_ranks_average_their_gradients checks the bind for real.)
+    assert environ["PADDLE_MASTER"] == "10.1.2.3:31000"
+    assert environ["MASTER_PORT"] == "29500"
     assert (environ["PADDLE_TRAINER_ID"], environ["PADDLE_TRAINERS_NUM"]) == ("1", "2")
     assert environ["PADDLE_DISTRI_BACKEND"] == "nccl"
     assert environ["FLAGS_selected_gpus"] == "0"  # the local rank's GPU
     assert environ["PADDLE_CURRENT_ENDPOINT"] in environ["PADDLE_TRAINER_ENDPOINTS"].split(",")
     # An agent store on MASTER_PORT and no spare port: Paddle's store would fail to bind it.
+    # No agent and no spare port (srun, external mode): MASTER_PORT is free for Paddle.
+    bare = {"MASTER_ADDR": "h", "MASTER_PORT": "29500"}
+    prepare_environ(bare, DistEnv(0, 2, 0, 2, 0), cuda=False)
+    assert bare["PADDLE_MASTER"] == "h:29500" and bare["PADDLE_DISTRI_BACKEND"] == "gloo"
     with pytest.raises(RuntimeError, match="DLPERF_FRAMEWORK_PORT"):
         prepare_environ({"MASTER_ADDR": "h", "MASTER_PORT": "29500",
                          "TORCHELASTIC_USE_AGENT_STORE": "True"},

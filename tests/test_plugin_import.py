@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-HEAVY = ("torch", "torchvision", "tensorflow", "oneflow", "jax")
+HEAVY = ("torch", "torchvision", "tensorflow", "oneflow", "paddle", "jax")
 
 PROBE = """
 import json, sys

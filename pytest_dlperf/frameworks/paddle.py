@@ -4,9 +4,9 @@
 Ranks are started by the plugin's launchers (torchrun agents, srun), not by
 ``paddle.distributed.launch``: ``init_parallel_env`` needs only what every launcher already says
 (rank, world size, the first node's address), under Paddle's names, which the adapter sets from
-RANK / WORLD_SIZE / MASTER_ADDR before Paddle is imported. Paddle's rank 0 serves its TCP store
-on ``MASTER_PORT``, which torchrun's agent store already holds, so it takes the launcher's spare
-port on the first node (``DLPERF_FRAMEWORK_PORT``) instead, as OneFlow does. Gradients cross
+RANK / WORLD_SIZE / MASTER_ADDR before Paddle is imported. Paddle's rank 0 serves its own TCP
+store; torchrun's agent store holds ``MASTER_PORT``, so Paddle's goes on the launcher's spare
+port on the first node (``DLPERF_FRAMEWORK_PORT``), as OneFlow's control plane does. Gradients cross
 ranks through gloo on CPU and NCCL on CUDA; ``DataParallel`` averages them in backward.
 
 Paddle runs eagerly on CPU (a step returns when its kernels are done); on CUDA its kernels are
@@ -35,23 +35,27 @@ def prepare_environ(environ: MutableMapping[str, str], dist: DistEnv, cuda: bool
     """What ``paddle.distributed.init_parallel_env`` reads, from the launcher's variables (so:
     before Paddle is imported, and before any Paddle process group exists).
 
-    Paddle's store goes on the launcher's spare port when there is one: under torchrun
-    MASTER_PORT is the agent's store. Paddle also insists on every rank's endpoint
-    (``PADDLE_CURRENT_ENDPOINT``, ``PADDLE_TRAINER_ENDPOINTS``); with a store they only name
-    the ranks (gloo and NCCL pick their own ports through the store), so they are written as
-    the first node's address and a port number per rank that nothing listens on."""
+    Paddle's rank 0 serves its TCP store at ``PADDLE_MASTER`` (its C++ side reads that, else the
+    first of ``PADDLE_TRAINER_ENDPOINTS``; ``MASTER_ADDR``/``MASTER_PORT`` it reads and leaves
+    unused): the first node's address and the launcher's spare port there, since under torchrun
+    ``MASTER_PORT`` is the agent's store. Ranks started with no agent and no spare port (srun
+    under ``--dlperf-launcher external``) use ``MASTER_PORT``, which nothing else serves then.
+    Paddle also insists on every rank's endpoint; with a store they only name the ranks (gloo
+    and NCCL pick their own ports through it), so the others are port numbers nothing listens
+    on. ``MASTER_PORT`` itself is left as it is: in external mode this is pytest's own process,
+    and its other cases read it."""
     port = environ.get("DLPERF_FRAMEWORK_PORT")
-    if port:
-        environ["MASTER_PORT"] = port
-    elif environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and dist.world_size > 1:
-        raise RuntimeError(
-            "Paddle's ranks need a free port on the first node for Paddle's own store: torchrun's "
-            "agent holds MASTER_PORT and DLPERF_FRAMEWORK_PORT is not set; export "
-            "DLPERF_FRAMEWORK_PORT=<a free port on the first node> for every rank")
+    if not port:
+        if environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and dist.world_size > 1:
+            raise RuntimeError(
+                "Paddle's ranks need a free port on the first node for Paddle's own store: "
+                "torchrun's agent holds MASTER_PORT and DLPERF_FRAMEWORK_PORT is not set; export "
+                "DLPERF_FRAMEWORK_PORT=<a free port on the first node> for every rank")
+        port = environ.get("MASTER_PORT", "0")
     host = environ.get("MASTER_ADDR", "127.0.0.1")
-    base = int(environ.get("MASTER_PORT", "0"))
-    endpoints = [f"{host}:{base + 1 + rank}" for rank in range(dist.world_size)]
+    endpoints = [f"{host}:{int(port) + rank}" for rank in range(dist.world_size)]
     environ.update(
+        PADDLE_MASTER=endpoints[0],
         PADDLE_TRAINER_ID=str(dist.rank),
         PADDLE_TRAINERS_NUM=str(dist.world_size),
         PADDLE_CURRENT_ENDPOINT=endpoints[dist.rank],
@@ -60,6 +64,9 @@ def prepare_environ(environ: MutableMapping[str, str], dist: DistEnv, cuda: bool
     )
     if cuda:
         environ["FLAGS_selected_gpus"] = str(dist.local_rank)
+        # cuDNN's algorithm search for each convolution shape, as torch's cudnn.benchmark: the
+        # first steps (the warm-up) pay for it.
+        environ.setdefault("FLAGS_cudnn_exhaustive_search", "1")
 
 
 class PaddleTrainer:
@@ -203,12 +210,20 @@ class PaddleTrainer:
             "threads": self.threads,
             "parameters": self.parameters,
             "compiled": self.compiled,
+            # The ranks the process group really joined (get_world_size alone falls back to
+            # PADDLE_TRAINERS_NUM, which the adapter set itself).
             "data_parallel_ranks": (paddle.distributed.get_world_size()
-                                    if self.world_size > 1 else 1),
+                                    if paddle.distributed.is_initialized() else 1),
         }
         if self.cuda:
+            core = paddle.base.core
             env.update(device_name=paddle.device.cuda.get_device_name(self.device),
-                       cuda=paddle.version.cuda(), cudnn=paddle.version.cudnn())
+                       cuda=paddle.version.cuda(), cudnn=paddle.version.cudnn(),
+                       nccl=str(paddle.version.nccl()),
+                       cudnn_exhaustive_search=os.environ.get("FLAGS_cudnn_exhaustive_search"),
+                       # Paddle's TF32 switches for cuBLAS and cuDNN (both on by default): an
+                       # fp32 case's MFU is then taken against the TF32 peak.
+                       tf32=bool(core.get_cublas_switch() or core.get_cudnn_switch()))
         return env
 
     def close(self) -> None:
