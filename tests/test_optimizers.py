@@ -26,7 +26,9 @@ from pytest_dlperf.core.protocol import QUICK
 from pytest_dlperf.core.spec import spec_for
 from pytest_dlperf.core.workload import load_recipe
 OPTIMIZERS = {"sgd-clip": SGD(lr_per_256=0.5 * 256 / 4, momentum=0.0, clip_norm=0.01),
-              "adamw-decay": AdamW(lr=0.1, weight_decay=0.5)}
+              "adamw-decay": AdamW(lr=0.1, weight_decay=0.5),
+              "sgd-momentum-decay": SGD(lr_per_256=0.1 * 256 / 4, momentum=0.9,
+                                        weight_decay=0.5)}
 def weights(trainer):
     if FRAMEWORK == "tensorflow":
         return [w.numpy().T.tolist() if len(w.shape) == 2 else w.numpy().tolist()
@@ -34,14 +36,16 @@ def weights(trainer):
     return [p.detach().numpy().tolist() for p in trainer.params]
 
 results = {}
-for opt, loss in (("sgd-clip", "big"), ("adamw-decay", "zero")):
+for opt, loss, count in (("sgd-clip", "big", 1), ("adamw-decay", "zero", 1),
+                         ("sgd-momentum-decay", "zero", 2)):
     workload = Workload("linear", recipes={FRAMEWORK: f"optimizer_recipes:{FRAMEWORK}"},
                         batch_size={"cpu": 4}, sizes={"loss": loss}, optimizer=OPTIMIZERS[opt])
     spec = spec_for(FRAMEWORK, workload, protocol=QUICK, device_type="cpu", compiler=COMPILER)
     trainer = load(FRAMEWORK).build_trainer(spec, DistEnv(0, 1, 0, 1, 0),
                                             load_recipe(spec.recipe))
     before = weights(trainer)
-    trainer.step()
+    for _ in range(count):
+        trainer.step()
     trainer.synchronize()
     results[opt] = {"before": before, "after": weights(trainer)}
 print(json.dumps(results))
@@ -106,3 +110,15 @@ def test_adamw_decays_matrices_and_not_biases(framework: str, python: str,
     assert w1 == pytest.approx([w * (1 - 0.1 * 0.5) for w in w0], rel=1e-5)
     assert b1 == pytest.approx(b0, rel=1e-6)
     assert any(b != 0 for b in b0)  # a zero bias would stay zero under any decay
+
+
+@pytest.mark.parametrize("framework, python, mode", interpreters())
+def test_sgd_momentum_carries_the_coupled_weight_decay(framework: str, python: str,
+                                                      mode: str) -> None:
+    _need(framework, python)
+    w0, w2, b0, b2 = steps(python, framework, mode)["sgd-momentum-decay"]
+    # No loss gradient: two steps of lr 0.1, momentum 0.9, L2 decay 0.5 added to the gradient
+    # (torch's SGD). Step 1: w1 = 0.95 w0, buffer 0.5 w0. Step 2: buffer 0.45 w0 + 0.5 w1,
+    # w2 = w1 - 0.1 x buffer = 0.8575 w0, biases too (every parameter decays). Decoupled
+    # decay, or decay kept out of the momentum, would give 0.9025 w0.
+    assert w2 + b2 == pytest.approx([v * 0.8575 for v in w0 + b0], rel=1e-5)
