@@ -86,3 +86,17 @@ def test_pairs_alternate_which_side_goes_first() -> None:
 def test_bad_input_says_what_is_wrong(pairs: list, tolerance: float) -> None:
     with pytest.raises(ValueError):
         paired.paired_compare(pairs, tolerance)
+
+
+def test_an_improvement_not_yet_proven_asks_for_more_pairs_and_stays_a_pass() -> None:
+    """Three pairs of a ~3x faster head, one of them odd (7.9x: its base launch read low): the
+    interval is too wide to prove the improvement, so it passes, and the A/B loop is told to
+    add pairs; a change within the tolerance, proven or not, and a regression, are not."""
+    odd = [([10_236.0], [81_261.0]), ([15_219.0], [44_641.0]), ([15_668.0], [43_357.0])]
+    unproven = paired.paired_compare(odd, 0.05, alpha=0.0014)
+    assert unproven.outcome == PASS and paired.wants_more_pairs(unproven)
+    assert not paired.wants_more_pairs(paired.paired_compare(pairs_for(1.15), 0.05))  # proven
+    assert not paired.wants_more_pairs(paired.paired_compare(pairs_for(1.02), 0.05))
+    assert not paired.wants_more_pairs(paired.paired_compare(pairs_for(0.85), 0.05))
+    wild = [([100.0], [60.0]), ([100.0], [125.0]), ([100.0], [86.0])]
+    assert paired.wants_more_pairs(paired.paired_compare(wild, 0.05))  # inconclusive

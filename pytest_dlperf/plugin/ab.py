@@ -20,7 +20,7 @@ from ..core.facts import Facts
 from ..core.protocol import Result
 from ..verdict import paired
 from ..verdict.record import CaseReport, efficiencies
-from ..verdict.stats import INCONCLUSIVE, coefficient_of_variation, look_alpha
+from ..verdict.stats import coefficient_of_variation, look_alpha
 from .launches import Launches
 from .outcome import conclude
 
@@ -64,7 +64,7 @@ def measure(meter: ThroughputMeter, framework: str, workload: Any, batch_size: i
             pairs.append((figures["base"], figures["head"]))
         verdict = paired.paired_compare([(b.samples_per_s, h.samples_per_s) for b, h in pairs],
                                         policy.tolerance, alpha=alpha)
-        if verdict.outcome != INCONCLUSIVE or len(pairs) + per_round > most:
+        if not paired.wants_more_pairs(verdict) or len(pairs) + per_round > most:
             break
     report = _report(meter, case, version, sized, pairs, verdict, envs, launched_at, launches,
                      sides)
