@@ -11,6 +11,26 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+# The same steps timed twice by the meter, with the trainer's synchronize and with a no-op one,
+# each window against a wall clock read after a blocking fetch of the last step's loss: the
+# check that a framework's windows are honest (OneFlow's, Paddle's, CUDA's). Code before it
+# defines ``trainer`` and ``STEPS``; it prints {"synchronized": [window_s, outside_s],
+# "not synchronized": [...]}.
+WINDOW_AGAINST_A_CLOCK = """
+import json, time
+from pytest_dlperf.core.protocol import Protocol
+from pytest_dlperf.rank.timing import measure
+out = {}
+for label, sync in (("synchronized", trainer.synchronize), ("not synchronized", lambda: None)):
+    trainer.synchronize()
+    began = time.perf_counter()
+    window = measure(Protocol(0, STEPS, 1), trainer.step, sync).windows[0].elapsed_s
+    trainer.loss()  # blocks until the last step's loss exists
+    out[label] = [window, time.perf_counter() - began]
+print(json.dumps(out))
+"""
+
+
 def run_snippet(python: str, code: str, timeout: float = 300, **env: str) -> object:
     """Run ``code`` under ``python`` (a framework's interpreter) with this checkout importable
     and one thread per op pool; it prints one JSON line last, which is returned."""

@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from snippets import run_snippet
+from snippets import WINDOW_AGAINST_A_CLOCK, run_snippet
 
 
 def run_graph_case(pytester: pytest.Pytester, *args: str, timeout: float) -> pytest.RunResult:
@@ -60,25 +60,13 @@ def test_a_window_waits_for_oneflow_to_finish_its_steps(oneflow_python: str, mod
     cover the steps' execution: it agrees with a wall clock read around the same steps after a
     blocking loss fetch. The same window with a no-op synchronize is far shorter (the control:
     proves the steps really are asynchronous, so the first check can fail)."""
-    figures = run_snippet(oneflow_python, f"COMPILER = {mode!r}\n" + SPEC + """
-import json, time
+    figures = run_snippet(oneflow_python, f"COMPILER, STEPS = {mode!r}, 12\n" + SPEC + """
 from pytest_dlperf.frameworks import DistEnv
-from pytest_dlperf.rank.timing import measure
-from pytest_dlperf.core.protocol import Protocol
-
 from pytest_dlperf.rank.worker import build
 trainer = build(spec, DistEnv(0, 1, 0, 1, 0))
 for _ in range(3):
     trainer.step()
-trainer.synchronize()
-out = {}
-for name, sync in (("synchronized", trainer.synchronize), ("not synchronized", lambda: None)):
-    began = time.perf_counter()
-    window = measure(Protocol(0, 12, 1), trainer.step, sync).windows[0].elapsed_s
-    trainer.loss()  # blocks until the last step's loss exists
-    out[name] = [window, time.perf_counter() - began]
-print(json.dumps(out))
-""")
+""" + WINDOW_AGAINST_A_CLOCK)
     assert isinstance(figures, dict)
     window, outside = figures["synchronized"]
     assert 0.9 * outside <= window <= outside

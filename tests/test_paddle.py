@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from snippets import run_snippet
+from snippets import WINDOW_AGAINST_A_CLOCK, run_snippet
 
 if importlib.util.find_spec("paddle") is None:
     pytest.skip("PaddlePaddle is not installed (pip install 'pytest-dlperf[paddle]')",
@@ -211,28 +211,18 @@ def test_a_window_agrees_with_a_wall_clock(mode: str) -> None:
     clock read after a blocking loss fetch, and so does the same window with a no-op
     synchronize (were Paddle asynchronous here, as OneFlow is, that window would read short
     and this test would say the adapter needs a real wait)."""
-    figures = run_snippet(PYTHON, f"COMPILER = {mode!r}\n" + """
-import json, time
+    figures = run_snippet(PYTHON, f"COMPILER, STEPS = {mode!r}, 8\n" + """
 from pytest_dlperf.frameworks import DistEnv
 from pytest_dlperf.models import RESNET50
-from pytest_dlperf.core.protocol import QUICK, Protocol
+from pytest_dlperf.core.protocol import QUICK
 from pytest_dlperf.core.spec import spec_for
-from pytest_dlperf.rank.timing import measure
 from pytest_dlperf.rank.worker import build
 spec = spec_for("paddle", RESNET50, protocol=QUICK, device_type="cpu", compiler=COMPILER,
                 sizes={"image_size": 32})
 trainer = build(spec, DistEnv(0, 1, 0, 1, 0))
 for _ in range(3):
     trainer.step()
-trainer.synchronize()
-out = {}
-for name, sync in (("synchronized", trainer.synchronize), ("not synchronized", lambda: None)):
-    began = time.perf_counter()
-    window = measure(Protocol(0, 8, 1), trainer.step, sync).windows[0].elapsed_s
-    trainer.loss()  # blocks until the last step's loss exists
-    out[name] = [window, time.perf_counter() - began]
-print(json.dumps(out))
-""")
+""" + WINDOW_AGAINST_A_CLOCK)
     assert isinstance(figures, dict)
     for name in ("synchronized", "not synchronized"):
         window, outside = figures[name]

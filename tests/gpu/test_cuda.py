@@ -20,7 +20,7 @@ import pytest
 
 from pytest_dlperf.plugin.adapters import Adapter
 from pytest_dlperf.core.topology import detect_hardware
-from snippets import oneflow_interpreter, run_snippet
+from snippets import WINDOW_AGAINST_A_CLOCK, oneflow_interpreter, run_snippet
 
 FRAMEWORKS = ("torch", "tensorflow", "oneflow")
 STACK = re.compile(r"^cuda\d+\.\d+-cudnn\d+-nccl\d+\.\d+\.\d+-driver\d+\.\d+")
@@ -114,19 +114,8 @@ def test_a_window_waits_for_the_gpu(framework: tuple[str, str]) -> None:
     about one ResNet-50 step, so with more the host would stall on a full queue and the
     control would read almost the whole time."""
     name, python = framework
-    figures = run_snippet(python, f"FRAMEWORK, PRECISION = {name!r}, 'fp32'\n" + SPEC + """
-import json, time
-from pytest_dlperf.rank.timing import measure
-from pytest_dlperf.core.protocol import Protocol
-out = {}
-for label, sync in (("synchronized", trainer.synchronize), ("not synchronized", lambda: None)):
-    trainer.synchronize()
-    began = time.perf_counter()
-    window = measure(Protocol(0, 1, 1), trainer.step, sync).windows[0].elapsed_s
-    trainer.loss()  # blocks until the step's loss exists
-    out[label] = [window, time.perf_counter() - began]
-print(json.dumps(out))
-""", timeout=600)
+    figures = run_snippet(python, f"FRAMEWORK, PRECISION, STEPS = {name!r}, 'fp32', 1\n" + SPEC
+                          + WINDOW_AGAINST_A_CLOCK, timeout=600)
     assert isinstance(figures, dict)
     window, outside = figures["synchronized"]
     assert 0.9 * outside <= window <= outside, figures
