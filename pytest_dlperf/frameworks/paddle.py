@@ -91,7 +91,6 @@ class PaddleTrainer:
             self.device = "cpu"
         # The recipe makes its tensors on the current device, Paddle's default place.
         paddle.set_device(self.device)
-        self.world_size = dist.world_size
         self.local_rank = dist.local_rank
         if dist.world_size > 1:
             paddle.distributed.init_parallel_env()
