@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CASES = ("resnet50:torch:1G,resnet50:tensorflow:1536M,resnet50:oneflow:1G,"
@@ -53,7 +54,7 @@ def one_case(work: Path, model: str, framework: str, limit: str, steps: int,
         raise RuntimeError(f"{model} {framework} failed:\n{proc.stdout[-4000:]}"
                            f"{proc.stderr[-2000:]}")
     (bench,) = json.loads(out.read_text())["benchmarks"]
-    info = bench["extra_info"]
+    info: dict[str, Any] = bench["extra_info"]
     info["wall_s"] = wall
     return info
 

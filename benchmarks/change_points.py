@@ -48,13 +48,13 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_dlperf.verdict.changepoints import MIN_CHANGE, blocking, steps  # noqa: E402
 from pytest_dlperf.store.history import Point  # noqa: E402
+from pytest_dlperf.verdict.changepoints import MIN_CHANGE, blocking, steps  # noqa: E402
 
 WITHIN = (1, 3, 7)
 NEAR = 2  # nights between the true step and the one named, to count as found

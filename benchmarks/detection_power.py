@@ -49,8 +49,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_dlperf.verdict.decide import Policy, verdicts  # noqa: E402
 from pytest_dlperf.store.baselines import THROUGHPUT, Baseline, Metric, Run  # noqa: E402
+from pytest_dlperf.verdict.decide import Policy, verdicts  # noqa: E402
 from pytest_dlperf.verdict.stats import REGRESSION, coefficient_of_variation  # noqa: E402
 
 GOAL_DETECTION, GOAL_FALSE_ALARMS = 0.95, 0.01
@@ -58,11 +58,11 @@ GOAL_DETECTION, GOAL_FALSE_ALARMS = 0.95, 0.01
 
 def one_launch(args: argparse.Namespace) -> dict[str, Any]:
     """One launch: what a rank of a 1n1d case does, with ``args.level`` percent injected."""
-    from pytest_dlperf.frameworks import DistEnv
-    from pytest_dlperf.rank.timing import measure
-    from pytest_dlperf.models import RESNET50
     from pytest_dlperf.core.protocol import Protocol
     from pytest_dlperf.core.spec import spec_for
+    from pytest_dlperf.frameworks import DistEnv
+    from pytest_dlperf.models import RESNET50
+    from pytest_dlperf.rank.timing import measure
     from pytest_dlperf.rank.worker import build
 
     started = time.perf_counter()

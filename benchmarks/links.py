@@ -29,12 +29,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = {"resnet50": "resnet50", "bert": "bert"}
 
 
-def session(link: str, models: list[str], args: argparse.Namespace, out: Path) -> list[dict]:
+def session(link: str, models: list[str], args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     """One pytest session at ``link``: the 1n1d and 2n1d fp32 cases of each model."""
     model_k = " or ".join(MODELS[m] for m in models)
     cmd = [sys.executable, "-m", "pytest", str(REPO / "perf_tests"), "-q", "-p", "no:cacheprovider",
@@ -54,7 +55,7 @@ def session(link: str, models: list[str], args: argparse.Namespace, out: Path) -
     return [b["extra_info"] for b in json.loads((out / f"{link}.json").read_text())["benchmarks"]]
 
 
-def row(link: str, cases: list[dict], model: str) -> str | None:
+def row(link: str, cases: list[dict[str, Any]], model: str) -> str | None:
     by_topology = {c["topology"]["id"]: c for c in cases if c["model"].startswith(model[:4])}
     two = by_topology.get("2n1d")
     if two is None:

@@ -60,7 +60,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 GOAL = 0.99
 NUM_CLASSES = 1000
@@ -102,7 +102,7 @@ def hand_worker(args: argparse.Namespace) -> int:
         loss = criterion(model(images), labels)
         loss.backward()
         optimizer.step()
-        return loss
+        return cast(torch.Tensor, loss)  # nn.Module's __call__ is typed Any
 
     for _ in range(args.warmup):
         step()
@@ -126,6 +126,7 @@ def hand_worker_tensorflow(args: argparse.Namespace) -> int:
     os.environ["CUDA_VISIBLE_DEVICES"] = "-1"
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import tensorflow as tf
+
     from pytest_dlperf.models.resnet50 import resnet50_v15
 
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
@@ -138,7 +139,7 @@ def hand_worker_tensorflow(args: argparse.Namespace) -> int:
     images = tf.Variable(tf.random.normal((args.batch_size, args.image_size, args.image_size, 3)),
                          trainable=False)
 
-    @tf.function
+    @tf.function  # type: ignore[untyped-decorator]  # TensorFlow ships no annotations
     def step() -> tf.Tensor:
         labels = tf.random.uniform((args.batch_size,), 0, NUM_CLASSES, dtype=tf.int32)
         variables = model.trainable_variables
@@ -205,7 +206,8 @@ def run_hand(args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--hand-worker",
            "--threads", str(args.threads), "--framework", args.framework, *protocol_args(args)]
     out = run_checked(cmd, clean_env(args.threads))
-    return json.loads(out.strip().splitlines()[-1])
+    figures: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return figures
 
 
 TEST_FILE = """\
@@ -366,8 +368,8 @@ def meter_floor(steps: int = 200_000, repeats: int = 5) -> float:
     """Seconds the meter itself adds per step: its timed loop around a step that does nothing.
     Imported only here, so the hand-worker side never touches the plugin."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from pytest_dlperf.rank.timing import measure
     from pytest_dlperf.core.protocol import Protocol
+    from pytest_dlperf.rank.timing import measure
 
     result = measure(Protocol(0, steps, repeats), lambda: None, lambda: None)
     return statistics.median(w.elapsed_s for w in result.windows) / steps

@@ -17,9 +17,10 @@ import json
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .core import worktrees
 from .core.worktrees import Commit, GitError

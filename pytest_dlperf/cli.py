@@ -22,8 +22,17 @@ PROG = "dlperf"
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .report.tables import (AB_HEADER, ab_rows, frameworks_side_by_side, history_lines,
-                                markdown_table, pivot_rows, regressed, rows, text_table)
+    from .report.tables import (
+        AB_HEADER,
+        ab_rows,
+        frameworks_side_by_side,
+        history_lines,
+        markdown_table,
+        pivot_rows,
+        regressed,
+        rows,
+        text_table,
+    )
 
     try:
         data = json.loads(args.results.read_text())

@@ -6,10 +6,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from snippets import oneflow_interpreter
 
 from pytest_dlperf.core import topology
-
-from snippets import oneflow_interpreter
 
 pytest_plugins = "pytester"
 

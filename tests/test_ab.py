@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from test_own_model import readme_example
 
 # One window a launch, three pairs, one look (no extra pairs). Three pairs leave the t-test 2

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from _pytest.pytester import LineMatcher
 import torch  # noqa: F401  (imported before pytester runs, as the suite's hygiene asks)
+from _pytest.pytester import LineMatcher
 
 MLP_TEST = """
 import os

@@ -12,9 +12,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_dlperf.store.baseline_file import parse
-from pytest_dlperf.store.baselines import (EFFICIENCY, LOCK_NAME, SCHEMA_VERSION, THROUGHPUT, Baseline,
-                                           BaselineError, BaselineStore, Metric, Run,
-                                           without_machine)
+from pytest_dlperf.store.baselines import (
+    EFFICIENCY,
+    LOCK_NAME,
+    SCHEMA_VERSION,
+    THROUGHPUT,
+    Baseline,
+    BaselineError,
+    BaselineStore,
+    Metric,
+    Run,
+    without_machine,
+)
 
 FP = {"device_type": "cpu", "device_model": "Fake CPU 9000", "nodes": 1, "devices_per_node": 2,
       "framework": "torch", "framework_version": "2.14.1", "precision": "fp32",
@@ -245,6 +254,7 @@ def test_update_over_an_unreadable_file_keeps_it_as_bak(tmp_path: Path, content:
     path = _write(store, content)
     change = store.update(_baseline())
     assert change.action == "replaced-unreadable" and change.backup is not None
+    assert change.backup == path.with_name(path.name + ".bak")
     assert change.backup.read_text() == content
     assert store.load(CASE, FP) == _baseline()
 

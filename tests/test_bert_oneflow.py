@@ -9,12 +9,10 @@ are what makes its throughput comparable with torch's. They run under OneFlow's 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 
 import pytest
-
 from bert_reference import TINY, write_reference
 from snippets import run_snippet
 

@@ -19,8 +19,8 @@ pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip insta
 
 from bert_reference import TINY, write_reference  # noqa: E402
 
-from pytest_dlperf.models import bert, bert_keras  # noqa: E402
 from pytest_dlperf.core.workload import BuildContext  # noqa: E402
+from pytest_dlperf.models import bert, bert_keras  # noqa: E402
 
 SMALL = BuildContext(
     framework="tensorflow", device_type="cpu", device="cpu", batch_size=2,

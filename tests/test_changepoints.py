@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from pytest_dlperf.verdict.changepoints import ChangePoint, blocking, detect, steps
-from pytest_dlperf.store.history import History, Point
-
 from test_history import MLP, RUN, needs_torch
+
+from pytest_dlperf.store.history import History, Point
+from pytest_dlperf.verdict.changepoints import blocking, detect, steps
 
 
 def noisy(level: float, n: int, rng: random.Random, cv: float = 0.01) -> list[float]:

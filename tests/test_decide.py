@@ -7,13 +7,13 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_dlperf.verdict import decide
-from pytest_dlperf.store.baselines import EFFICIENCY, THROUGHPUT, Baseline, Change, Metric, Run
 from pytest_dlperf.core.protocol import QUICK, Result
-from pytest_dlperf.verdict.record import CaseReport
-from pytest_dlperf.verdict.stats import INCONCLUSIVE, NO_BASELINE, PASS, REGRESSION, Verdict
 from pytest_dlperf.core.topology import Topology
 from pytest_dlperf.core.workload import CaseWorkload, Precision
+from pytest_dlperf.store.baselines import EFFICIENCY, THROUGHPUT, Baseline, Change, Metric, Run
+from pytest_dlperf.verdict import decide
+from pytest_dlperf.verdict.record import CaseReport
+from pytest_dlperf.verdict.stats import INCONCLUSIVE, NO_BASELINE, PASS, REGRESSION, Verdict
 
 POLICY = decide.Policy(tolerance=0.05, repeats=6, max_repeats=15, launches=3)
 STEADY = [100.0, 100.5, 99.5, 100.2, 99.8, 100.1]

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from baseline_files import scaled
 
 pytest.importorskip("torchvision")

@@ -49,8 +49,8 @@ def expected_fingerprint() -> dict[str, object]:
 
     import torch
 
-    from pytest_dlperf.plugin.settings import default_machine
     from pytest_dlperf.core.topology import detect_hardware, fingerprint, make_topology
+    from pytest_dlperf.plugin.settings import default_machine
 
     topology = make_topology(detect_hardware(), 2, 1, "cpu", all_nodes_here=False)
     return fingerprint(topology, framework="torch", framework_version=torch.__version__,

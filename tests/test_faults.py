@@ -16,11 +16,11 @@ from typing import Any
 import psutil
 import pytest
 
-from pytest_dlperf.launch import LaunchError, local, processes
-from pytest_dlperf.models import RESNET50
 from pytest_dlperf.core.protocol import Protocol
 from pytest_dlperf.core.spec import spec_for
 from pytest_dlperf.core.topology import Topology
+from pytest_dlperf.launch import LaunchError, local, processes
+from pytest_dlperf.models import RESNET50
 
 pytest.importorskip("torchvision")
 

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from snippets import oneflow_interpreter
 
 from pytest_dlperf.plugin.adapters import Adapter
-from snippets import oneflow_interpreter
 
 CASES = """
 import pytest

@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 
 from pytest_dlperf.core import units
-from pytest_dlperf.plugin import flops as pytest_flops
-from pytest_dlperf.rank import flops
-from pytest_dlperf.verdict import mfu
-from pytest_dlperf.models import BERT_BASE, RESNET50
-from pytest_dlperf.models.bert import BERT_BASE as SHAPE
 from pytest_dlperf.core.protocol import QUICK
 from pytest_dlperf.core.spec import spec_for
+from pytest_dlperf.models import BERT_BASE, RESNET50
+from pytest_dlperf.models.bert import BERT_BASE as SHAPE
+from pytest_dlperf.plugin import flops as pytest_flops
+from pytest_dlperf.verdict import mfu
 
 pytest.importorskip("torch")
 

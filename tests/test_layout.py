@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_dlperf"
 
 # Folder -> the folders its modules may import (its own included). Bottom to top; "face" is the

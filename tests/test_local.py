@@ -12,10 +12,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pytest_dlperf.launch import LaunchError, fabric, local, netns, userhosts
 from pytest_dlperf.core.protocol import Protocol
 from pytest_dlperf.core.spec import OptimizerSpec, RankSpec
 from pytest_dlperf.core.topology import Topology
+from pytest_dlperf.launch import LaunchError, fabric, local, netns, userhosts
 
 pytest.importorskip("torch")
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from pytest_dlperf.rank.timing import measure
 from pytest_dlperf.core.protocol import Protocol, throughput
+from pytest_dlperf.rank.timing import measure
 
 
 class FakeClock:
@@ -111,10 +111,10 @@ def test_real_torch_window_agrees_with_an_outside_wall_clock() -> None:
     """A real ResNet-50 step on CPU through the torch adapter: the window the meter reports and a
     stopwatch around the whole measurement (which waits for the device at the end) agree."""
     pytest.importorskip("torchvision")
-    from pytest_dlperf.frameworks import DistEnv
-    from pytest_dlperf.models import RESNET50
     from pytest_dlperf.core.protocol import QUICK
     from pytest_dlperf.core.spec import spec_for
+    from pytest_dlperf.frameworks import DistEnv
+    from pytest_dlperf.models import RESNET50
     from pytest_dlperf.rank.worker import build
 
     trainer = build(spec_for("torch", RESNET50, protocol=QUICK, device_type="cpu"),

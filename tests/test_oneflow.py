@@ -11,7 +11,6 @@ import json
 import math
 
 import pytest
-
 from snippets import WINDOW_AGAINST_A_CLOCK, run_snippet
 
 

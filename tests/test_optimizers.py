@@ -14,7 +14,6 @@ import os
 import sys
 
 import pytest
-
 from snippets import oneflow_interpreter, run_snippet
 
 STEP = """

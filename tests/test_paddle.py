@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from snippets import WINDOW_AGAINST_A_CLOCK, run_snippet
 
 if importlib.util.find_spec("paddle") is None:

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from pytest_dlperf.verdict import paired
-from pytest_dlperf.verdict.stats import (IMPROVEMENT, INCONCLUSIVE, PASS, REGRESSION, compare)
+from pytest_dlperf.verdict.stats import IMPROVEMENT, INCONCLUSIVE, PASS, REGRESSION, compare
 
 # The machine's speed in successive pairs: drifting down by a third over the run, as this VM
 # did between sessions minutes apart.

@@ -10,14 +10,14 @@ from pathlib import Path
 
 HEAVY = ("torch", "torchvision", "tensorflow", "oneflow", "paddle", "jax")
 
-PROBE = """
+PROBE = f"""
 import json, sys
 import pytest
 code = pytest.main(["--help"])
-heavy = sorted({m.split(".")[0] for m in sys.modules} & set(%r))
-print("PROBE", json.dumps({"code": int(code), "heavy": heavy,
-                           "plugin": "pytest_dlperf.plugin" in sys.modules}))
-""" % (HEAVY,)
+heavy = sorted({{m.split(".")[0] for m in sys.modules}} & set({HEAVY!r}))
+print("PROBE", json.dumps({{"code": int(code), "heavy": heavy,
+                           "plugin": "pytest_dlperf.plugin" in sys.modules}}))
+"""
 
 
 def test_pytest_help_shows_dlperf_and_imports_no_framework(tmp_path: Path) -> None:

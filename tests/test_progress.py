@@ -14,11 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from pytest_dlperf.rank.timing import measure
-from pytest_dlperf.core.protocol import Protocol
-
 from test_history import MLP, needs_torch
+
+from pytest_dlperf.core.protocol import Protocol
+from pytest_dlperf.rank.timing import measure
 
 RUN = ["-p", "no:cacheprovider", "--devices-per-node", "1", "--dlperf-warmup-steps", "2",
        "--dlperf-steps", "2", "--dlperf-repeats", "4", "--dlperf-launches", "2",
@@ -63,7 +62,7 @@ def test_a_pipe_gets_a_plain_line_per_window_and_q_gets_none(pytester: pytest.Py
     pytester.makepyfile(test_p=MLP)
     result = pytester.runpytest_subprocess(*RUN, timeout=300)
     result.assert_outcomes(passed=1)
-    lines = [l for l in result.outlines if l.startswith("pytest-dlperf: test_one ")]
+    lines = [line for line in result.outlines if line.startswith("pytest-dlperf: test_one ")]
     shown = [re.fullmatch(r"pytest-dlperf: test_one launch (\d)/2: window (\d)/2 ([\d,.]+) "
                           r"samples/s", line) for line in lines]
     assert all(shown), lines
@@ -76,7 +75,7 @@ def test_a_pipe_gets_a_plain_line_per_window_and_q_gets_none(pytester: pytest.Py
 
     quiet = pytester.runpytest_subprocess(*RUN, "-q", timeout=300)
     quiet.assert_outcomes(passed=1)
-    assert not [l for l in quiet.outlines if ": window " in l or "launch 1/2" in l]
+    assert not [line for line in quiet.outlines if ": window " in line or "launch 1/2" in line]
 
 
 def run_in_terminal(args: list[str], cwd: Path, env: dict[str, str],
@@ -125,7 +124,7 @@ def test_a_terminal_gets_one_line_rewritten_in_place_and_left_clean(
     for phase in ("launch 1/2: rendezvous and model build", "launch 1/2: warm-up 2/2",
                   "launch 2/2: window 2/2 "):
         assert any(item.startswith(phase) for item in live), (phase, live)
-    assert not [l for l in text.splitlines() if "pytest-dlperf: test_one launch" in l]
+    assert not [line for line in text.splitlines() if "pytest-dlperf: test_one launch" in line]
     # what the terminal shows at the end: pytest's own lines, no live line left over, the
     # test's line whole with its result and percentage
     screen = pyte.Screen(80, 400)

@@ -14,14 +14,13 @@ from pathlib import Path
 import pytest
 
 from pytest_dlperf.core.jsonio import write_json_atomic
-
 from pytest_dlperf.core.protocol import QUICK, Result
+from pytest_dlperf.core.topology import Topology
+from pytest_dlperf.core.workload import CaseWorkload, Precision
 from pytest_dlperf.report.results import benchmark_entry, results_json
 from pytest_dlperf.report.tables import markdown_table, pivot_rows, rows, text_table
 from pytest_dlperf.verdict.record import CaseReport
 from pytest_dlperf.verdict.stats import compare
-from pytest_dlperf.core.topology import Topology
-from pytest_dlperf.core.workload import CaseWorkload, Precision
 
 
 def make_report(baseline: float | None) -> CaseReport:

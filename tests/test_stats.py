@@ -4,8 +4,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_dlperf.verdict.stats import (IMPROVEMENT, INCONCLUSIVE, NO_BASELINE, PASS, REGRESSION,
-                                 coefficient_of_variation, compare, launch_medians)
+from pytest_dlperf.verdict.stats import (
+    IMPROVEMENT,
+    INCONCLUSIVE,
+    NO_BASELINE,
+    PASS,
+    REGRESSION,
+    coefficient_of_variation,
+    compare,
+    launch_medians,
+)
 
 rates = st.floats(min_value=1e-3, max_value=1e6, allow_nan=False)
 launch = st.lists(rates, min_size=1, max_size=6)

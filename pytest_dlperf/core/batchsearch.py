@@ -6,8 +6,9 @@ case's processes (an out-of-memory error can leave a CUDA context unusable).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 # The largest batch the search tries: past it, the case says the search hit the cap (a model
 # that fits any batch is not probing memory).

@@ -4,7 +4,8 @@ read by attribute like the rest of the case record (``report.environment.python`
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, NoReturn
+from collections.abc import Iterable, Mapping
+from typing import Any, NoReturn
 
 
 class Facts(dict[str, Any]):

@@ -24,8 +24,8 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 # The pid of the process a shim became (an agent, say): its children check their parent is it.
 PID_VARIABLE = "DLPERF_LIFELINE_PID"

@@ -6,8 +6,9 @@ Imported by the worker side too: standard library only.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,17 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from .protocol import Protocol
-from .workload import (AdamW, BuildContext, CaseWorkload, Optimizer, Precision,
-                       RecipeReference, SizeValue, Workload, recipe_reference)
+from .workload import (
+    AdamW,
+    BuildContext,
+    CaseWorkload,
+    Optimizer,
+    Precision,
+    RecipeReference,
+    SizeValue,
+    Workload,
+    recipe_reference,
+)
 
 
 class SpecError(ValueError):

@@ -18,16 +18,17 @@ from __future__ import annotations
 import functools
 import importlib
 import sys
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterable, Mapping, Union
+from typing import Any
 
 # A size or batch either is a value, or maps device types to values: {"cuda": 224, "cpu": 64}.
 # "<device>/amp" keys override for AMP cases: {"cuda": 128, "cuda/amp": 256, "cpu": 2}.
-PerDevice = Union[int, Mapping[str, int]]
-SizeValue = Union[int, float, str, bool]
-Recipe = Union[Callable[["BuildContext"], "Parts"], str]
+PerDevice = int | Mapping[str, int]
+SizeValue = int | float | str | bool
+Recipe = Callable[["BuildContext"], "Parts"] | str
 
 DEVICE_TYPES = ("cuda", "cpu")
 # Fingerprint fields a size may not shadow: the fingerprint is one flat record.
@@ -81,7 +82,7 @@ class AdamW:
             raise WorkloadError(f"AdamW betas must be two numbers in [0, 1), got {self.betas!r}")
 
 
-Optimizer = Union[SGD, AdamW]
+Optimizer = SGD | AdamW
 
 
 def _check_optimizer(opt: Any, what: str) -> None:

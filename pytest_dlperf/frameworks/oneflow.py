@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from ..core.spec import OptimizerSpec, RankSpec
 from ..core.workload import BuildContext, Parts
@@ -72,7 +73,7 @@ class OneFlowTrainer:
         flow.manual_seed(spec.seed)
         self._recipe = recipe
         self._context = spec.context(dist.rank, dist.world_size, dist.local_rank,
-                                     "cuda:%d" % local_rank if self.cuda else "cpu")
+                                     f"cuda:{local_rank}" if self.cuda else "cpu")
         self._local: Any = None  # the straggler check's own copy of the model
         parts = recipe(self._context)
         model = parts.model

@@ -18,7 +18,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from typing import Any, Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import Any
 
 from ..core.spec import OptimizerSpec, RankSpec
 from ..core.workload import BuildContext, Parts

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..core.spec import OptimizerSpec, RankSpec
 from ..core.workload import BuildContext, Parts

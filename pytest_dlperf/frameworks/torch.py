@@ -6,7 +6,8 @@ read ``DISTRIBUTION`` without paying for a torch import.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from ..core.spec import OptimizerSpec, RankSpec
 from ..core.workload import BuildContext, Parts

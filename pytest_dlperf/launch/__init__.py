@@ -8,7 +8,7 @@ already-launched jobs in their own modules), and returns every rank's JSON resul
 
 from __future__ import annotations
 
-from .base import Cluster, LaunchError, Launcher, Watch
+from .base import Cluster, Launcher, LaunchError, Watch
 
 __all__ = ["LAUNCHERS", "Cluster", "LaunchError", "Launcher", "Watch", "detect", "get_launcher"]
 

@@ -5,10 +5,11 @@ The launch modes (``local``, ``slurm``, ``external``) build on this module; the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..core.spec import RankSpec
 from ..core.topology import Topology

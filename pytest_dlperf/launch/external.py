@@ -13,9 +13,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from ..frameworks import DistEnv
 from ..core.topology import Topology
-from .base import LaunchError, Launcher
+from ..frameworks import DistEnv
+from .base import Launcher, LaunchError
 
 REQUIRED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 

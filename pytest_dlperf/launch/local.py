@@ -31,8 +31,17 @@ from ..core.link import Link, format_rate
 from ..core.topology import Topology
 from . import fabric, netns, userhosts
 from .base import Launcher
-from .processes import (agent_command, free_loopback_port, new_run_id, one_node_environment,
-                        prepare, rank_command, rank_variables, run_processes, worker_environment)
+from .processes import (
+    agent_command,
+    free_loopback_port,
+    new_run_id,
+    one_node_environment,
+    prepare,
+    rank_command,
+    rank_variables,
+    run_processes,
+    worker_environment,
+)
 
 
 class LocalLauncher(Launcher):

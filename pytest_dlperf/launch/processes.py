@@ -16,14 +16,15 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import psutil
 
-from ..frameworks import STORE_VARIABLE
 from ..core.lifeline import tethered
 from ..core.topology import Topology
+from ..frameworks import STORE_VARIABLE
 from .base import LaunchError
 
 # The package's parent directory: workers import the very same pytest_dlperf as the plugin.

@@ -28,9 +28,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..core.topology import Topology
 from ..core.lifeline import tethered
-from .base import LaunchError, Launcher
+from ..core.topology import Topology
+from .base import Launcher, LaunchError
 from .processes import agent_command, new_run_id, prepare, run_processes, worker_environment
 
 

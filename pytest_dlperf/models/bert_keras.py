@@ -20,7 +20,8 @@ Frameworks are imported inside functions only: this module is imported on the py
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..core.workload import BuildContext, Parts
 from .bert import BERT_BASE, BertShape
@@ -129,7 +130,7 @@ def _layer_norm(shape: BertShape, name: str) -> Any:
     return layers.LayerNormalization(epsilon=shape.layer_norm_eps, name=name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _layer_classes() -> Any:
     """The few layers Keras lacks, defined once per process (Keras is imported lazily)."""
     from types import SimpleNamespace

@@ -98,7 +98,7 @@ def pretraining_loss(outputs: Any, targets: Any) -> Any:
             + F.cross_entropy(nsp_logits.float(), nsp))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _modules() -> SimpleNamespace:
     """The model's classes, defined on first use (they derive from OneFlow's ``nn.Module``)."""
     import oneflow as flow

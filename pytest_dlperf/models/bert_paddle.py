@@ -158,7 +158,7 @@ def _layer_norm(s: BertShape) -> Any:
     return paddle.nn.LayerNorm(s.hidden_size, epsilon=s.layer_norm_eps)  # ones and zeros
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _attention_classes() -> SimpleNamespace:
     """BertAttention and its parts, defined on first use (they derive from
     ``paddle.nn.Layer``); ``Residual`` is BertOutput too."""
@@ -213,7 +213,7 @@ def _attention_classes() -> SimpleNamespace:
     return SimpleNamespace(Attention=Attention, Residual=Residual)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _encoder_classes() -> SimpleNamespace:
     """BertEncoder: its layers of attention, intermediate and output."""
     import paddle
@@ -259,7 +259,7 @@ def _encoder_classes() -> SimpleNamespace:
     return SimpleNamespace(Encoder=Encoder)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _head_classes() -> SimpleNamespace:
     """BertPreTrainingHeads: the masked-LM head and the next-sentence classifier."""
     import paddle
@@ -297,7 +297,7 @@ def _head_classes() -> SimpleNamespace:
     return SimpleNamespace(Heads=Heads)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _model_classes() -> SimpleNamespace:
     """The embeddings, the pooler, BertModel, and BertForPreTraining with its heads."""
     import paddle

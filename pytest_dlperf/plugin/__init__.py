@@ -16,8 +16,14 @@ from ..core.jsonio import write_json_atomic
 from ..core.workload import PRECISIONS, Precision
 from ..launch import Cluster
 from ..report.results import benchmark_entry, change_lines, results_json
-from ..report.tables import (AB_HEADER, ab_rows, frameworks_side_by_side, pivot_rows, rows,
-                             text_table)
+from ..report.tables import (
+    AB_HEADER,
+    ab_rows,
+    frameworks_side_by_side,
+    pivot_rows,
+    rows,
+    text_table,
+)
 from ..store.baselines import BaselineStore
 from . import hooks, options
 from . import settings as settings_mod

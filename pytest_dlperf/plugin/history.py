@@ -5,8 +5,9 @@ cases appended when it ends (kept in a file when the store fails it)."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

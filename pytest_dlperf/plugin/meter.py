@@ -6,8 +6,9 @@ and applies what ``verdict.decide`` says. The ``throughput_meter`` fixture hands
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 import pytest
 
@@ -16,8 +17,14 @@ from ..core.facts import Facts
 from ..core.protocol import Result
 from ..core.spec import RankSpec
 from ..core.topology import make_topology
-from ..core.workload import (CaseWorkload, Precision, RecipeReference, SizeValue, Workload,
-                             WorkloadError)
+from ..core.workload import (
+    CaseWorkload,
+    Precision,
+    RecipeReference,
+    SizeValue,
+    Workload,
+    WorkloadError,
+)
 from ..launch import Cluster
 from ..models import builtin
 from ..verdict import decide

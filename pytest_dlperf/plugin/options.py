@@ -6,18 +6,33 @@ same table (``options_markdown``; ``python -m pytest_dlperf options``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 from ..core import protocol as protocol_mod
 from ..core.units import parse_flops, parse_size
 from ..core.workload import COMPILERS
-from .parsers import (_batch_size, _bool, _choice, _history, _int, _link, _machine_name,
-                      _optional, _path, _positive_float, _pvalue, _revision, _subset, parse_cv,
-                      parse_fraction, parse_pythons)
-
+from .parsers import (
+    _batch_size,
+    _bool,
+    _choice,
+    _history,
+    _int,
+    _link,
+    _machine_name,
+    _optional,
+    _path,
+    _positive_float,
+    _pvalue,
+    _revision,
+    _subset,
+    parse_cv,
+    parse_fraction,
+    parse_pythons,
+)
 
 # The ``@pytest.mark.dlperf(...)`` keywords and their parsers.
 MARKER_KEYWORDS: dict[str, Callable[[str], Any]] = {"tolerance": parse_fraction,
@@ -114,7 +129,7 @@ OPTIONS: tuple[Option, ...] = (
            "and the verdict compares launch medians, so a run samples the between-run spread "
            "that windows of one launch hide. DLPerf's own repeats are launches "
            "(--dlperf-launches equal to --dlperf-repeats). 1 in external mode, where the job "
-           "was launched once. Default: %d." % protocol_mod.DEFAULT_LAUNCHES,
+           f"was launched once. Default: {protocol_mod.DEFAULT_LAUNCHES}.",
            _int(1), protocol_mod.DEFAULT_LAUNCHES, metavar="N"),
     Option("max_repeats", "when a case's verdict is inconclusive (its median is beyond the "
            "tolerance but the difference is not significant) and more launches can settle it, "

@@ -5,7 +5,8 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def _int(minimum: int) -> Callable[[str], int]:

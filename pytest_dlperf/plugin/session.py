@@ -12,22 +12,23 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
+from ..core.lifeline import claim, sweep
+from ..core.topology import Hardware, Topology, detect_hardware, make_topology
+from ..launch import Launcher, detect, get_launcher
 from ..store.baselines import BaselineStore
 from ..verdict.mfu import FlopsCount
 from ..verdict.record import CaseReport
-from ..launch import Launcher, detect, get_launcher
-from ..core.lifeline import claim, sweep
 from .absetup import AbSetup
-from .live import LiveLine
 from .history import HistoryKeeper
+from .live import LiveLine
 from .settings import Settings
-from ..core.topology import Hardware, Topology, detect_hardware, make_topology
 
 # (the test's parent node id, its function name, its other parameters' values by identity) ->
 # {topology id: node id}: the same test on another rung of the ladder. Identity, because a

@@ -8,8 +8,8 @@ OneFlow (even on CPU) return from a step before its work is done.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 from ..core.protocol import Protocol
 

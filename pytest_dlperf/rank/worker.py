@@ -19,15 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from .. import frameworks
-from ..frameworks import DeviceUnavailable, DistEnv, Trainer
+from ..core.cgroup import apply_limit
 from ..core.jsonio import write_json_atomic
 from ..core.lifeline import die_with_parent, expected_parent
-from ..core.cgroup import apply_limit
-from .memory import WindowMemory, is_out_of_memory
-from .timing import measure
-from .progress import RankProgress
 from ..core.spec import RankSpec
 from ..core.workload import WorkloadError, load_recipe
+from ..frameworks import DeviceUnavailable, DistEnv, Trainer
+from .memory import WindowMemory, is_out_of_memory
+from .progress import RankProgress
+from .timing import measure
 
 # This package's folder: frames in it are the plugin's, the rest the user's or a framework's.
 _PLUGIN_DIR = str(Path(__file__).resolve().parents[1])

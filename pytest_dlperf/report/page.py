@@ -20,13 +20,14 @@ import datetime as dt
 import html
 import re
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..store.baselines import THROUGHPUT
-from ..verdict.changepoints import MAX_PVALUE, MIN_CHANGE, Step, blocking, steps
 from ..store.history import History, Point
+from ..verdict.changepoints import MAX_PVALUE, MIN_CHANGE, Step, blocking, steps
 
 # The fingerprint's fields that make two cases one configuration on different topologies (for
 # speedup) or in different frameworks (for the comparison).

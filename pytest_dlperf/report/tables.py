@@ -9,7 +9,6 @@ from typing import Any
 
 from ..core.units import format_bytes, format_flops
 
-
 HEADER = ["case", "nodes x dev", "precision", "batch/dev", "throughput (median)", "min-max",
           "cv", "n", "speedup (eff.)", "peak mem", "FLOP/s/dev (MFU)", "baseline", "delta",
           "verdict"]

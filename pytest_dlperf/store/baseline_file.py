@@ -5,9 +5,10 @@ A file that cannot be used raises ``BaselineError`` naming the file and the prob
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..core.protocol import median_of_launches
 

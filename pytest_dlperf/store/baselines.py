@@ -36,14 +36,25 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..core.jsonio import write_json_atomic
 from ..core.topology import fingerprint_id
-from .baseline_file import (EFFICIENCY, MEMORY, SCHEMA_VERSION, THROUGHPUT, Baseline,
-                            BaselineError, Metric, Run, read, require)
+from .baseline_file import (
+    EFFICIENCY,
+    MEMORY,
+    SCHEMA_VERSION,
+    THROUGHPUT,
+    Baseline,
+    BaselineError,
+    Metric,
+    Run,
+    read,
+    require,
+)
 
 __all__ = ["EFFICIENCY", "LOCK_NAME", "MEMORY", "SCHEMA_VERSION", "THROUGHPUT", "Baseline",
            "BaselineError", "BaselineStore", "Change", "Metric", "Run", "read"]

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ..core.protocol import median_of_launches
 
@@ -48,7 +49,7 @@ class HistoryError(Exception):
 ACCEPTING = ("recorded", "updated", "replaced-unreadable")
 
 
-def _v1_to_v2(conn: "Connection") -> None:
+def _v1_to_v2(conn: Connection) -> None:
     """Schema 2: each case row says what the run did to its baseline (NULL in older rows: they
     did not say, so they accept no step)."""
     conn.exec_driver_sql(f"ALTER TABLE {PREFIX}cases ADD COLUMN baseline_action VARCHAR(32)")
@@ -56,7 +57,7 @@ def _v1_to_v2(conn: "Connection") -> None:
 
 # step -> the function that takes a store at schema ``step`` to ``step + 1`` (in the
 # transaction that records the new version).
-MIGRATIONS: dict[int, Callable[["Connection"], None]] = {1: _v1_to_v2}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2}
 
 
 def _sqlalchemy() -> Any:
@@ -166,7 +167,7 @@ class History:
     """An open history store. ``History.open(url)`` checks (and creates or upgrades) the
     schema before anything is written."""
 
-    def __init__(self, engine: "Engine", shown: str) -> None:
+    def __init__(self, engine: Engine, shown: str) -> None:
         self.engine, self.shown = engine, shown
         self._sa = _sqlalchemy()
         self._meta, self._store_meta, self._runs, self._cases, self._samples = _tables(self._sa)
@@ -174,7 +175,7 @@ class History:
     # -- opening ------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, raw: str, base: Path | None = None, create: bool = True) -> "History":
+    def open(cls, raw: str, base: Path | None = None, create: bool = True) -> History:
         """``create=False`` (a reader: the report) refuses a store that does not exist yet
         instead of creating it."""
         sa = _sqlalchemy()
@@ -203,7 +204,7 @@ class History:
         return history
 
     @staticmethod
-    def _sqlite_engine(sa: Any, url: str, database: str | None) -> "Engine":
+    def _sqlite_engine(sa: Any, url: str, database: str | None) -> Engine:
         if database:
             folder = Path(database).parent
             try:

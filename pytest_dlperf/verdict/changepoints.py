@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..core.units import format_bytes
 from .stats import pooled_t_test
@@ -149,8 +150,8 @@ class Step:
     unit: str
     higher_is_better: bool
     point: ChangePoint
-    first: "Point"  # the first run after the step
-    last_before: "Point"  # the last run before it
+    first: Point  # the first run after the step
+    last_before: Point  # the last run before it
     runs_since: int  # runs from the first one after the step to the newest, inclusive
     accepted: bool  # a run from the step on recorded the case's baseline
 
@@ -181,7 +182,7 @@ class Step:
                 "commit_before": self.last_before.commit_id}
 
 
-def steps(points: Sequence["Point"], metric: str, unit: str, higher_is_better: bool,
+def steps(points: Sequence[Point], metric: str, unit: str, higher_is_better: bool,
           max_pvalue: float = MAX_PVALUE, min_size: int = MIN_SIZE) -> list[Step]:
     """The steps of one metric over ``points`` (a case's runs, oldest first)."""
     found = detect([p.median for p in points], max_pvalue, min_size)
@@ -213,11 +214,11 @@ def _figure(value: float, unit: str) -> str:
     return f"{value:,.2f}"
 
 
-def _commit(point: "Point") -> str:
+def _commit(point: Point) -> str:
     return f"commit {point.commit_id[:7]}" if point.commit_id else "no commit recorded"
 
 
-def _where(point: "Point") -> str:
+def _where(point: Point) -> str:
     night = point.started_at.astimezone(dt.timezone.utc).date().isoformat()
     run = "this run" if point.run_id is None else f"run {point.run_id}"
     return f"{_commit(point)} ({run}, night of {night})"

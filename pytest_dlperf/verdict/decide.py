@@ -5,20 +5,18 @@ so every branch is tested on numbers alone (tests/test_decide.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Sequence
-
 import math
 import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-from ..store.baselines import Baseline
-from .changepoints import Step
 from ..core.protocol import RankFigures, split
 from ..core.units import format_bytes, format_flops
-from .record import CaseReport, efficiencies
+from ..store.baselines import Baseline
+from .changepoints import Step
 from .levels import compare_runs
-from .stats import (IMPROVEMENT, INCONCLUSIVE, NO_BASELINE, REGRESSION, Verdict, compare,
-                    look_alpha)
+from .record import CaseReport, efficiencies
+from .stats import IMPROVEMENT, INCONCLUSIVE, NO_BASELINE, REGRESSION, Verdict, compare, look_alpha
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,22 @@ after every launch, ``look_alpha`` splitting ALPHA over the looks).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 from ..core.protocol import split
-from .stats import (ALPHA, DOUBT_FACTOR, INCONCLUSIVE, PASS, Launches, TTest, Verdict, compare,
-                    decide_outcome, launch_medians)
-
+from .stats import (
+    ALPHA,
+    DOUBT_FACTOR,
+    INCONCLUSIVE,
+    PASS,
+    Launches,
+    TTest,
+    Verdict,
+    compare,
+    decide_outcome,
+    launch_medians,
+)
 
 
 def run_sizes(runs: Sequence[int] | None, launches: int) -> list[int]:

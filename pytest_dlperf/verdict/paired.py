@@ -16,13 +16,23 @@ also for an improvement not yet proven, ``wants_more_pairs``); else a pass. One 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..core.protocol import median
 from .decide import Decision, Policy, without_baseline
 from .record import CaseReport
-from .stats import (ALPHA, IMPROVEMENT, INCONCLUSIVE, PASS, REGRESSION, TTest, Verdict,
-                    decide_outcome, launch_medians)
+from .stats import (
+    ALPHA,
+    IMPROVEMENT,
+    INCONCLUSIVE,
+    PASS,
+    REGRESSION,
+    TTest,
+    Verdict,
+    decide_outcome,
+    launch_medians,
+)
 
 Pair = tuple[Sequence[float], Sequence[float]]  # (base windows, head windows) of one pair
 

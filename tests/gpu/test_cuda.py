@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from pytest_dlperf.plugin.adapters import Adapter
-from pytest_dlperf.core.topology import detect_hardware
 from snippets import WINDOW_AGAINST_A_CLOCK, oneflow_interpreter, run_snippet
+
+from pytest_dlperf.core.topology import detect_hardware
+from pytest_dlperf.plugin.adapters import Adapter
 
 FRAMEWORKS = ("torch", "tensorflow", "oneflow")
 STACK = re.compile(r"^cuda\d+\.\d+-cudnn\d+-nccl\d+\.\d+\.\d+-driver\d+\.\d+")
