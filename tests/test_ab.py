@@ -190,3 +190,48 @@ def test_outside_git_and_bisect_input(pytester: pytest.Pytester, tmp_path: Path)
         done = subprocess.run([sys.executable, "-m", "pytest_dlperf", "bisect", *argv],
                               cwd=pytester.path, capture_output=True, text=True)
         assert done.returncode == 2 and says in done.stderr, (argv, done.stderr)
+
+
+HEAD_OF = """\
+from pytest_dlperf.plugin import STATE
+
+
+def test_head(request):
+    print("HEAD IS", request.config.stash[STATE].ab.head)
+"""
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_the_plugins_own_files_are_not_uncommitted_changes(pytester: pytest.Pytester) -> None:
+    """The head is described as the working tree "with N uncommitted change(s)": what the
+    plugin itself wrote in the repository (the baseline store's files and its lock, an earlier
+    run's results file and history) is not the user's change; a change of the user's is
+    counted and named."""
+    from test_baselines import _baseline
+
+    from pytest_dlperf.store.baselines import LOCK_NAME, BaselineStore
+
+    repo = pytester.path
+    git(repo, "init", "-q")
+    # (and pytester's own files: its output and the runs' basetemp)
+    (repo / ".gitignore").write_text("__pycache__/\n/stdout\n/stderr\n/runpytest-*\n")
+    (repo / "test_head.py").write_text(HEAD_OF)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "the test")
+    BaselineStore(repo / "baselines").update(_baseline())
+    assert (repo / "baselines" / LOCK_NAME).exists()
+    args = ["-p", "no:cacheprovider", "-s", "--dlperf-ab", "HEAD", "--dlperf-json",
+            "out/results.json", "--dlperf-history", "history.sqlite"]
+    # (in a subprocess: SQLAlchemy's compiled cache keys break in pytester's in-process runs)
+    pytester.runpytest_subprocess(*args).assert_outcomes(passed=1)  # the results, the history
+    assert (repo / "out" / "results.json").exists() and (repo / "history.sqlite").exists()
+    assert len(git(repo, "status", "--porcelain", "--untracked-files=all").splitlines()) >= 4
+    result = pytester.runpytest_subprocess(*args)
+    result.assert_outcomes(passed=1)
+    result.stdout.re_match_lines([r".*HEAD IS working tree at [0-9a-f]{10}$"])
+
+    (repo / "test_head.py").write_text(HEAD_OF + "# a change of the user's\n")
+    result = pytester.runpytest_subprocess(*args)
+    result.assert_outcomes(passed=1)
+    result.stdout.re_match_lines([r".*HEAD IS working tree at [0-9a-f]{10} with 1 uncommitted "
+                                  r"change\(s\): test_head.py$"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,7 +16,7 @@ class GitError(RuntimeError):
     pass
 
 
-def _git(cwd: Path, *args: str) -> str:
+def _git(cwd: Path, *args: str, strip: bool = True) -> str:
     try:
         done = subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True,
                               stdin=subprocess.DEVNULL, timeout=300)
@@ -23,7 +24,7 @@ def _git(cwd: Path, *args: str) -> str:
         raise GitError("git is not installed (Debian: apt-get install git)") from None
     if done.returncode != 0:
         raise GitError((done.stderr or done.stdout).strip() or f"git {' '.join(args)} failed")
-    return done.stdout.strip()
+    return done.stdout.strip() if strip else done.stdout
 
 
 def toplevel(folder: Path) -> Path:
@@ -59,12 +60,30 @@ def resolve(top: Path, revision: str) -> Commit:
     return Commit(sha, _git(top, "log", "-1", "--format=%s", sha))
 
 
-def dirty(top: Path, paths: list[Path] | None = None) -> list[str]:
+def dirty(top: Path, paths: list[Path] | None = None, leave_out: Sequence[Path] = ()
+          ) -> list[str]:
     """Tracked files with uncommitted changes, and untracked files, under ``paths`` (all of the
-    repository when None), as git names them."""
-    where = ["--", *[str(p) for p in paths]] if paths else []
-    out = _git(top, "status", "--porcelain", "--untracked-files=all", *where)
-    return [line[3:] for line in out.splitlines() if line.strip()]
+    repository when None), as git names them; none under ``leave_out`` (files and folders: ones
+    outside the repository, or the repository's top itself, are ignored)."""
+    resolved = top.resolve()
+    excluded = []
+    for path in leave_out:
+        inside = path.resolve()
+        if inside != resolved and inside.is_relative_to(resolved):
+            excluded.append(f":(exclude,literal){inside.relative_to(resolved).as_posix()}")
+    included = [str(p) for p in paths or ()] or (["."] if excluded else [])
+    where = ["--", *included, *excluded] if included else []
+    # -z: names as they are (no quoting), and the output unstripped: a line's status may
+    # start with a space (" M name"), which stripping would take from the first name
+    out = _git(top, "status", "--porcelain", "-z", "--untracked-files=all", *where, strip=False)
+    names: list[str] = []
+    entries = iter(out.split("\0"))
+    for entry in entries:
+        if entry:
+            names.append(entry[3:])
+            if "R" in entry[:2] or "C" in entry[:2]:
+                next(entries, None)  # a rename's or copy's old name follows its new one
+    return names
 
 
 def first_parent_range(top: Path, good: Commit, bad: Commit) -> list[Commit]:

@@ -52,9 +52,8 @@ class AbSetup:
                 top = worktrees.toplevel(rootpath)
                 commit = worktrees.resolve(top, settings.ab)
                 at = worktrees.resolve(top, "HEAD")
-                changed = worktrees.dirty(top)
-                head = f"working tree at {at.short}" + (
-                    f" with {len(changed)} uncommitted change(s)" if changed else "")
+                head = f"working tree at {at.short}" + uncommitted(
+                    worktrees.dirty(top, leave_out=own_files(settings)))
         except worktrees.GitError as exc:
             raise pytest.UsageError(f"pytest-dlperf: --dlperf-ab={settings.ab}: {exc}") from None
         return cls(settings.ab, commit, top, settings.ab_python, head)
@@ -110,3 +109,24 @@ class AbSetup:
             return cluster
         return Cluster(cluster.topology, cluster.launcher, cluster.work_root, cluster.timeout_s,
                        {**cluster.pythons, framework: self.python})
+
+
+def own_files(settings: Settings) -> list[Path]:
+    """What the plugin itself writes where it may be inside the repository: the baseline store
+    (its files and its lock), the results file, a SQLite history and its journals. An earlier
+    run's or an update's files there are not the user's changes to the code under test."""
+    paths = [settings.baselines]
+    if settings.json is not None:
+        paths.append(settings.json)
+    if settings.history is not None and "://" not in settings.history:
+        paths += [Path(settings.history + suffix) for suffix in ("", "-journal", "-wal", "-shm")]
+    return paths
+
+
+def uncommitted(changed: list[str], named: int = 3) -> str:
+    """The user's changes the head runs with, counted and the first few named."""
+    if not changed:
+        return ""
+    more = f" and {len(changed) - named} more" if len(changed) > named else ""
+    return (f" with {len(changed)} uncommitted change(s): {', '.join(changed[:named])}"
+            f"{more}")
