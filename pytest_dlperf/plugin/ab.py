@@ -18,31 +18,35 @@ from typing import Any
 
 from ..core.facts import Facts
 from ..core.protocol import Result
+from ..core.spec import RankSpec
+from ..core.workload import CaseWorkload
+from ..launch import Cluster
 from ..verdict import paired
 from ..verdict.record import CaseReport, efficiencies
-from ..verdict.stats import coefficient_of_variation, look_alpha
+from ..verdict.stats import Verdict, coefficient_of_variation, look_alpha
+from .case import Case, Prepared
 from .launches import Launches
 from .outcome import conclude
 
-# ``meter``: the case's ``meter.ThroughputMeter`` (not imported: the meter imports this module).
-ThroughputMeter = Any
+# Each side's cluster and the spec its ranks get.
+Sides = dict[str, tuple[Cluster, RankSpec]]
 
 
-def measure(meter: ThroughputMeter, framework: str, workload: Any, batch_size: int | None,
-            sizes: Any) -> CaseReport:
+def measure(prepared: Prepared) -> CaseReport:
     """One case in A/B mode: pairs of launches until the verdict is settled or the pairs
     run out; the head's test fails on a regression."""
-    state = meter.state
+    case = prepared.case
+    state, cluster = case.state, case.cluster
     setup = state.ab
     assert setup is not None
-    case, chosen, sized, recipe, _ = meter._prepare(framework, workload, batch_size, sizes)
     version = case.framework_version()
     case.check_modes()
     launches = Launches(case)
-    head_spec = case.spec(chosen, sized, recipe)
-    sides = {"head": (meter.cluster, head_spec),
-             "base": (setup.base_cluster(meter.cluster, framework),
-                      setup.base_spec(meter.node, head_spec))}
+    sized = prepared.sized
+    head_spec = case.spec(prepared.workload, sized, prepared.recipe)
+    sides: Sides = {"head": (cluster, head_spec),
+                    "base": (setup.base_cluster(cluster, case.framework),
+                             setup.base_spec(case.node, head_spec))}
     policy = case.policy(None)
     per_round = policy.launches
     most = max(per_round, -(-policy.max_repeats // policy.windows_per_launch))
@@ -66,10 +70,10 @@ def measure(meter: ThroughputMeter, framework: str, workload: Any, batch_size: i
                                         policy.tolerance, alpha=alpha)
         if not paired.wants_more_pairs(verdict) or len(pairs) + per_round > most:
             break
-    report = _report(meter, case, version, sized, pairs, verdict, envs, launched_at, launches,
-                     sides)
+    report = _report(case, version, sized, pairs, verdict, policy.tolerance, envs, launched_at,
+                     launches, sides)
     state.reports.append(report)
-    conclude(meter.node, paired.decide(report, policy), meter.cluster.launcher,
+    conclude(case.node, paired.decide(report, policy), cluster.launcher,
              state.settings.timeout)
     return report
 
@@ -81,24 +85,24 @@ def _joined(results: list[Result]) -> Result:
     return joined
 
 
-def _report(meter: ThroughputMeter, case: Any, version: str, sized: Any,
-            pairs: list[tuple[Result, Result]], verdict: Any, envs: dict[str, dict[str, Any]],
-            launched_at: float, launches: Launches, sides: dict[str, Any]) -> CaseReport:
+def _report(case: Case, version: str, sized: CaseWorkload, pairs: list[tuple[Result, Result]],
+            verdict: Verdict, tolerance: float, envs: dict[str, dict[str, Any]],
+            launched_at: float, launches: Launches, sides: Sides) -> CaseReport:
     """The case record: the head's figures, the paired verdict, each side's in ``ab``."""
-    setup = meter.state.ab
+    setup = case.state.ab
     env = envs["head"]
     assert setup is not None
     head, base = _joined([h for _, h in pairs]), _joined([b for b, _ in pairs])
-    devices = meter.cluster.world_size
+    devices = case.cluster.world_size
     efficiency_verdict = None
     references: dict[str, float | None] = {"head": None, "base": None}
     if devices > 1:
-        references = _references(meter, launches, sides)
+        references = _references(case, launches, sides)
         if references["head"] and references["base"]:
             efficiency_verdict = paired.paired_compare(
                 [(efficiencies(b.samples_per_s, references["base"], devices),
                   efficiencies(h.samples_per_s, references["head"], devices)) for b, h in pairs],
-                verdict.tolerance, alpha=verdict.alpha)
+                tolerance, alpha=verdict.alpha)
     ratio = paired.ratio(verdict)
     facts = {
         "base": setup.base, "head": setup.head, "base_revision": setup.revision,
@@ -116,28 +120,27 @@ def _report(meter: ThroughputMeter, case: Any, version: str, sized: Any,
                         if ref} if devices > 1 else None),
     }
     speedup = head.median / references["head"] if references["head"] else None
-    fp = case.fingerprint(meter.cluster.topology, version, env, sized, False)
+    fp = case.fingerprint(case.cluster.topology, version, env, sized, False)
     return CaseReport(
-        **meter.identity(case, version, env, sized, fp), result=head,
+        **case.identity(version, env, sized, fp), result=head,
         verdict=verdict, efficiency_verdict=efficiency_verdict, launched_at=launched_at,
         cv=coefficient_of_variation(head.samples_per_s),
         reference=references["head"], speedup=speedup,
         efficiency=speedup / devices if speedup is not None else None, ab=Facts(facts))
 
 
-def _references(meter: ThroughputMeter, launches: Launches,
-                sides: dict[str, Any]) -> dict[str, float | None]:
+def _references(case: Case, launches: Launches, sides: Sides) -> dict[str, float | None]:
     """Each side's 1n1d median with the same per-device batch: from this session's 1n1d case
     (its head figure, and its base figure in ``ab``), else measured now on that side."""
     from ..core.topology import make_topology
 
-    state = meter.state
-    topology = make_topology(state.hardware, 1, 1, meter.cluster.device_type)
-    found = state.case_at(meter.node, topology)
+    state = case.state
+    topology = make_topology(state.hardware, 1, 1, case.cluster.device_type)
+    found = state.case_at(case.node, topology)
     for report in state.reports:
         if report.nodeid == found and report.ab:
             return {"head": report.result.median, "base": report.ab.get("base_median")}
-    if not meter.cluster.launcher.can_run(topology):
+    if not case.cluster.launcher.can_run(topology):
         return {"head": None, "base": None}
     return {side: launches.reference(spec, topology, cluster=cluster)
             for side, (cluster, spec) in sides.items()}

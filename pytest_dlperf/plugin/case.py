@@ -1,20 +1,32 @@
 """One perf case as the pytest side sees it: the test, its topology, precision and compiler, the
 framework adapter it uses, and what follows from those alone (the rank's spec, the baseline
-fingerprint and key, the policy it is judged under), before anything is launched."""
+fingerprint and key, the policy it is judged under, the record's identity), before anything is
+launched. ``prepare`` makes one from what a test asked for; the meter and A/B mode both start
+there."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ..core.facts import Facts
 from ..core.protocol import Protocol, launch_size
 from ..core.spec import RankSpec, spec_for
 from ..core.topology import Topology, fingerprint, python_minor
-from ..core.workload import CaseWorkload, Precision, RecipeReference, Workload
+from ..core.workload import (
+    CaseWorkload,
+    Precision,
+    RecipeReference,
+    SizeValue,
+    Workload,
+    WorkloadError,
+)
 from ..launch import Cluster
+from ..models import builtin
 from ..store.baselines import Baseline
 from ..verdict.decide import Policy
 from .adapters import Adapter
@@ -188,3 +200,50 @@ class Case:
     def param(self) -> str:
         callspec = getattr(self.node, "callspec", None)
         return callspec.id if callspec else ""
+
+    def identity(self, version: str, env: dict[str, Any], sized: CaseWorkload,
+                 fp: dict[str, Any]) -> dict[str, Any]:
+        """The fields of a case record that say which case ran where and how, whatever its
+        figures and verdict (the meter's record and the A/B record alike)."""
+        launcher = self.cluster.launcher
+        return dict(
+            case=self.id, name=self.node.name, nodeid=self.node.nodeid,
+            params=Facts(self.params_json()), param=self.param, framework=self.framework,
+            framework_version=str(env.get("framework_version", version)),
+            topology=self.cluster.topology, precision=self.amp, workload=sized,
+            protocol=self.protocol, fingerprint=Facts(fp), environment=Facts(env),
+            launcher=launcher.name, isolation=launcher.isolation,
+            network=Facts(launcher.network(self.cluster.topology) or {}),
+            compiler=self.compiler, machine=self.state.settings.machine)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A case as a test asked for it, checked before anything runs: the case (its adapter
+    resolved once), the workload, its sizes on this device, the recipe the ranks will import,
+    and whether the batch is to be searched (--dlperf-batch-size max)."""
+
+    case: Case
+    workload: Workload
+    sized: CaseWorkload
+    recipe: RecipeReference | None
+    searching: bool
+
+
+def prepare(node: pytest.Item, cluster: Cluster, amp: Precision, state: SessionState,
+            framework: str, workload: Workload | str, batch_size: int | None,
+            sizes: Mapping[str, SizeValue] | None) -> Prepared:
+    """What ``measure(framework, workload, batch_size=..., sizes=...)`` asked for, resolved; a
+    bad request fails the test before anything runs."""
+    try:
+        adapter = Adapter.resolve(framework)
+        chosen = (builtin(workload, framework, adapter.recipe_key)
+                  if isinstance(workload, str) else workload)
+        recipe = adapter.recipe_for(chosen)
+        batch = state.settings.batch_size or batch_size
+        sized = CaseWorkload.of(chosen, cluster.device_type, amp.name,
+                                None if isinstance(batch, str) else batch, sizes)
+    except (LookupError, WorkloadError) as exc:
+        fail(f"pytest-dlperf: {node.nodeid}: {exc}")
+    return Prepared(Case(node, cluster, amp, state, adapter), chosen, sized, recipe,
+                    batch == "max")

@@ -13,31 +13,22 @@ from typing import Any
 import pytest
 
 from ..core.batchsearch import BatchSearchError, Search
-from ..core.facts import Facts
 from ..core.protocol import Result
 from ..core.spec import RankSpec
 from ..core.topology import make_topology
-from ..core.workload import (
-    CaseWorkload,
-    Precision,
-    RecipeReference,
-    SizeValue,
-    Workload,
-    WorkloadError,
-)
+from ..core.workload import CaseWorkload, Precision, RecipeReference, SizeValue, Workload
 from ..launch import Cluster
-from ..models import builtin
 from ..verdict import decide
 from ..verdict.decide import Policy
 from ..verdict.mfu import FlopsCount
 from ..verdict.record import CaseReport, case_metrics
 from ..verdict.stats import Verdict, coefficient_of_variation
+from . import ab
 from . import baseline as baselines
-from .adapters import Adapter
-from .case import Case
+from .case import Case, prepare
 from .flops import Utilization, flops_key, flops_per_sample, utilization
 from .launches import Launches, OutOfMemoryAtTheEdge
-from .outcome import DLPerfWarning, conclude, fail, follow_rank0
+from .outcome import DLPerfWarning, conclude, follow_rank0
 from .session import SessionState
 
 
@@ -66,17 +57,17 @@ class ThroughputMeter:
         record. ``batch_size`` (per device) and ``sizes`` override the workload's for this
         call; ``--dlperf-batch-size`` overrides both. In A/B mode (``--dlperf-ab``) the case
         is judged head against base instead (``ab``)."""
+        prepared = prepare(self.node, self.cluster, self.amp, self.state, framework, workload,
+                           batch_size, sizes)
         if self.state.ab is not None:
-            from . import ab
-
-            return ab.measure(self, framework, workload, batch_size, sizes)
-        case, chosen, sized, recipe, searching = self._prepare(framework, workload, batch_size,
-                                                               sizes)
+            return ab.measure(prepared)
+        case, chosen, sized, recipe = (prepared.case, prepared.workload, prepared.sized,
+                                       prepared.recipe)
         version = case.framework_version()
         case.check_modes()
         launches = Launches(case)
-        search = self._search(case, launches, version, chosen, sized, recipe) if searching \
-            else None
+        search = (self._search(case, launches, version, chosen, sized, recipe)
+                  if prepared.searching else None)
         if search is not None:
             sized = replace(sized, batch_size=search.found)
         measured = self._measure(case, launches, chosen, sized, recipe, search)
@@ -90,24 +81,6 @@ class ThroughputMeter:
         return report
 
     # -- the steps -----------------------------------------------------------------------
-
-    def _prepare(self, framework: str, workload: Workload | str, batch_size: int | None,
-                 sizes: Mapping[str, SizeValue] | None
-                 ) -> tuple[Case, Workload, CaseWorkload, RecipeReference | None, bool]:
-        """The adapter (resolved once for the case), the workload, its sizes on this device
-        and the recipe the ranks will import; a bad request fails before anything runs."""
-        try:
-            adapter = Adapter.resolve(framework)
-            chosen = (builtin(workload, framework, adapter.recipe_key)
-                      if isinstance(workload, str) else workload)
-            recipe = adapter.recipe_for(chosen)
-            batch = self.state.settings.batch_size or batch_size
-            sized = CaseWorkload.of(chosen, self.cluster.device_type, self.amp.name,
-                                    None if isinstance(batch, str) else batch, sizes)
-        except (LookupError, WorkloadError) as exc:
-            fail(f"pytest-dlperf: {self.node.nodeid}: {exc}")
-        case = Case(self.node, self.cluster, self.amp, self.state, adapter)
-        return case, chosen, sized, recipe, batch == "max"
 
     def _search(self, case: Case, launches: Launches, version: str, workload: Workload,
                 sized: CaseWorkload, recipe: RecipeReference | None) -> Search:
@@ -192,7 +165,7 @@ class ThroughputMeter:
         speedup = result.median / reference if reference is not None else None
         used = self._utilization(flops, measured, result)
         report = CaseReport(
-            **self.identity(case, version, env, sized, fp), result=result,
+            **case.identity(version, env, sized, fp), result=result,
             verdict=verdicts[0], efficiency_verdict=verdicts[1], memory_verdict=verdicts[2],
             baseline_path=case.display(self.state.store.path_for(case.id, fp)),
             baseline_change=change, launched_at=measured.launched_at,
@@ -207,21 +180,6 @@ class ThroughputMeter:
             history_steps=list(history.steps) if history else [],
             history_blocking=history.blocking if history else None)
         return report, policy
-
-    def identity(self, case: Case, version: str, env: dict[str, Any], sized: CaseWorkload,
-                 fp: dict[str, Any]) -> dict[str, Any]:
-        """The fields of a case record that say which case ran where and how, whatever its
-        figures and verdict (the A/B record's too)."""
-        launcher = self.cluster.launcher
-        return dict(
-            case=case.id, name=self.node.name, nodeid=self.node.nodeid,
-            params=Facts(case.params_json()), param=case.param, framework=case.framework,
-            framework_version=str(env.get("framework_version", version)),
-            topology=self.cluster.topology, precision=self.amp, workload=sized,
-            protocol=case.protocol, fingerprint=Facts(fp), environment=Facts(env),
-            launcher=launcher.name, isolation=launcher.isolation,
-            network=Facts(launcher.network(self.cluster.topology) or {}),
-            compiler=case.compiler, machine=self.state.settings.machine)
 
     def _verdicts(self, launches: Launches, measured: Measured, baseline: Any,
                   reference: float | None, policy: Policy
