@@ -108,7 +108,8 @@ def test_the_page_has_every_case_its_step_and_the_scaling_and_framework_figures(
         "scaling-resnet50-v1-5-tensorflow.svg", "scaling-resnet50-v1-5-torch.svg"]
     assert [p.name for p in (out / "plots").glob("frameworks-*.svg")] == [
         "frameworks-resnet50-v1-5.svg"]
-    assert re.search(r"<td>2n2d</td><td>fp32, batch 2</td><td>27\.\d\d \(3\.\d\dx\)</td>", page)
+    assert re.search(r"<td>2n2d</td><td>fp32, batch 2</td><td>test_resnet50_v15\[2n2d-fp32-eager\]"
+                     r"</td><td>27\.\d\d \(3\.\d\dx\)</td>", page)
     # self-contained: every reference is a file in the folder, nothing from the network
     refs = re.findall(r'(?:src|href)="([^"#][^"]*)"', page)
     assert refs and all((out / ref).is_file() for ref in refs)
@@ -182,3 +183,39 @@ def test_scaling_lines_start_at_the_one_device_case_whatever_link_the_nodes_had(
                      "fp32, batch 2, link 1gbit": [(1, 1.0), (2, 1.2)]}
     table = dlperf_tables(all_series)
     assert "18.00 (1.80x)" in table and "12.00 (1.20x)" in table
+
+
+def test_two_tests_of_one_workload_and_topology_each_get_their_cell(tmp_path: Path) -> None:
+    """The Tables section keys its cells by test: two tests training the same workload on the
+    same topology and precision (the same fingerprint) are two rows, each with its own figure
+    and its speedup over its own 1n1d case; a test of another framework with the same name
+    stays beside it in its column."""
+    from pytest_dlperf.core.topology import fingerprint_id
+    from pytest_dlperf.report.page import dlperf_tables, load
+
+    store = History.open(f"sqlite:///{tmp_path / 'history.sqlite'}")
+    figures = {("torch", "test_tiny_gpt", "1n1d"): 250.0,
+               ("torch", "test_tiny_gpt", "1n2d"): 435.14,
+               ("torch", "test_tiny_gpt_packed", "1n1d"): 200.0,
+               ("torch", "test_tiny_gpt_packed", "1n2d"): 424.63,
+               ("tensorflow", "test_tiny_gpt", "1n2d"): 300.0}
+    cases = []
+    for (fw, test, topo), figure in figures.items():
+        fp = {**fingerprint(fw, 1, int(topo[2])), "model": "tiny_gpt"}
+        cases.append({"case_key": f"perf/test_gpt_{fw}.py::{test}[{topo}-fp32]",
+                      "fingerprint": fp, "fingerprint_id": fingerprint_id(fp), "framework": fw,
+                      "model": "tiny_gpt", "unit": "tokens", "verdict": "pass",
+                      "baseline_action": None, "metrics": {"samples_per_s": [[figure]]}})
+    store.append({"started_at": dt.datetime(2026, 11, 25, 3, tzinfo=dt.timezone.utc),
+                  "commit_id": "a" * 40, "branch": "main", "dirty": False, "host": "runner-1",
+                  "machine": "box", "plugin_version": "0", "protocol": {"name": "quick"}}, cases)
+
+    table = dlperf_tables(load(store))
+    rows = [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", table)
+            if "<td>" in row]
+    assert sorted(rows) == sorted([
+        ["1n1d", "fp32, batch 2", "test_tiny_gpt[1n1d-fp32]", "-", "250.00"],
+        ["1n1d", "fp32, batch 2", "test_tiny_gpt_packed[1n1d-fp32]", "-", "200.00"],
+        ["1n2d", "fp32, batch 2", "test_tiny_gpt[1n2d-fp32]", "300.00", "435.14 (1.74x)"],
+        ["1n2d", "fp32, batch 2", "test_tiny_gpt_packed[1n2d-fp32]", "-", "424.63 (2.12x)"],
+    ]), table

@@ -8,8 +8,8 @@ opens from disk (no server, nothing fetched at view time, no script).
   DLPerf's figures draw it (the newest run of each topology over the newest 1n1d run of the same
   precision, per-device batch and compiler).
 - **Frameworks**, per model: bars of the newest median of each framework, case by case.
-- **Tables**, DLPerf's: per model, a row per topology / precision / batch, a column per
-  framework: throughput (speedup).
+- **Tables**, DLPerf's: per model, a row per topology / precision / batch and test, a column
+  per framework: throughput (speedup).
 
 matplotlib draws the figures as SVG files beside ``index.html``.
 """
@@ -20,7 +20,7 @@ import datetime as dt
 import html
 import re
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -224,32 +224,76 @@ def _step_text(step: Step) -> str:
             f"<em>({state})</em></li>")
 
 
+def _row_config(s: Series) -> str:
+    link = s.fingerprint.get("link")
+    return s.config + (f", link {link}" if link else "")
+
+
+def _tests(members: list[Series]) -> list[str]:
+    """Each series' test as its row names it: the test's name in its file with its parameters
+    (``test_x[1n2d-fp32]``), the same in each framework's file so that their figures share a
+    row; the whole case key where files of one framework have tests of that name."""
+    names = [s.case.partition("::")[2] or s.case for s in members]
+    cases: dict[tuple[str, ...], set[str]] = {}
+    for s, name in zip(members, names):
+        cases.setdefault((s.framework, s.topology, _row_config(s), name), set()).add(s.case)
+    return [s.case if len(cases[(s.framework, s.topology, _row_config(s), name)]) > 1 else name
+            for s, name in zip(members, names)]
+
+
+def _single_of(members: list[Series]) -> Callable[[Series], float | None]:
+    """The newest median of a series' own 1n1d case: of its test (the same test function
+    and fingerprint but for the topology), else the one other test's of that fingerprint (a
+    scaling test whose 1n1d is the single-node test's); None where there is none, or several
+    other tests' to choose from."""
+    unlinked = (*_TOPOLOGY, "link")  # one device is every link's start
+    own: dict[tuple[Any, ...], float] = {}
+    shared: dict[tuple[Any, ...], list[float]] = {}
+    for s in sorted((s for s in members if s.devices == 1), key=lambda s: s.latest.started_at):
+        key = (s.framework, s.key_without(unlinked))
+        own[(s.case.partition("[")[0], key)] = s.latest.median
+        shared.setdefault(key, []).append(s.latest.median)
+
+    def single(s: Series) -> float | None:
+        key = (s.framework, s.key_without(unlinked))
+        found = own.get((s.case.partition("[")[0], key))
+        others = shared.get(key, [])
+        return found if found is not None else others[0] if len(others) == 1 else None
+
+    return single
+
+
 def dlperf_tables(all_series: list[Series]) -> str:
+    """DLPerf's tables: per model, a row per topology, configuration and test, a column per
+    framework. Two tests of one workload and fingerprint are two rows: keyed by the
+    configuration alone, one test's figure would hide the other's."""
     parts = []
-    models = sorted({s.model for s in all_series})
-    for model in models:
+    for model in sorted({s.model for s in all_series}):
         members = [s for s in all_series if s.model == model]
         frameworks = sorted({s.framework for s in members})
-        unlinked = (*_TOPOLOGY, "link")  # one device is every link's start
-        singles = {(s.framework, s.key_without(unlinked)): s.latest.median
-                   for s in members if s.devices == 1}
-        rows: dict[tuple[int, str, str], dict[str, str]] = {}
-        for s in members:
-            base = singles.get((s.framework, s.key_without(unlinked)))
-            cell = f"{s.latest.median:,.2f}"
-            if base and s.devices > 1:
-                cell += f" ({s.latest.median / base:.2f}x)"
-            link = s.fingerprint.get("link")
-            config = s.config + (f", link {link}" if link else "")
-            rows.setdefault((s.devices, s.topology, config), {})[s.framework] = cell
-        unit = members[0].unit
-        table = [[html.escape(topology), html.escape(config),
-                  *(cells.get(fw, "-") for fw in frameworks)]
-                 for (_, topology, config), cells in sorted(rows.items())]
-        parts.append(f"<h3>{html.escape(model)} ({html.escape(unit)}/s, speedup over 1 device)"
-                     f"</h3>" + _table(["nodes x devices", "precision, batch/device",
-                                        *frameworks], table))
+        single = _single_of(members)
+        rows: dict[tuple[int, str, str, str], dict[str, Series]] = {}
+        for s, test in zip(members, _tests(members)):
+            cells = rows.setdefault((s.devices, s.topology, _row_config(s), test), {})
+            shown = cells.get(s.framework)  # one case's fingerprints: the newest run's
+            if shown is None or shown.latest.started_at < s.latest.started_at:
+                cells[s.framework] = s
+        table = [[html.escape(topology), html.escape(config), html.escape(test),
+                  *(_cell(cells[fw], single(cells[fw])) if fw in cells else "-"
+                    for fw in frameworks)]
+                 for (_, topology, config, test), cells in sorted(rows.items())]
+        parts.append(f"<h3>{html.escape(model)} ({html.escape(members[0].unit)}/s, speedup "
+                     f"over 1 device)</h3>" + _table(["nodes x devices",
+                                                      "precision, batch/device", "test",
+                                                      *frameworks], table))
     return "\n".join(parts)
+
+
+def _cell(s: Series, single: float | None) -> str:
+    cell = f"{s.latest.median:,.2f}"
+    if single and s.devices > 1:
+        cell += f" ({s.latest.median / single:.2f}x)"
+    return cell
 
 
 STYLE = """
@@ -259,7 +303,7 @@ section.case { border-top: 1px solid #ddd; padding: 0.6em 0; }
 img { max-width: 100%; } .figures { display: flex; flex-wrap: wrap; gap: 1em; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
-th:first-child, td:first-child, td:nth-child(2) { text-align: left; }
+th:first-child, td:first-child, td:nth-child(2), td:nth-child(3) { text-align: left; }
 code { font-size: 0.9em; } .ok { color: #1e8449; } .bad { color: #c0392b; font-weight: bold; }
 """
 
