@@ -22,6 +22,8 @@ from pytest_dlperf.report.tables import markdown_table, pivot_rows, rows, text_t
 from pytest_dlperf.verdict.record import CaseReport
 from pytest_dlperf.verdict.stats import compare
 
+MACHINE = {"node": "box-1", "cpu": {"brand_raw": "Fake CPU"}}
+
 
 def make_report(baseline: float | None) -> CaseReport:
     result = Result(samples_per_s=[10.0, 12.0, 11.0], window_s=[0.8, 0.6667, 0.7273], steps=2,
@@ -53,7 +55,7 @@ def test_rows_carry_dlperf_columns() -> None:
 
 
 def test_results_json_is_pytest_benchmark_shaped(tmp_path: Path) -> None:
-    data = results_json([make_report(None)], {"id": "0" * 40, "dirty": False})
+    data = results_json([make_report(None)], {"id": "0" * 40, "dirty": False}, MACHINE)
     bench = data["benchmarks"][0]
     assert bench["stats"]["rounds"] == 3 and bench["stats"]["iterations"] == 2
     assert bench["stats"]["data"] == [0.4, 0.33335, 0.36365]  # seconds per step, per window
@@ -65,13 +67,13 @@ def test_results_json_is_pytest_benchmark_shaped(tmp_path: Path) -> None:
     assert bench["param"] == "1n2d-amp"
     assert bench["extra_info"]["unit"] == "images"
     assert bench["extra_info"]["sizes"] == {"image_size": 64}
-    assert "cpu" in data["machine_info"]
+    assert data["machine_info"] == MACHINE  # as the pytest side's hook call gave it
     assert data["commit_info"] == {"id": "0" * 40, "dirty": False}  # the session's, as given
 
 
 def test_markdown_cli(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
-    path.write_text(json.dumps(results_json([make_report(8.0)], {})))
+    path.write_text(json.dumps(results_json([make_report(8.0)], {}, MACHINE)))
     out = subprocess.run([sys.executable, "-m", "pytest_dlperf", "report", str(path)],
                          capture_output=True, text=True)
     assert out.returncode == 0
@@ -89,7 +91,7 @@ def test_two_frameworks_are_put_side_by_side_per_case(tmp_path: Path) -> None:
                       result=Result(samples_per_s=[5.0, 6.0, 7.0], window_s=[1.6, 1.333, 1.143],
                                     steps=2, global_batch=4, warmup_s=1.0, wall_s=9.0))
     tf_only = replace(make_report(None), framework="tensorflow", name="test_x[1n1d-amp]")
-    data = results_json([torch_case, tf_case, tf_only], {})
+    data = results_json([torch_case, tf_case, tf_only], {}, MACHINE)
     pivot = data["dlperf_frameworks_side_by_side"]
     assert pivot["frameworks"] == ["torch", "tensorflow"]
     first, second = pivot["rows"]
@@ -102,7 +104,7 @@ def test_two_frameworks_are_put_side_by_side_per_case(tmp_path: Path) -> None:
     assert table == [["test_x[1n2d-amp]", "1n2d", "amp(bfloat16)", "2", "images/s", "11.0",
                       "6.0 (0.40)"],
                      ["test_x[1n1d-amp]", "1n2d", "amp(bfloat16)", "2", "images/s", "-", "11.0"]]
-    assert results_json([torch_case], {})["dlperf_frameworks_side_by_side"] is None
+    assert results_json([torch_case], {}, MACHINE)["dlperf_frameworks_side_by_side"] is None
     path = tmp_path / "r.json"
     path.write_text(json.dumps(data))
     out = subprocess.run([sys.executable, "-m", "pytest_dlperf", "report", str(path)],
@@ -129,7 +131,7 @@ def test_the_records_fields_are_read_by_attribute_and_still_dump_as_json(tmp_pat
         report.environment["python"] = "2.7"  # type: ignore[index]
     assert report.environment.python == "3.12.3"
     assert copy.deepcopy(report).environment == environment
-    text = json.dumps(results_json([report], {}))
+    text = json.dumps(results_json([report], {}, MACHINE))
     assert json.loads(text)["benchmarks"][0]["extra_info"]["fingerprint"] == fingerprint
 
 

@@ -117,15 +117,16 @@ def change_lines(reports: list[CaseReport]) -> list[str]:
     return lines
 
 
-def results_json(reports: list[CaseReport], commit: dict[str, Any]) -> dict[str, Any]:
-    """The whole results file, with pytest-benchmark's machine info and the session's commit
-    (``pytest_dlperf_commit_info``)."""
+def results_json(reports: list[CaseReport], commit: dict[str, Any],
+                 machine_info: dict[str, Any]) -> dict[str, Any]:
+    """The whole results file, with the session's commit (``pytest_dlperf_commit_info``) and
+    pytest-benchmark's machine info (the pytest side asks its hook, which a conftest may
+    implement)."""
     from pytest_benchmark import __version__
-    from pytest_benchmark.plugin import pytest_benchmark_generate_machine_info
 
     benchmarks = [benchmark_entry(r) for r in reports]
     return {
-        "machine_info": pytest_benchmark_generate_machine_info(),
+        "machine_info": machine_info,
         "commit_info": commit,
         "benchmarks": benchmarks,
         # pytest-benchmark ignores keys it does not know; None with a single framework.
