@@ -31,9 +31,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
+
+from ..core.workload import WorkloadError
 
 
 class Trainer(Protocol):
@@ -150,3 +153,46 @@ def known_frameworks() -> list[str]:
 def fresh(value: Any) -> Any:
     """A batch element as this step uses it: a callable gives fresh values every step."""
     return value() if callable(value) else value
+
+
+def map_batch(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """``leaf`` applied to every element of a nested batch: tuples (named ones too), lists and
+    dicts are walked, anything else is a leaf (moving a batch to the device, in every
+    adapter)."""
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(map_batch(v, leaf) for v in value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(map_batch(v, leaf) for v in value)
+    if isinstance(value, dict):
+        return {k: map_batch(v, leaf) for k, v in value.items()}
+    return leaf(value)
+
+
+def require_parameters(trainable: int, recipe: Callable[..., Any]) -> None:
+    """A model with nothing to train is the recipe's mistake: say so, before the framework
+    fails on it its own way (DDP: "DistributedDataParallel is not needed when a module doesn't
+    have any parameter that requires a gradient"; an optimizer: "empty parameter list")."""
+    if trainable > 0:
+        return
+    name = f"{getattr(recipe, '__module__', '?')}:{getattr(recipe, '__qualname__', recipe)}"
+    raise WorkloadError(f"the recipe {name} returned a model with no trainable parameters: "
+                        "there is nothing to train or to all-reduce; return the model whose "
+                        "training step you measure (its parameters require gradients)")
+
+
+class Batches:
+    """A workload's own input pipeline (``Parts.data``): its ``(inputs, targets)`` batches one
+    after the other, started again at its end (an epoch ended; a DataLoader re-shuffles)."""
+
+    def __init__(self, source: Iterable[Any]) -> None:
+        self._source = source
+        self._batches: Iterator[Any] = iter(source)
+
+    def next(self) -> tuple[Any, Any]:
+        try:
+            batch = next(self._batches)
+        except StopIteration:
+            self._batches = iter(self._source)
+            batch = next(self._batches)
+        inputs, targets = batch
+        return inputs, targets

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from ..core.spec import OptimizerSpec, RankSpec
 from ..core.workload import BuildContext, Parts
-from . import DeviceUnavailable, DistEnv
+from . import Batches, DeviceUnavailable, DistEnv, map_batch, require_parameters
 
 DISTRIBUTION = "oneflow"
 INSTALL_HINT = ("OneFlow 0.9.0 needs Python 3.10: create its worker interpreter with "
@@ -78,6 +78,7 @@ class OneFlowTrainer:
         parts = recipe(self._context)
         model = parts.model
         self.parameters = sum(p.numel() for p in model.parameters())
+        require_parameters(sum(p.numel() for p in model.parameters() if p.requires_grad), recipe)
         flow.manual_seed(spec.seed + dist.rank)
         self.graph = spec.compiled
         self.amp = spec.precision.enabled
@@ -103,8 +104,7 @@ class OneFlowTrainer:
         # workload's own iterator, moved batch by batch inside the timed step.
         self.inputs = self._place(parts.inputs)
         self.targets = self._place(parts.targets)
-        self._data_source = parts.data
-        self.data: Iterator[Any] | None = iter(parts.data) if parts.data is not None else None
+        self.batches = Batches(parts.data) if parts.data is not None else None
         # OneFlow 0.9.0's GradScaler configures nn.Graph only; eager steps get their own.
         self.scaler = (flow.amp.GradScaler(init_scale=2.0 ** 16)
                        if spec.precision.loss_scaling and self.graph else None)
@@ -123,23 +123,16 @@ class OneFlowTrainer:
     def _place(self, value: Any) -> Any:
         """On this rank's device (a callable is placed as it is called), then global for a
         data-parallel graph."""
-        if callable(value) or value is None:
-            return value
-        if isinstance(value, (tuple, list)):
-            return type(value)(self._place(v) for v in value)
-        return self._batch(value.to(self.device))
+        return map_batch(value, lambda v: v if callable(v) or v is None
+                         else self._batch(v.to(self.device)))
 
     def _next_batch(self) -> tuple[Any, Any]:
-        if self.data is None:
+        if self.batches is None:
             inputs, targets = self.inputs, self.targets
             # Fresh values each step are drawn locally, then placed like the resident ones.
             return (self._place(inputs()) if callable(inputs) else inputs,
                     self._place(targets()) if callable(targets) else targets)
-        try:
-            inputs, targets = next(self.data)
-        except StopIteration:  # an epoch ended: start the next
-            self.data = iter(self._data_source)  # type: ignore[arg-type]
-            inputs, targets = next(self.data)
+        inputs, targets = self.batches.next()
         return self._place(inputs), self._place(targets)
 
     def _batch(self, local: Any) -> Any:
@@ -197,11 +190,7 @@ class OneFlowTrainer:
 
     def _on_device(self, value: Any) -> Any:
         """On this rank's device, local (a callable is placed as it is called)."""
-        if callable(value) or value is None:
-            return value
-        if isinstance(value, (tuple, list)):
-            return type(value)(self._on_device(v) for v in value)
-        return value.to(self.device)
+        return map_batch(value, lambda v: v if callable(v) or v is None else v.to(self.device))
 
     def local_step(self) -> None:
         """Forward and backward of this rank alone, for the straggler check (docs/resources.md

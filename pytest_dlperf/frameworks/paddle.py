@@ -18,12 +18,12 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from ..core.spec import OptimizerSpec, RankSpec
 from ..core.workload import BuildContext, Parts
-from . import DeviceUnavailable, DistEnv, fresh
+from . import Batches, DeviceUnavailable, DistEnv, fresh, map_batch, require_parameters
 
 # The CPU wheel and the CUDA one are different distributions; either provides ``paddle``.
 DISTRIBUTION = ("paddlepaddle", "paddlepaddle-gpu")
@@ -104,6 +104,7 @@ class PaddleTrainer:
         # BatchNorm's running statistics are parameters with stop_gradient in Paddle.
         self.params = [p for p in model.parameters() if not p.stop_gradient]
         self.parameters = sum(math.prod(p.shape) for p in self.params)
+        require_parameters(self.parameters, recipe)
         paddle.seed(spec.seed + dist.rank)
         self.compiled = spec.compiled
         # to_static turns the forward into one static program (Paddle's PIR) the first time it
@@ -114,8 +115,7 @@ class PaddleTrainer:
         self.optimizer = make_optimizer(paddle, self.params, spec.optimizer)
         self.criterion = parts.loss or paddle.nn.functional.cross_entropy
         self.inputs, self.targets = parts.inputs, parts.targets
-        self._data_source = parts.data
-        self.data: Iterator[Any] | None = iter(parts.data) if parts.data is not None else None
+        self.batches = Batches(parts.data) if parts.data is not None else None
         self.amp = spec.precision.enabled
         self.amp_dtype = spec.precision.dtype
         self.scaler = (paddle.amp.GradScaler(init_loss_scaling=2.0 ** 16)
@@ -123,26 +123,19 @@ class PaddleTrainer:
         self._loss: Any = None
 
     def _next_batch(self) -> tuple[Any, Any]:
-        if self.data is None:
+        if self.batches is None:
             return fresh(self.inputs), fresh(self.targets)
-        try:
-            inputs, targets = next(self.data)
-        except StopIteration:  # an epoch ended: start the next
-            self.data = iter(self._data_source)  # type: ignore[arg-type]
-            inputs, targets = next(self.data)
+        inputs, targets = self.batches.next()
         return self._to_device(inputs), self._to_device(targets)
 
     def _to_device(self, value: Any) -> Any:
         """A batch from the workload's iterator on this rank's device (a DataLoader's tensors
         are on the CPU), inside the timed step."""
-        paddle = self._paddle
-        if isinstance(value, paddle.Tensor):
-            return value.cuda(self.local_rank, blocking=False) if self.cuda else value
-        if isinstance(value, (tuple, list)):
-            return type(value)(self._to_device(v) for v in value)
-        if isinstance(value, dict):
-            return {k: self._to_device(v) for k, v in value.items()}
-        return value
+        if not self.cuda:
+            return value
+        tensor = self._paddle.Tensor
+        return map_batch(value, lambda v: v.cuda(self.local_rank, blocking=False)
+                         if isinstance(v, tensor) else v)
 
     def _autocast(self) -> Any:
         if not self.amp:

@@ -6,12 +6,12 @@ read ``DISTRIBUTION`` without paying for a torch import.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from ..core.spec import OptimizerSpec, RankSpec
 from ..core.workload import BuildContext, Parts
-from . import DeviceUnavailable, DistEnv, fresh
+from . import Batches, DeviceUnavailable, DistEnv, fresh, map_batch, require_parameters
 
 DISTRIBUTION = "torch"
 RECIPE_FOR = "torch"
@@ -47,6 +47,7 @@ class TorchTrainer:
                                     str(self.device)))
         model = parts.model.to(self.device)  # keeps the recipe's memory format
         self.parameters = sum(p.numel() for p in model.parameters())
+        require_parameters(sum(p.numel() for p in model.parameters() if p.requires_grad), recipe)
         if dist.world_size > 1:
             # Gradients as views into the all-reduce buckets: no copy in and out of them.
             model = torch.nn.parallel.DistributedDataParallel(
@@ -69,8 +70,7 @@ class TorchTrainer:
         # workload's own iterator, moved batch by batch inside the timed step.
         self.inputs = self._to_device(parts.inputs)
         self.targets = self._to_device(parts.targets)
-        self.data: Iterator[Any] | None = iter(parts.data) if parts.data is not None else None
-        self._data_source = parts.data
+        self.batches = Batches(parts.data) if parts.data is not None else None
 
         self.amp = spec.precision.enabled
         self.amp_dtype = getattr(torch, spec.precision.dtype)
@@ -78,24 +78,14 @@ class TorchTrainer:
         self._loss = torch.zeros((), device=self.device)
 
     def _to_device(self, value: Any) -> Any:
-        torch = self._torch
-        if isinstance(value, torch.Tensor):
-            return value.to(self.device, non_blocking=True)
-        if isinstance(value, (tuple, list)):
-            return type(value)(self._to_device(v) for v in value)
-        if isinstance(value, dict):
-            return {k: self._to_device(v) for k, v in value.items()}
-        return value
+        tensor = self._torch.Tensor
+        return map_batch(value, lambda v: v.to(self.device, non_blocking=True)
+                         if isinstance(v, tensor) else v)
 
     def _next_batch(self) -> tuple[Any, Any]:
-        if self.data is None:
+        if self.batches is None:
             return fresh(self.inputs), fresh(self.targets)
-        try:
-            batch = next(self.data)
-        except StopIteration:  # an epoch ended: start the next (a DataLoader re-shuffles)
-            self.data = iter(self._data_source)  # type: ignore[arg-type]
-            batch = next(self.data)
-        inputs, targets = batch
+        inputs, targets = self.batches.next()
         return self._to_device(inputs), self._to_device(targets)
 
     def step(self) -> None:
