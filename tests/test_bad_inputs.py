@@ -28,6 +28,15 @@ import torch
 from pytest_dlperf import BuildContext, Parts, Workload
 
 
+class Head(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(32, 10)
+
+    def forward(self, x):
+        return self.fc(x)  # the user's line a bad batch fails on
+
+
 def build(ctx: BuildContext) -> Parts:
     how = os.environ.get("BREAK", "")
     if how == "raise":
@@ -35,6 +44,11 @@ def build(ctx: BuildContext) -> Parts:
     if how == "exit":
         os._exit(3)  # a rank that dies without a word (a segfault, the OOM killer)
     model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+    if how == "no-parameters":  # a model whose layers were all left out
+        model = torch.nn.Sequential(torch.nn.Flatten())
+    if how == "shape":  # a forward that fails on the batch: 31 features for a 32-wide layer
+        return Parts(model=Head(), inputs=torch.randn(ctx.batch_size, 31),
+                     targets=torch.randint(0, 10, (ctx.batch_size,)))
     if how == "tuple":  # what other benchmark harnesses ask a model function for
         return model, torch.randn(ctx.batch_size, 32), torch.randint(0, 10, (ctx.batch_size,))
     if how == "nan":
@@ -45,7 +59,7 @@ def build(ctx: BuildContext) -> Parts:
 
 
 MLP = Workload(name="mlp", recipes={"torch": build}, batch_size={"cpu": 16, "cuda": 16},
-               unit="samples")
+               unit=os.environ.get("UNIT", "samples"))
 
 
 def test_mlp(throughput_meter):
@@ -205,6 +219,34 @@ BAD = [
     Bad("workload-lambda", ("*test_inline: workload 'inline', torch recipe: a lambda cannot be "
                             "a recipe*",),
         files={"test_inline.py": LAMBDA_TEST}, args=("-k", "inline"), usage=False),
+    Bad("workload-unit-empty", ("*test_mlp: workload 'mlp': unit must name what one sample is, "
+                                "a word such as 'samples'*got ''*",),
+        env={"UNIT": ""}, usage=False),
+    Bad("workload-unit-a-rate", ("*test_mlp: workload 'mlp': unit 'images/s' names a rate; give "
+                                 "what one sample is ('images')*",),
+        env={"UNIT": "images/s"}, usage=False),
+    Bad("workload-no-parameters", ("*test_mlp failed on 1n1d: 1 of 1 ranks failed (failed)*",
+                                   "*WorkloadError: the recipe test_mlp:build returned a model "
+                                   "with no trainable parameters*"),
+        env={"BREAK": "no-parameters"}, usage=False, never=("*empty parameter list*",)),
+    Bad("workload-no-parameters-ddp", ("*test_mlp failed on 1n2d: 2 of 2 ranks failed*",
+                                       "*--- ranks 0, 1 ---*",
+                                       "*WorkloadError: the recipe test_mlp:build returned a "
+                                       "model with no trainable parameters*"),
+        env={"BREAK": "no-parameters"}, args=("--devices-per-node", "2"), usage=False,
+        never=("*DistributedDataParallel is not needed*",)),
+    # A forward that fails on the batch's shape, on two ranks: the user's frame and the layer's
+    # line that raised, once for both ranks, without DDP's and Module.__call__'s frames.
+    Bad("forward-fails-on-the-batch", ("*test_mlp failed on 1n2d: 2 of 2 ranks failed*",
+                                       "*--- ranks 0, 1 ---*",
+                                       '*File "*test_mlp.py", line *, in forward*',
+                                       "*return self.fc(x)*",
+                                       '*File "*linear.py", line *, in forward*',
+                                       "*RuntimeError: mat1 and mat2 shapes cannot be multiplied*",
+                                       "*frame(s) of pytest-dlperf and of library calls between "
+                                       "your code and the error left out*"),
+        env={"BREAK": "shape"}, args=("--devices-per-node", "2"), usage=False,
+        never=("*distributed.py*", "*_call_impl*", "*--- rank 1 ---*")),
     Bad("unknown-framework", ("*test_mlp: no framework adapter named 'tensorflw' (known: *",),
         env={"FRAMEWORK": "tensorflw"}, usage=False),
     # -- recording a baseline on a busy machine: refused, the stored one kept as it was --------

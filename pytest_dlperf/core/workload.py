@@ -166,7 +166,20 @@ class CaseWorkload:
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
             raise WorkloadError(f"workload {workload.name!r}: the per-device batch size must be "
                                 f"a positive integer, got {batch!r}")
-        return cls(workload.name, workload.unit, batch, resolved)
+        return cls(workload.name, _checked_unit(workload), batch, resolved)
+
+
+def _checked_unit(workload: Workload) -> str:
+    """The sample unit, as the tables, baselines and history show it ("399.2 images/s")."""
+    unit = workload.unit
+    if not isinstance(unit, str) or not unit.strip() or unit != unit.strip():
+        raise WorkloadError(f"workload {workload.name!r}: unit must name what one sample is, "
+                            "a word such as 'samples', 'images', 'sentences' or 'tokens' "
+                            f"(the tables show it per second), got {unit!r}")
+    if unit.endswith("/s"):
+        raise WorkloadError(f"workload {workload.name!r}: unit {unit!r} names a rate; give "
+                            f"what one sample is ({unit[:-2]!r}): the tables add the '/s'")
+    return unit
 
 
 def _per_device(value: Any, device_type: str, precision: str, what: str) -> Any:

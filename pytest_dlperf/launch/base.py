@@ -30,8 +30,15 @@ class LaunchError(Exception):
 
     def __str__(self) -> str:
         parts = [self.summary]
+        # Ranks that failed alike (data parallelism: every rank runs the same step) are shown
+        # once, under all their numbers.
+        alike: dict[str, list[int]] = {}
         for rank, text in sorted(self.rank_errors.items()):
-            parts.append(f"--- rank {rank} ---\n{text.rstrip()}")
+            alike.setdefault(text.rstrip(), []).append(rank)
+        for text, ranks in alike.items():
+            who = f"rank {ranks[0]}" if len(ranks) == 1 else \
+                f"ranks {', '.join(map(str, ranks))}"
+            parts.append(f"--- {who} ---\n{text}")
         if self.missing_ranks:
             parts.append(f"ranks with no result: {self.missing_ranks}")
         if self.log_tail and not self.rank_errors:

@@ -13,6 +13,7 @@ import math
 import os
 import platform
 import sys
+import sysconfig
 import time
 import traceback
 from pathlib import Path
@@ -132,28 +133,53 @@ def local_step_s(trainer: Trainer, steps: int) -> float | None:
 
 def error_text(exc: BaseException) -> str:
     """What a rank reports of its failure. The plugin's own errors (a diverged loss, a workload
-    that breaks the rules) are their message; an error raised in the user's code or a framework
-    is its traceback from the first frame outside the plugin, so the user reads their own
-    frames, not the plugin's plumbing; an error raised in the plugin alone (a bug to report)
+    that breaks the rules) are their message. An error raised in the user's code or a framework
+    is its traceback cut to what the user needs: their own frames, and the last frame of the
+    library that raised (a shape error in a layer: that layer's line), without the plugin's
+    plumbing or the framework's calls in between (DDP's forward, ``Module._call_impl``: ~20
+    frames a rank, each rank alike). An error raised in the plugin alone (a bug to report)
     keeps its whole traceback."""
     if isinstance(exc, (Diverged, DeviceUnavailable, WorkloadError)):
         return f"{type(exc).__name__}: {exc}\n"
     summary = traceback.TracebackException.from_exception(exc)
-    _trim(summary, set())
-    return "".join(summary.format())
+    left_out = _trim(summary, set())
+    text = "".join(summary.format())
+    if left_out:
+        text += (f"({left_out} frame(s) of pytest-dlperf and of library calls between your "
+                 "code and the error left out)\n")
+    return text
 
 
-def _trim(summary: traceback.TracebackException, seen: set[int]) -> None:
+# Where installed packages and the standard library live: frames there are a library's.
+_LIBRARY_DIRS = tuple(sorted({path for name in ("stdlib", "platstdlib", "purelib", "platlib")
+                              if (path := sysconfig.get_paths().get(name))}, key=len,
+                             reverse=True))
+
+
+def _is_library(filename: str) -> bool:
+    return (filename.startswith(_LIBRARY_DIRS) or "site-packages" in filename
+            or "dist-packages" in filename or filename.startswith("<"))
+
+
+def _trim(summary: traceback.TracebackException, seen: set[int]) -> int:
+    """Cuts ``summary``'s frames (and its chained exceptions') to the user's and the last
+    library frame; returns how many were left out."""
     if id(summary) in seen:
-        return
+        return 0
     seen.add(id(summary))
     frames = list(summary.stack)
-    outside = [i for i, frame in enumerate(frames) if not frame.filename.startswith(_PLUGIN_DIR)]
+    outside = [frame for frame in frames if not frame.filename.startswith(_PLUGIN_DIR)]
+    kept = frames
     if outside:
-        summary.stack = traceback.StackSummary.from_list(frames[outside[0]:])
+        user = [i for i, frame in enumerate(outside) if not _is_library(frame.filename)]
+        last = user[-1] if user else -1
+        kept = [outside[i] for i in user] + outside[last + 1:][-1:]
+        summary.stack = traceback.StackSummary.from_list(kept)
+    left_out = len(frames) - len(kept)
     for linked in (summary.__cause__, summary.__context__):
         if linked is not None:
-            _trim(linked, seen)
+            left_out += _trim(linked, seen)
+    return left_out
 
 
 def main(argv: list[str]) -> int:
