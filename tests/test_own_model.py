@@ -280,3 +280,60 @@ def test_batch_and_sizes_resolve_per_device_type_and_precision() -> None:
         Workload("w", {"torch": "m:f"}, sizes={"nodes": 2})
     with pytest.raises(WorkloadError, match="positive integer"):
         CaseWorkload.of(workload, "cpu", "fp32", batch_size=0)
+
+
+# A user's own adapter, as a top-level module beside the test file: torch's, with a mark of its
+# own in the environment it reports (so the test sees it ran in the ranks).
+OWN_ADAPTER = """
+from pytest_dlperf.frameworks import torch as torch_adapter
+
+DISTRIBUTION = "torch"
+RECIPE_FOR = "torch"
+
+
+def build_trainer(spec, dist, recipe):
+    trainer = torch_adapter.build_trainer(spec, dist, recipe)
+    reported = trainer.environment
+    trainer.environment = lambda: {**reported(), "adapter": __name__}
+    return trainer
+"""
+
+WITH_OWN_ADAPTER = """
+import torch
+
+from pytest_dlperf import Parts, Workload
+
+
+def build(ctx):
+    return Parts(model=torch.nn.Linear(8, 4), inputs=torch.randn(ctx.batch_size, 8),
+                 targets=torch.randint(0, 4, (ctx.batch_size,)))
+
+
+TINY = Workload("tiny", recipes={"torch": build}, batch_size=8)
+
+
+def test_own(throughput_meter):
+    report = throughput_meter.measure("fsdp_adapter", TINY)
+    assert report.environment["adapter"] == "fsdp_adapter"
+
+
+def test_not_an_adapter(throughput_meter):
+    throughput_meter.measure("json", TINY)
+"""
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_an_adapter_of_your_own_may_be_a_top_level_module(pytester: pytest.Pytester) -> None:
+    """``measure("fsdp_adapter")`` takes a top-level module pytest can import (here from a
+    folder the ini's ``pythonpath`` names; the ranks, which pytest's sys.path does not reach,
+    are told where it is); a module that is no adapter is refused saying what it lacks."""
+    (pytester.mkdir("tools") / "fsdp_adapter.py").write_text(OWN_ADAPTER)
+    perf = pytester.mkdir("perf")
+    (perf / "test_with_adapter.py").write_text(WITH_OWN_ADAPTER)
+    pytester.makeini("[pytest]\npythonpath = tools\n")
+    result = pytester.runpytest_subprocess(*QUICK, "--devices-per-node", "1", str(perf),
+                                           timeout=300)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*test_not_an_adapter*'json' is a module (*json*) but not a "
+                                 "framework adapter: it defines no DISTRIBUTION or "
+                                 "build_trainer*"])

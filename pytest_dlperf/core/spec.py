@@ -78,7 +78,7 @@ class OptimizerSpec:
 
 @dataclass(frozen=True)
 class RankSpec:
-    framework: str  # built-in adapter name, or a dotted module path to the user's own adapter
+    framework: str  # built-in adapter name, or the module (path) of the user's own adapter
     model: str  # the workload's name
     protocol: Protocol
     batch_size: int  # per device
@@ -97,6 +97,8 @@ class RankSpec:
     count_flops: bool = False  # rank 0 counts the torch recipe's FLOPs per sample first
     memory_limit: int | None = None  # bytes per rank, enforced by the OS (--dlperf-memory-limit)
     progress: str | None = None  # rank 0 appends its phases to this file (live progress)
+    # The folder a user's own adapter module is imported from (None: built-in or installed).
+    adapter_path: str | None = None
 
     @property
     def compiled(self) -> bool:

@@ -321,7 +321,7 @@ def recipe_reference(recipe: Recipe, what: str) -> RecipeReference:
     if module is None or _lookup(module, qualname) is not recipe:
         raise WorkloadError(f"{what}: {module_name}:{qualname} does not name this function "
                             "(rebound or generated?); define it with def at module level")
-    return RecipeReference(module_name, qualname, _import_root(module))
+    return RecipeReference(module_name, qualname, import_root(module))
 
 
 def _lookup(module: ModuleType, qualname: str) -> Any:
@@ -331,7 +331,7 @@ def _lookup(module: ModuleType, qualname: str) -> Any:
     return target
 
 
-def _import_root(module: ModuleType) -> str | None:
+def import_root(module: ModuleType) -> str | None:
     """The folder that makes ``module`` importable by its name (pytest's rootdir-based import
     puts the test file's first folder without an ``__init__.py`` on ``sys.path``; the ranks do
     not inherit it); None when its file is not below such a folder (an installed module)."""

@@ -125,23 +125,37 @@ def exchange(dist: DistEnv, key: str, value: str, timeout_s: float = 600.0) -> l
 
 
 def module_name(name: str) -> str:
-    """``torch`` -> this package's adapter; a dotted name is the user's own adapter module."""
-    return name if "." in name else f"{__name__}.{name}"
+    """``torch`` -> this package's adapter; any other name is the user's own adapter module,
+    top-level (``fsdp_adapter``) or dotted (``perf.adapters.fsdp``)."""
+    return f"{__name__}.{name}" if name in known_frameworks() else name
 
 
-def load(name: str) -> ModuleType:
-    """The adapter module for ``name``; a clear error when there is none."""
+def load(name: str, path: str | None = None) -> ModuleType:
+    """The adapter module for ``name``; a clear error when there is none. ``path``: the folder
+    a user's own adapter is imported from (its import root on the pytest side), put first on
+    ``sys.path`` in a rank."""
+    import sys
+
+    if path and path not in sys.path:
+        sys.path.insert(0, path)
     target = module_name(name)
+    known = ", ".join(known_frameworks()) or "none"
     try:
         found = all(part.isidentifier() for part in name.split(".")) and \
             importlib.util.find_spec(target) is not None
     except ModuleNotFoundError:  # the parent package of a dotted name is missing
         found = False
     if not found:
-        known = ", ".join(known_frameworks()) or "none"
-        raise LookupError(f"no framework adapter named {name!r} (known: {known}; or a dotted "
-                          "module path to your own adapter)")
-    return importlib.import_module(target)
+        raise LookupError(f"no framework adapter named {name!r} (known: {known}; or your own "
+                          "adapter: an importable module, top-level or dotted, that defines "
+                          "DISTRIBUTION and build_trainer)")
+    module = importlib.import_module(target)
+    missing = [attr for attr in ("DISTRIBUTION", "build_trainer") if not hasattr(module, attr)]
+    if missing:
+        raise LookupError(f"{name!r} is a module ({getattr(module, '__file__', '?')}) but not a "
+                          f"framework adapter: it defines no {' or '.join(missing)} (see "
+                          f"docs/adding-a-framework.md; known adapters: {known})")
+    return module
 
 
 def known_frameworks() -> list[str]:

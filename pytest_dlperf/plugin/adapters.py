@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from .. import frameworks
-from ..core.workload import RecipeReference, Workload, recipe_reference
+from ..core.workload import RecipeReference, Workload, WorkloadError, import_root, recipe_reference
 from ..models import with_recipe
 
 # Prints the version of the first of its arguments that is installed, in another interpreter.
@@ -37,6 +37,18 @@ class Adapter:
     def resolve(cls, name: str) -> Adapter:
         """The adapter for ``name``; a ``LookupError`` naming the known ones otherwise."""
         return cls(name, frameworks.load(name))
+
+    @property
+    def import_root(self) -> str | None:
+        """Where ranks import a user's own adapter from (the folder pytest imported it
+        from); None for a built-in one, or where it cannot be told (the ranks then import it
+        as installed, or from their working directory)."""
+        if self.module.__name__.startswith(f"{frameworks.__name__}."):
+            return None
+        try:
+            return import_root(self.module)
+        except WorkloadError:
+            return None
 
     @property
     def recipe_key(self) -> str | None:

@@ -113,7 +113,8 @@ class Case:
                         device_type=self.cluster.device_type, precision=self.amp.name,
                         compiler=self.compiler, world_size=self.cluster.world_size,
                         batch_size=sized.batch_size, sizes=dict(sized.sizes), recipe=recipe
-                        ).with_(memory_limit=self.state.settings.memory_limit)
+                        ).with_(memory_limit=self.state.settings.memory_limit,
+                                adapter_path=self.adapter.import_root)
 
     def fingerprint(self, topology: Topology, version: str, env: dict[str, Any],
                     sized: CaseWorkload, searched: bool) -> dict[str, Any]:

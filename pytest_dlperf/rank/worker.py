@@ -45,7 +45,8 @@ def result_path(out_dir: Path, rank: int) -> Path:
 def build(spec: RankSpec, dist: DistEnv) -> Trainer:
     """The framework's trainer for this rank, the workload's recipe imported."""
     recipe = load_recipe(spec.recipe) if spec.recipe is not None else None
-    trainer: Trainer = frameworks.load(spec.framework).build_trainer(spec, dist, recipe)
+    adapter = frameworks.load(spec.framework, spec.adapter_path)
+    trainer: Trainer = adapter.build_trainer(spec, dist, recipe)
     return trainer
 
 
