@@ -122,6 +122,26 @@ def test_on_cpu_local_nodes_get_no_more_ranks_than_the_host_has_cores(
     assert collected(pytester, "-m", "multinode") == ["test_scaling[1n1d]", "test_scaling[1n2d]"]
 
 
+def test_more_nodes_keep_the_single_node_tests_full_node_case(
+        pytester: pytest.Pytester, fake_hardware: Callable[..., object]) -> None:
+    """With ``--nodes 2`` on a 2-core host each local node gets one rank (the nodes share the
+    cores), and an unmarked test lost its full-node case with it: 4 cases became 2. A
+    single-node case runs one node, which shares nothing: its full node is the host's."""
+    fake_hardware(cpu_count=2)
+    single = ["test_single[1n1d-fp32]", "test_single[1n1d-amp]", "test_single[1n2d-fp32]",
+              "test_single[1n2d-amp]"]
+    for nodes in ("1", "2", "4"):
+        names = collected(pytester, "--nodes", nodes)
+        assert [n for n in names if n.startswith("test_single")] == single, nodes
+    # The scaling test's ladder still gives each of the nodes sharing the host one rank.
+    assert [n for n in collected(pytester, "--nodes", "2") if n.startswith("test_scaling")] == [
+        "test_scaling[1n1d]", "test_scaling[2n1d]"]
+    # --devices-per-node is the user's word for both.
+    assert collected(pytester, "--nodes", "2", "--devices-per-node", "1") == [
+        "test_single[1n1d-fp32]", "test_single[1n1d-amp]", "test_scaling[1n1d]",
+        "test_scaling[2n1d]"]
+
+
 def test_local_nodes_share_this_hosts_cores_and_gpus(
         pytester: pytest.Pytester, fake_hardware: Callable[..., object]) -> None:
     fake_hardware(cpu_count=8)

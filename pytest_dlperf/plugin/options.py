@@ -192,9 +192,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("nodes", "nodes in the cluster; -m multinode cases sweep 1, 2, 4, ... up to it. "
            "Default: 1.", _int(1), 1, aliases=("--nodes",), metavar="N"),
     Option("devices_per_node", "devices (GPUs; on CPU, worker processes) per node. Default: every "
-           "GPU; on CPU 2 simulated devices, fewer when local nodes would otherwise run more "
-           "ranks than the host has cores (cores / --nodes, at least 1).", _optional(_int(1)), aliases=("--devices-per-node",),
-           metavar="N"),
+           "GPU; on CPU 2 simulated devices, fewer for a multinode case's local nodes where "
+           "they would otherwise run more ranks than the host has cores (cores / --nodes, at "
+           "least 1; a single-node case keeps its 2).", _optional(_int(1)),
+           aliases=("--devices-per-node",), metavar="N"),
     Option("link", "local mode, nodes as network hosts: each node's link to the others, RATE "
            "or RATE,DELAY (10gbit, 1gbit,0.2ms, 100mbit; 'unshaped'), shaped with the kernel's "
            "TBF (netem for a delay, where the kernel has it). It enters multi-node cases' "

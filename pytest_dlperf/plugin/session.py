@@ -44,8 +44,11 @@ class SessionSetup:
     launcher: Launcher
     hardware: Hardware
     device_type: str
-    devices_per_node: int
+    devices_per_node: int  # each node's, where the nodes of a scaling case run
     work_root: Path
+    # A single-node case's full node: the host's, as no other node shares it (with --nodes 2
+    # on a 2-core host a scaling case's nodes get one rank each, a single-node case two).
+    node_devices: int = 0
 
 
 @dataclass
@@ -72,6 +75,7 @@ class SessionState:
         hardware = detect_hardware()
         device_type = self._device_type(hardware)
         devices = self._devices_per_node(launcher, hardware, device_type)
+        alone = self._devices_per_node(launcher, hardware, device_type, sharing=1)
         self._check_nodes(launcher)
         self.ab = AbSetup.open(self.settings, self.rootpath)
         if self.ab is not None and not launcher.can_add_repeats:
@@ -80,7 +84,8 @@ class SessionState:
                 f"the case's processes itself (local or slurm), not {launcher.name}: each pair "
                 "is two fresh launches")
         work_root = self._make_work_root(launcher)
-        self._started = SessionSetup(launcher, hardware, device_type, devices, work_root)
+        self._started = SessionSetup(launcher, hardware, device_type, devices, work_root,
+                                     alone)
 
     def _pick_launcher(self, environ: dict[str, str]) -> Launcher:
         name = self.settings.launcher
@@ -101,7 +106,10 @@ class SessionState:
                 "(pynvml); use --dlperf-device=cpu or run on a GPU host")
         return hardware.device_type if wanted == "auto" else wanted
 
-    def _devices_per_node(self, launcher: Launcher, hw: Hardware, device_type: str) -> int:
+    def _devices_per_node(self, launcher: Launcher, hw: Hardware, device_type: str,
+                          sharing: int | None = None) -> int:
+        """Devices per node: as given, else the node's (on CPU, its cores shared out among the
+        ``sharing`` nodes on this host: by default every local node)."""
         wanted = self.settings.devices_per_node
         launched = launcher.launched_shape
         if launched is not None:  # external: the job was started with its own shape
@@ -118,7 +126,8 @@ class SessionState:
                 return have
             # Local nodes share this host's cores: keep every node's ranks within them (one per
             # node at least). 8 single-thread ranks on 2 cores ran many times slower.
-            sharing = self.settings.nodes if launcher.all_nodes_here else 1
+            if sharing is None:
+                sharing = self.settings.nodes if launcher.all_nodes_here else 1
             return max(1, min(2, have // sharing))
         if wanted > have:
             raise pytest.UsageError(
@@ -184,7 +193,7 @@ class SessionState:
 
     def ladder(self, multinode: bool) -> list[Topology]:
         """DLPerf's ladder: 1 device, then a full node; multinode cases add 2, 4, ... nodes."""
-        per_node = self.devices_per_node
+        per_node = self.devices_per_node if multinode else self.started.node_devices
         launched = self.launcher.launched_shape
         max_nodes = launched[0] if launched is not None else self.settings.nodes
         shapes = {(1, 1), (1, per_node)}
