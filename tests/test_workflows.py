@@ -1,4 +1,5 @@
-"""Structural checks of the GitHub Actions workflows (CI and nightly perf gate)."""
+"""Structural checks of the GitHub Actions workflows (CI, the nightly perf gate, the pull
+requests' A/B and the release)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ WORKFLOWS = ROOT / ".github" / "workflows"
 CI_PATH = WORKFLOWS / "ci.yml"
 NIGHTLY_PATH = WORKFLOWS / "nightly.yml"
 PERF_PR_PATH = WORKFLOWS / "perf-pr.yml"
+RELEASE_PATH = WORKFLOWS / "release.yml"
+PUBLISH_ACTION = "pypa/gh-action-pypi-publish"
 README_PATH = ROOT / "README.md"
 TEST_COMMAND = "./scripts/test"
 PINNED_USES = re.compile(r"^[\w.-]+/[\w./-]+@(v\d[\w.-]*|[0-9a-f]{40})$")
@@ -191,7 +194,8 @@ def test_nightly_writes_the_gates_summary_always(nightly: Workflow) -> None:
 # --- Both ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", [CI_PATH, NIGHTLY_PATH, PERF_PR_PATH], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [CI_PATH, NIGHTLY_PATH, PERF_PR_PATH, RELEASE_PATH],
+                         ids=lambda p: p.name)
 def test_every_action_is_pinned(path: Path) -> None:
     uses = [str(step["uses"]) for step in all_steps(load_workflow(path)) if "uses" in step]
     assert uses, f"{path.name} uses no actions"
@@ -234,3 +238,84 @@ def test_the_pr_workflow_compares_the_merge_commit_with_its_first_parent() -> No
         assert "${{" not in run["run"], "expressions must not be interpolated into scripts"
     (summary,) = [s for s in run_steps(pr) if "GITHUB_STEP_SUMMARY" in s["run"]]
     assert summary["if"] == "always()" and "pytest_dlperf report" in summary["run"]
+
+
+# --- The release ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def release() -> Workflow:
+    return load_workflow(RELEASE_PATH)
+
+
+def job_with(workflow: Workflow, action: str) -> tuple[str, dict[str, Any]]:
+    (found,) = [(name, job) for name, job in jobs(workflow).items()
+                if any(str(s.get("uses", "")).split("@")[0] == action for s in job["steps"])]
+    return found
+
+
+def step_index(job: dict[str, Any], text: str) -> int:
+    (index,) = [i for i, s in enumerate(job["steps"]) if text in str(s.get("run", ""))]
+    return index
+
+
+def test_release_runs_on_version_tags_only(release: Workflow) -> None:
+    assert triggers(release) == {"push": {"tags": ["v*"]}}
+
+
+def test_release_publishes_only_after_the_build_and_its_check(release: Workflow) -> None:
+    publisher, publish = job_with(release, PUBLISH_ACTION)
+    builder, build = job_with(release, "actions/upload-artifact")
+    assert publisher != builder, "build and publish are separate jobs"
+    needs = publish.get("needs")
+    assert builder in ([needs] if isinstance(needs, str) else needs)
+    assert step_index(build, "python -m build") < step_index(build, "pytest --help")
+    (upload,) = uses_steps(release, "actions/upload-artifact")
+    (download,) = uses_steps(release, "actions/download-artifact")
+    assert upload["with"]["name"] == download["with"]["name"]
+    assert download["with"]["path"].rstrip("/") == "dist"  # where the publish action looks
+    assert not [s for s in publish["steps"] if "run" in s], "the publish job builds nothing"
+
+
+def test_release_id_token_write_only_on_the_publish_job(release: Workflow) -> None:
+    """Trusted publishing: the OIDC token is the upload credential, so only the job that
+    uploads may mint one, and only in the "pypi" environment PyPI's publisher names."""
+    assert "id-token" not in release.get("permissions", {})
+    publisher, publish = job_with(release, PUBLISH_ACTION)
+    assert publish["permissions"] == {"id-token": "write"}
+    environment = publish["environment"]
+    assert (environment["name"] if isinstance(environment, dict) else environment) == "pypi"
+    for name, job in jobs(release).items():
+        if name != publisher:
+            assert "id-token" not in job.get("permissions", {}), name
+    (step,) = uses_steps(release, PUBLISH_ACTION)
+    assert not {"password", "user"} & set(step.get("with", {})), "no stored token"
+
+
+def test_release_checks_pytest_help_from_the_installed_wheel(release: Workflow) -> None:
+    """The check installs the built wheel into a fresh venv and runs that venv's pytest
+    outside the checkout (so the source tree is not what it imports), looking for an option
+    only the plugin adds."""
+    _, build = job_with(release, "actions/upload-artifact")
+    step = build["steps"][step_index(build, "pytest --help")]
+    script = step["run"]
+    venv = re.search(r'-m venv "?([^"\s]+)"?', script)
+    assert venv, "the check makes a fresh venv"
+    install = re.search(rf'"?{re.escape(venv.group(1))}/bin/pip"? install dist/\*\.whl', script)
+    cd = re.search(r"^\s*cd ", script, re.M)
+    help_ = re.search(rf'"?{re.escape(venv.group(1))}/bin/python"? -m pytest --help', script)
+    assert install and cd and help_
+    assert install.start() < cd.start() < help_.start(), "pytest --help runs outside the checkout"
+    assert "--dlperf-protocol" in script[help_.start():]
+
+
+def test_release_checks_the_tag_names_the_version(release: Workflow) -> None:
+    (step,) = [s for s in run_steps(release) if "tomllib" in s["run"]]
+    assert step["env"]["TAG"] == "${{ github.ref_name }}"
+    _, build = job_with(release, "actions/upload-artifact")
+    assert build["steps"].index(step) < step_index(build, "python -m build")
+
+
+def test_release_never_interpolates_expressions_into_scripts(release: Workflow) -> None:
+    for step in run_steps(release):
+        assert "${{" not in step["run"], step.get("name")
