@@ -98,9 +98,9 @@ def _check_optimizer(opt: Any, what: str) -> None:
 
 @dataclass(frozen=True)
 class Workload:
-    """A model as a perf case trains it. ``recipes`` maps a framework (``torch``, ``tensorflow``,
-    ``oneflow``) to its recipe: a module-level function ``recipe(ctx: BuildContext) -> Parts``,
-    or its ``"module:function"`` path."""
+    """A model as a perf case trains it. ``recipes`` maps a framework (an adapter's name, or the
+    key a user's own adapter builds from: its ``RECIPE_FOR``) to its recipe: a module-level
+    function ``recipe(ctx: BuildContext) -> Parts``, or its ``"module:function"`` path."""
 
     name: str
     recipes: Mapping[str, Recipe]
@@ -205,7 +205,8 @@ class Parts:
       not memorized and reduced-precision runs do not end in NaN;
     - ``data``: instead of ``inputs``/``targets``, an iterable of ``(inputs, targets)`` batches
       (a ``DataLoader`` reading files, say) when the input pipeline is part of what is measured;
-      each batch is moved to the device inside the timed step. torch and OneFlow.
+      each batch is moved to the device inside the timed step (every built-in adapter but
+      TensorFlow's, which refuses it).
     - ``loss``: ``loss(outputs, targets) -> scalar``; default: cross-entropy of class logits
       against integer labels.
     """
@@ -273,8 +274,7 @@ class Precision:
 
 PRECISIONS = ("fp32", "amp")
 # The compiler axis, in words every framework shares (case ids line up across frameworks):
-# "compiled" is torch.compile for torch, XLA (jit_compile=True) for TensorFlow, nn.Graph for
-# OneFlow.
+# "compiled" is each adapter's compiler (its COMPILER: pytest_dlperf.frameworks.compilers()).
 COMPILERS = ("eager", "compiled")
 
 

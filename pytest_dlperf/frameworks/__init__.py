@@ -17,6 +17,8 @@ importing the framework at module level:
 and optionally:
 
 - ``INSTALL_HINT``: what to do when the framework is not installed (default: the pip extra);
+- ``COMPILER``: what its ``compiled`` mode is (``"torch.compile"``); the options' help and the
+  docs list the built-in adapters' from here;
 - ``compile_unavailable(device_type) -> str | None``: why its ``compiled`` mode cannot run here;
 - ``amp_unavailable(device_type) -> str | None``: why it has no mixed precision on that device.
 
@@ -156,6 +158,13 @@ def load(name: str, path: str | None = None) -> ModuleType:
                           f"framework adapter: it defines no {' or '.join(missing)} (see "
                           f"docs/adding-a-framework.md; known adapters: {known})")
     return module
+
+
+def compilers() -> dict[str, str]:
+    """What ``compiled`` means in each built-in adapter, by name (its ``COMPILER``)."""
+    return {name: str(getattr(importlib.import_module(module_name(name)), "COMPILER",
+                              "its compiler"))
+            for name in known_frameworks()}
 
 
 def known_frameworks() -> list[str]:

@@ -31,6 +31,7 @@ INSTALL_HINT = ("OneFlow 0.9.0 needs Python 3.10: create its worker interpreter 
                 "--dlperf-python oneflow=$(scripts/setup-oneflow)")
 
 RECIPE_FOR = "oneflow"
+COMPILER = "nn.Graph"
 
 
 def _prepare_environ(environ: Any) -> None:

@@ -28,6 +28,7 @@ from . import Batches, DeviceUnavailable, DistEnv, fresh, map_batch, require_par
 # The CPU wheel and the CUDA one are different distributions; either provides ``paddle``.
 DISTRIBUTION = ("paddlepaddle", "paddlepaddle-gpu")
 RECIPE_FOR = "paddle"
+COMPILER = "paddle.jit.to_static"
 INSTALL_HINT = ("PaddlePaddle is not installed: pip install 'pytest-dlperf[paddle]' (the CPU "
                 "wheel; on CUDA hosts paddlepaddle-gpu from Paddle's own index)")
 

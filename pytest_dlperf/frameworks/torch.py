@@ -15,6 +15,7 @@ from . import Batches, DeviceUnavailable, DistEnv, fresh, map_batch, require_par
 
 DISTRIBUTION = "torch"
 RECIPE_FOR = "torch"
+COMPILER = "torch.compile"
 
 
 class TorchTrainer:

@@ -198,8 +198,9 @@ def amp(request: pytest.FixtureRequest) -> Precision:
 
 @pytest.fixture
 def compiler(request: pytest.FixtureRequest) -> str:
-    """How the training step runs: ``eager``, or ``compiled`` (torch.compile for torch, XLA for
-    TensorFlow). Compile time is reported on its own (``first_step_s``), never in throughput."""
+    """How the training step runs: ``eager``, or ``compiled`` (each framework's compiler, as its
+    adapter's ``COMPILER`` names it). Compile time is reported on its own (``first_step_s``),
+    never in throughput."""
     return str(getattr(request, "param", "eager"))
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from .. import frameworks
 from ..core import protocol as protocol_mod
 from ..core.units import parse_flops, parse_size
 from ..core.workload import COMPILERS
@@ -149,8 +150,9 @@ OPTIONS: tuple[Option, ...] = (
            "naming amp here runs them anyway.",
            _optional(_subset("fp32", "amp")), metavar="LIST"),
     Option("compilers", "the compiler axis of tests that take the `compiler` fixture, "
-           "comma-separated: eager, compiled (torch.compile for torch, XLA for TensorFlow, "
-           "nn.Graph for OneFlow, to_static for Paddle). "
+           "comma-separated: eager, compiled ("
+           + ", ".join(f"{how} for {name}" for name, how in frameworks.compilers().items())
+           + "). "
            "Default: eager on CPU (a compiled ResNet-50 step was slower than eager here and a "
            "cold compile takes ~1 min), eager,compiled on CUDA.",
            _optional(_subset(*COMPILERS)), metavar="LIST"),

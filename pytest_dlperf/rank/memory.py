@@ -11,8 +11,8 @@ Runs in every training rank: standard library only (ranks may run under another 
   window by ``Trainer.reset_peak_memory``), and NVML's used memory of this process, which
   counts what no framework counter sees (the CUDA context, cuDNN/cuBLAS workspaces, NCCL
   buffers) and is the same figure for every framework. NVML has no peak, only what the process
-  holds now: read at the end of a window, after the caching allocators (torch, TensorFlow,
-  OneFlow all keep what they once reserved) grew to the window's high-water mark.
+  holds now: read at the end of a window, after the framework's caching allocator (each
+  keeps what it once reserved) grew to the window's high-water mark.
 """
 
 from __future__ import annotations

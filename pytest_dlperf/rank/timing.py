@@ -26,7 +26,7 @@ class Window:
 class Measurement:
     warmup_s: float
     windows: list[Window] = field(default_factory=list)
-    # The first warm-up step alone: where tracing and compilation (torch.compile, XLA, a
+    # The first warm-up step alone: where tracing and compilation (a compiled case's, a
     # tf.function's first trace) happen. Reported on its own, never part of a window.
     first_step_s: float = 0.0
     # Wall-clock (epoch) time the first timed step began: start-up figures across processes.
