@@ -174,24 +174,22 @@ def test_scaling_lines_start_at_the_one_device_case_whatever_link_the_nodes_had(
     def series(nodes: int, median: float, link: str | None) -> Series:
         fp = {**fingerprint("torch", nodes, 1), **({"link": link} if link else {})}
         point = Point(None, dt.datetime(2026, 11, 25), None, None, "h", "pass", [[median]])
-        return Series(f"case-{nodes}-{link}", f"id-{nodes}-{link}", fp, "torch",
+        return Series(f"perf/test_r.py::test_r[{nodes}n1d]", f"id-{nodes}-{link}", fp, "torch",
                       "resnet50_v1.5", "images", [point])
 
     all_series = [series(1, 10.0, None), series(2, 18.0, "10gbit"), series(2, 12.0, "1gbit")]
     lines = scaling_groups(all_series)[("resnet50_v1.5", "torch")]
-    assert lines == {"fp32, batch 2, link 10gbit": [(1, 1.0), (2, 1.8)],
-                     "fp32, batch 2, link 1gbit": [(1, 1.0), (2, 1.2)]}
+    assert lines == {"test_r: fp32, batch 2, link 10gbit": [(1, 1.0), (2, 1.8)],
+                     "test_r: fp32, batch 2, link 1gbit": [(1, 1.0), (2, 1.2)]}
     table = dlperf_tables(all_series)
     assert "18.00 (1.80x)" in table and "12.00 (1.20x)" in table
 
 
-def test_two_tests_of_one_workload_and_topology_each_get_their_cell(tmp_path: Path) -> None:
-    """The Tables section keys its cells by test: two tests training the same workload on the
-    same topology and precision (the same fingerprint) are two rows, each with its own figure
-    and its speedup over its own 1n1d case; a test of another framework with the same name
-    stays beside it in its column."""
+def two_tests_of_tiny_gpt(tmp_path: Path) -> History:
+    """A real SQLite history of two torch tests training tiny_gpt on 1n1d and 1n2d with one
+    fingerprint per topology (435.14 and 424.63 tokens/s on 1n2d), and tensorflow's test of the
+    first name on 1n2d only."""
     from pytest_dlperf.core.topology import fingerprint_id
-    from pytest_dlperf.report.page import dlperf_tables, load
 
     store = History.open(f"sqlite:///{tmp_path / 'history.sqlite'}")
     figures = {("torch", "test_tiny_gpt", "1n1d"): 250.0,
@@ -209,8 +207,17 @@ def test_two_tests_of_one_workload_and_topology_each_get_their_cell(tmp_path: Pa
     store.append({"started_at": dt.datetime(2026, 11, 25, 3, tzinfo=dt.timezone.utc),
                   "commit_id": "a" * 40, "branch": "main", "dirty": False, "host": "runner-1",
                   "machine": "box", "plugin_version": "0", "protocol": {"name": "quick"}}, cases)
+    return store
 
-    table = dlperf_tables(load(store))
+
+def test_two_tests_of_one_workload_and_topology_each_get_their_cell(tmp_path: Path) -> None:
+    """The Tables section keys its cells by test: two tests training the same workload on the
+    same topology and precision (the same fingerprint) are two rows, each with its own figure
+    and its speedup over its own 1n1d case; a test of another framework with the same name
+    stays beside it in its column."""
+    from pytest_dlperf.report.page import dlperf_tables, load
+
+    table = dlperf_tables(load(two_tests_of_tiny_gpt(tmp_path)))
     rows = [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", table)
             if "<td>" in row]
     assert sorted(rows) == sorted([
@@ -219,3 +226,36 @@ def test_two_tests_of_one_workload_and_topology_each_get_their_cell(tmp_path: Pa
         ["1n2d", "fp32, batch 2", "test_tiny_gpt[1n2d-fp32]", "300.00", "435.14 (1.74x)"],
         ["1n2d", "fp32, batch 2", "test_tiny_gpt_packed[1n2d-fp32]", "-", "424.63 (2.12x)"],
     ]), table
+
+
+def test_two_tests_of_one_workload_and_topology_each_get_their_line_and_bar(
+        tmp_path: Path) -> None:
+    """The Scaling lines and the Frameworks bars are keyed by test as the tables are: each of
+    two tests training the same workload on the same topology and precision keeps its figure,
+    a line from its own 1n1d case and a bar beside the other framework's test of its name; and
+    each is drawn in the page's figures."""
+    from pytest_dlperf.report.page import comparison_groups, load, scaling_groups, write
+
+    store = two_tests_of_tiny_gpt(tmp_path)
+    all_series = load(store)
+    # tensorflow has no 1n1d case to scale from: no line, as its table cell has no speedup
+    assert scaling_groups(all_series) == {("tiny_gpt", "torch"): {
+        "test_tiny_gpt: fp32, batch 2": [(1, 1.0), (2, pytest.approx(435.14 / 250.0))],
+        "test_tiny_gpt_packed: fp32, batch 2": [(1, 1.0), (2, pytest.approx(424.63 / 200.0))]}}
+    assert comparison_groups(all_series) == {"tiny_gpt": {
+        "1n1d fp32, batch 2\ntest_tiny_gpt[1n1d-fp32]": {"torch": 250.0},
+        "1n1d fp32, batch 2\ntest_tiny_gpt_packed[1n1d-fp32]": {"torch": 200.0},
+        "1n2d fp32, batch 2\ntest_tiny_gpt[1n2d-fp32]": {"tensorflow": 300.0, "torch": 435.14},
+        "1n2d fp32, batch 2\ntest_tiny_gpt_packed[1n2d-fp32]": {"torch": 424.63}}}
+
+    out = tmp_path / "page"
+    write(store, out)
+    scaling = (out / "plots" / "scaling-tiny-gpt-torch.svg").read_text()
+    assert "test_tiny_gpt: fp32, batch 2" in scaling
+    assert "test_tiny_gpt_packed: fp32, batch 2" in scaling
+    bars = (out / "plots" / "frameworks-tiny-gpt.svg").read_text()
+    for test in ("test_tiny_gpt[1n1d-fp32]", "test_tiny_gpt_packed[1n1d-fp32]",
+                 "test_tiny_gpt[1n2d-fp32]", "test_tiny_gpt_packed[1n2d-fp32]"):
+        assert test in bars
+    assert sorted(p.name for p in (out / "plots").glob("[sf]*.svg")) == [
+        "frameworks-tiny-gpt.svg", "scaling-tiny-gpt-torch.svg"]

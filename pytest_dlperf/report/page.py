@@ -4,10 +4,9 @@ opens from disk (no server, nothing fetched at view time, no script).
 - **Trends**, per case and fingerprint: each run's median (the figure its verdict judged), the
   spread of its windows (min to max) and its launch medians, with the history's change points
   marked by their commit and size.
-- **Scaling**, per model and framework: speedup against devices with the ideal line, as
-  DLPerf's figures draw it (the newest run of each topology over the newest 1n1d run of the same
-  precision, per-device batch and compiler).
-- **Frameworks**, per model: bars of the newest median of each framework, case by case.
+- **Scaling**, per model and framework: a line per test of the tables' speedups against devices
+  with the ideal line, as DLPerf's figures draw it.
+- **Frameworks**, per model: bars of the newest median of each framework, row by row of the tables.
 - **Tables**, DLPerf's: per model, a row per topology / precision / batch and test, a column
   per framework: throughput (speedup).
 
@@ -30,9 +29,8 @@ from ..store.history import History, Point
 from ..verdict.changepoints import MAX_PVALUE, MIN_CHANGE, Step, blocking, steps
 
 # The fingerprint's fields that make two cases one configuration on different topologies (for
-# speedup) or in different frameworks (for the comparison).
+# speedup).
 _TOPOLOGY = ("nodes", "devices_per_node", "threads_per_worker")
-_FRAMEWORK = ("framework", "framework_version", "python")
 WORSE, BETTER, ACCEPTED = "#c0392b", "#1e8449", "#7f8c8d"
 
 
@@ -140,23 +138,17 @@ Line = list[tuple[int, float]]  # (devices, speedup), 1 device first
 
 
 def scaling_groups(all_series: list[Series]) -> dict[tuple[str, str], dict[str, Line]]:
-    """(model, framework) -> a line per configuration: (devices, speedup) points, 1 first."""
-    by_config: dict[tuple[Any, ...], list[Series]] = {}
-    for s in all_series:  # (one device has no link: it is every link's start)
-        key = s.key_without((*_TOPOLOGY, "link"))
-        by_config.setdefault((s.model, s.framework, key), []).append(s)
+    """(model, framework) -> a line per test, configuration and link the nodes had: the
+    tables' speedups by devices, from 1 device (every link's start). Keyed by the configuration
+    alone, two tests of one workload drew one line of both."""
+    single, tests = _single_of(all_series), _tests(all_series, by_function=True)
     out: dict[tuple[str, str], dict[str, Line]] = {}
-    for (model, framework, _), members in by_config.items():
-        single = [s for s in members if s.devices == 1]
-        links = sorted({str(s.fingerprint.get("link", "")) for s in members if s.devices > 1})
-        if not single or not links:
-            continue
-        base = single[0].latest.median
-        for link in links:  # a line per link the nodes had
-            on = [s for s in members if s.devices > 1 and str(s.fingerprint.get("link", "")) == link]
-            line = sorted({1: 1.0, **{s.devices: s.latest.median / base for s in on}}.items())
-            label = members[0].config + (f", link {link}" if link else "")
-            out.setdefault((model, framework), {})[label] = line
+    for (model, devices, _, config, _), row in sorted(_rows(all_series).items()):
+        for fw, s in row.items():
+            label = f"{tests[s.case]}: {config}"
+            if devices > 1 and (base := single(s)):
+                out.setdefault((model, fw), {}).setdefault(label, [(1, 1.0)]).append(
+                    (devices, s.latest.median / base))
     return out
 
 
@@ -179,11 +171,12 @@ def scaling_plot(plt: Any, model: str, framework: str, lines: dict[str, Line],
 
 
 def comparison_groups(all_series: list[Series]) -> dict[str, dict[str, dict[str, float]]]:
-    """model -> case (topology, precision, batch) -> framework -> newest median."""
+    """model -> a row of the tables (topology, precision, batch; its test on a second line) ->
+    framework -> newest median."""
     out: dict[str, dict[str, dict[str, float]]] = {}
-    for s in sorted(all_series, key=lambda s: (s.devices, s.config)):
-        label = f"{s.topology} {s.config}"
-        out.setdefault(s.model, {}).setdefault(label, {})[s.framework] = s.latest.median
+    for (model, _, topology, config, test), row in sorted(_rows(all_series).items()):
+        out.setdefault(model, {})[f"{topology} {config}\n{test}"] = {
+            fw: s.latest.median for fw, s in row.items()}
     return out
 
 
@@ -229,16 +222,23 @@ def _row_config(s: Series) -> str:
     return s.config + (f", link {link}" if link else "")
 
 
-def _tests(members: list[Series]) -> list[str]:
-    """Each series' test as its row names it: the test's name in its file with its parameters
-    (``test_x[1n2d-fp32]``), the same in each framework's file so that their figures share a
-    row; the whole case key where files of one framework have tests of that name."""
-    names = [s.case.partition("::")[2] or s.case for s in members]
-    cases: dict[tuple[str, ...], set[str]] = {}
-    for s, name in zip(members, names):
-        cases.setdefault((s.framework, s.topology, _row_config(s), name), set()).add(s.case)
-    return [s.case if len(cases[(s.framework, s.topology, _row_config(s), name)]) > 1 else name
-            for s, name in zip(members, names)]
+def _function(case: str) -> str:
+    """A case's test without its parameters (``file.py::test_x``): one test over topologies."""
+    return case.partition("[")[0]
+
+
+def _tests(members: list[Series], by_function: bool = False) -> dict[str, str]:
+    """Case -> its test as the page names it: the test's name in its file with its parameters
+    (``test_x[1n2d-fp32]``, a table row), or without them ``by_function`` (a scaling line, over
+    the topologies they name); the same in each framework's file so that their figures share a
+    row; the whole key where files of one framework have tests of that name."""
+    keys = {s.case: _function(s.case) if by_function else s.case for s in members}
+    short = {case: key.partition("::")[2] or key for case, key in keys.items()}
+    files: dict[tuple[str, str, str], set[str]] = {}
+    for s in members:
+        files.setdefault((s.model, s.framework, short[s.case]), set()).add(keys[s.case])
+    return {s.case: keys[s.case] if len(files[(s.model, s.framework, short[s.case])]) > 1
+            else short[s.case] for s in members}
 
 
 def _single_of(members: list[Series]) -> Callable[[Series], float | None]:
@@ -250,38 +250,42 @@ def _single_of(members: list[Series]) -> Callable[[Series], float | None]:
     own: dict[tuple[Any, ...], float] = {}
     shared: dict[tuple[Any, ...], list[float]] = {}
     for s in sorted((s for s in members if s.devices == 1), key=lambda s: s.latest.started_at):
-        key = (s.framework, s.key_without(unlinked))
-        own[(s.case.partition("[")[0], key)] = s.latest.median
+        key = (s.model, s.framework, s.key_without(unlinked))
+        own[(_function(s.case), key)] = s.latest.median
         shared.setdefault(key, []).append(s.latest.median)
 
     def single(s: Series) -> float | None:
-        key = (s.framework, s.key_without(unlinked))
-        found = own.get((s.case.partition("[")[0], key))
+        key = (s.model, s.framework, s.key_without(unlinked))
+        found = own.get((_function(s.case), key))
         others = shared.get(key, [])
         return found if found is not None else others[0] if len(others) == 1 else None
 
     return single
 
 
+def _rows(all_series: list[Series]) -> dict[tuple[str, int, str, str, str], dict[str, Series]]:
+    """The tables' rows, (model, devices, topology, configuration, test) -> framework -> its
+    series. Keyed by the configuration alone, one test's figure hid another's of a workload."""
+    rows: dict[tuple[str, int, str, str, str], dict[str, Series]] = {}
+    tests = _tests(all_series)
+    for s in all_series:
+        cells = rows.setdefault((s.model, s.devices, s.topology, _row_config(s), tests[s.case]), {})
+        shown = cells.get(s.framework)  # one case's fingerprints: the newest run's
+        if shown is None or shown.latest.started_at < s.latest.started_at:
+            cells[s.framework] = s
+    return rows
+
+
 def dlperf_tables(all_series: list[Series]) -> str:
-    """DLPerf's tables: per model, a row per topology, configuration and test, a column per
-    framework. Two tests of one workload and fingerprint are two rows: keyed by the
-    configuration alone, one test's figure would hide the other's."""
-    parts = []
+    """DLPerf's tables: per model, a row per ``_rows`` row, a column per framework."""
+    parts, rows, single = [], sorted(_rows(all_series).items()), _single_of(all_series)
     for model in sorted({s.model for s in all_series}):
         members = [s for s in all_series if s.model == model]
         frameworks = sorted({s.framework for s in members})
-        single = _single_of(members)
-        rows: dict[tuple[int, str, str, str], dict[str, Series]] = {}
-        for s, test in zip(members, _tests(members)):
-            cells = rows.setdefault((s.devices, s.topology, _row_config(s), test), {})
-            shown = cells.get(s.framework)  # one case's fingerprints: the newest run's
-            if shown is None or shown.latest.started_at < s.latest.started_at:
-                cells[s.framework] = s
         table = [[html.escape(topology), html.escape(config), html.escape(test),
                   *(_cell(cells[fw], single(cells[fw])) if fw in cells else "-"
                     for fw in frameworks)]
-                 for (_, topology, config, test), cells in sorted(rows.items())]
+                 for (of, _, topology, config, test), cells in rows if of == model]
         parts.append(f"<h3>{html.escape(model)} ({html.escape(members[0].unit)}/s, speedup "
                      f"over 1 device)</h3>" + _table(["nodes x devices",
                                                       "precision, batch/device", "test",
