@@ -168,7 +168,8 @@ def test_headless_chromium_shows_the_page_with_no_console_error(tmp_path: Path) 
 
 def test_scaling_lines_start_at_the_one_device_case_whatever_link_the_nodes_had() -> None:
     """One device has no link; 2 nodes at 10 Gbit/s and at 1 Gbit/s are two lines from it."""
-    from pytest_dlperf.report.page import Series, dlperf_tables, scaling_groups
+    from pytest_dlperf.report.page import dlperf_tables, scaling_groups
+    from pytest_dlperf.report.series import Series
     from pytest_dlperf.store.history import Point
 
     def series(nodes: int, median: float, link: str | None) -> Series:
@@ -215,7 +216,8 @@ def test_two_tests_of_one_workload_and_topology_each_get_their_cell(tmp_path: Pa
     same topology and precision (the same fingerprint) are two rows, each with its own figure
     and its speedup over its own 1n1d case; a test of another framework with the same name
     stays beside it in its column."""
-    from pytest_dlperf.report.page import dlperf_tables, load
+    from pytest_dlperf.report.page import dlperf_tables
+    from pytest_dlperf.report.series import load
 
     table = dlperf_tables(load(two_tests_of_tiny_gpt(tmp_path)))
     rows = [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", table)
@@ -234,7 +236,8 @@ def test_two_tests_of_one_workload_and_topology_each_get_their_line_and_bar(
     two tests training the same workload on the same topology and precision keeps its figure,
     a line from its own 1n1d case and a bar beside the other framework's test of its name; and
     each is drawn in the page's figures."""
-    from pytest_dlperf.report.page import comparison_groups, load, scaling_groups, write
+    from pytest_dlperf.report.page import comparison_groups, scaling_groups, write
+    from pytest_dlperf.report.series import load
 
     store = two_tests_of_tiny_gpt(tmp_path)
     all_series = load(store)

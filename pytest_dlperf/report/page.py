@@ -10,6 +10,7 @@ opens from disk (no server, nothing fetched at view time, no script).
 - **Tables**, DLPerf's: per model, a row per topology / precision / batch and test, a column
   per framework: throughput (speedup).
 
+The series it shows, and the rows and tests its tables and figures share, are ``series``'s;
 matplotlib draws the figures as SVG files beside ``index.html``.
 """
 
@@ -19,69 +20,15 @@ import datetime as dt
 import html
 import re
 import statistics
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..store.baselines import THROUGHPUT
-from ..store.history import History, Point
-from ..verdict.changepoints import MAX_PVALUE, MIN_CHANGE, Step, blocking, steps
+from ..store.history import History
+from ..verdict.changepoints import MAX_PVALUE, MIN_CHANGE, Step, blocking
+from .series import Series, load, single_of, table_rows, tests_of
 
-# The fingerprint's fields that make two cases one configuration on different topologies (for
-# speedup).
-_TOPOLOGY = ("nodes", "devices_per_node", "threads_per_worker")
 WORSE, BETTER, ACCEPTED = "#c0392b", "#1e8449", "#7f8c8d"
-
-
-@dataclass
-class Series:
-    case: str
-    fingerprint_id: str
-    fingerprint: dict[str, Any]
-    framework: str
-    model: str
-    unit: str
-    points: list[Point]
-    steps: list[Step] = field(default_factory=list)
-
-    @property
-    def latest(self) -> Point:
-        return self.points[-1]
-
-    @property
-    def devices(self) -> int:
-        fp = self.fingerprint
-        return int(fp.get("nodes", 1)) * int(fp.get("devices_per_node", 1))
-
-    @property
-    def topology(self) -> str:
-        return f"{self.fingerprint.get('nodes', 1)}n{self.fingerprint.get('devices_per_node', 1)}d"
-
-    @property
-    def config(self) -> str:
-        """Precision, per-device batch and compiler: what a DLPerf table row says."""
-        fp = self.fingerprint
-        text = f"{fp.get('precision', '?')}, batch {fp.get('batch_size', '?')}"
-        if fp.get("compiler"):
-            text += f", {fp['compiler']}"
-        return text
-
-    def key_without(self, fields: Sequence[str]) -> tuple[tuple[str, str], ...]:
-        return tuple(sorted((k, repr(v)) for k, v in self.fingerprint.items() if k not in fields))
-
-
-def load(history: History, max_pvalue: float = MAX_PVALUE) -> list[Series]:
-    out = []
-    for key in history.keys():
-        points = history.series(key["case_key"], key["fingerprint_id"], THROUGHPUT)
-        if not points:
-            continue
-        series = Series(key["case_key"], key["fingerprint_id"], key["fingerprint"],
-                        key["framework"], key["model"], key["unit"], points)
-        series.steps = steps(points, THROUGHPUT, f"{key['unit']}/s", True, max_pvalue)
-        out.append(series)
-    return out
 
 
 def _slug(text: str) -> str:
@@ -141,9 +88,9 @@ def scaling_groups(all_series: list[Series]) -> dict[tuple[str, str], dict[str, 
     """(model, framework) -> a line per test, configuration and link the nodes had: the
     tables' speedups by devices, from 1 device (every link's start). Keyed by the configuration
     alone, two tests of one workload drew one line of both."""
-    single, tests = _single_of(all_series), _tests(all_series, by_function=True)
+    single, tests = single_of(all_series), tests_of(all_series, by_function=True)
     out: dict[tuple[str, str], dict[str, Line]] = {}
-    for (model, devices, _, config, _), row in sorted(_rows(all_series).items()):
+    for (model, devices, _, config, _), row in sorted(table_rows(all_series).items()):
         for fw, s in row.items():
             label = f"{tests[s.case]}: {config}"
             if devices > 1 and (base := single(s)):
@@ -174,7 +121,7 @@ def comparison_groups(all_series: list[Series]) -> dict[str, dict[str, dict[str,
     """model -> a row of the tables (topology, precision, batch; its test on a second line) ->
     framework -> newest median."""
     out: dict[str, dict[str, dict[str, float]]] = {}
-    for (model, _, topology, config, test), row in sorted(_rows(all_series).items()):
+    for (model, _, topology, config, test), row in sorted(table_rows(all_series).items()):
         out.setdefault(model, {})[f"{topology} {config}\n{test}"] = {
             fw: s.latest.median for fw, s in row.items()}
     return out
@@ -217,68 +164,9 @@ def _step_text(step: Step) -> str:
             f"<em>({state})</em></li>")
 
 
-def _row_config(s: Series) -> str:
-    link = s.fingerprint.get("link")
-    return s.config + (f", link {link}" if link else "")
-
-
-def _function(case: str) -> str:
-    """A case's test without its parameters (``file.py::test_x``): one test over topologies."""
-    return case.partition("[")[0]
-
-
-def _tests(members: list[Series], by_function: bool = False) -> dict[str, str]:
-    """Case -> its test as the page names it: the test's name in its file with its parameters
-    (``test_x[1n2d-fp32]``, a table row), or without them ``by_function`` (a scaling line, over
-    the topologies they name); the same in each framework's file so that their figures share a
-    row; the whole key where files of one framework have tests of that name."""
-    keys = {s.case: _function(s.case) if by_function else s.case for s in members}
-    short = {case: key.partition("::")[2] or key for case, key in keys.items()}
-    files: dict[tuple[str, str, str], set[str]] = {}
-    for s in members:
-        files.setdefault((s.model, s.framework, short[s.case]), set()).add(keys[s.case])
-    return {s.case: keys[s.case] if len(files[(s.model, s.framework, short[s.case])]) > 1
-            else short[s.case] for s in members}
-
-
-def _single_of(members: list[Series]) -> Callable[[Series], float | None]:
-    """The newest median of a series' own 1n1d case: of its test (the same test function
-    and fingerprint but for the topology), else the one other test's of that fingerprint (a
-    scaling test whose 1n1d is the single-node test's); None where there is none, or several
-    other tests' to choose from."""
-    unlinked = (*_TOPOLOGY, "link")  # one device is every link's start
-    own: dict[tuple[Any, ...], float] = {}
-    shared: dict[tuple[Any, ...], list[float]] = {}
-    for s in sorted((s for s in members if s.devices == 1), key=lambda s: s.latest.started_at):
-        key = (s.model, s.framework, s.key_without(unlinked))
-        own[(_function(s.case), key)] = s.latest.median
-        shared.setdefault(key, []).append(s.latest.median)
-
-    def single(s: Series) -> float | None:
-        key = (s.model, s.framework, s.key_without(unlinked))
-        found = own.get((_function(s.case), key))
-        others = shared.get(key, [])
-        return found if found is not None else others[0] if len(others) == 1 else None
-
-    return single
-
-
-def _rows(all_series: list[Series]) -> dict[tuple[str, int, str, str, str], dict[str, Series]]:
-    """The tables' rows, (model, devices, topology, configuration, test) -> framework -> its
-    series. Keyed by the configuration alone, one test's figure hid another's of a workload."""
-    rows: dict[tuple[str, int, str, str, str], dict[str, Series]] = {}
-    tests = _tests(all_series)
-    for s in all_series:
-        cells = rows.setdefault((s.model, s.devices, s.topology, _row_config(s), tests[s.case]), {})
-        shown = cells.get(s.framework)  # one case's fingerprints: the newest run's
-        if shown is None or shown.latest.started_at < s.latest.started_at:
-            cells[s.framework] = s
-    return rows
-
-
 def dlperf_tables(all_series: list[Series]) -> str:
-    """DLPerf's tables: per model, a row per ``_rows`` row, a column per framework."""
-    parts, rows, single = [], sorted(_rows(all_series).items()), _single_of(all_series)
+    """DLPerf's tables: per model, a row per ``table_rows`` row, a column per framework."""
+    parts, rows, single = [], sorted(table_rows(all_series).items()), single_of(all_series)
     for model in sorted({s.model for s in all_series}):
         members = [s for s in all_series if s.model == model]
         frameworks = sorted({s.framework for s in members})
