@@ -26,9 +26,8 @@ from ..core.lifeline import tethered
 from ..core.topology import Topology
 from ..frameworks import STORE_VARIABLE
 from .base import LaunchError
+from .importpath import rank_import_path
 
-# The package's parent directory: workers import the very same pytest_dlperf as the plugin.
-_SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
 # After one agent fails, how long the others get to notice and exit on their own.
 _FAILURE_GRACE_S = 10.0
 # Where the network namespace's process writes the exit status of each command it ran.
@@ -116,7 +115,9 @@ def worker_environment(topology: Topology, tmp_dir: Path, python: str | None,
         MKL_NUM_THREADS=threads,
         # torchelastic leaves torchelastic_* folders and error files in TMPDIR.
         TMPDIR=str(tmp_dir),
-        PYTHONPATH=os.pathsep.join(p for p in (_SOURCE_ROOT, env.get("PYTHONPATH")) if p),
+        # Workers import the very same pytest_dlperf as the plugin.
+        PYTHONPATH=os.pathsep.join(p for p in (rank_import_path(tmp_dir), env.get("PYTHONPATH"))
+                                   if p),
         PYTHONUNBUFFERED="1",
         DLPERF_FRAMEWORK_PORT=str(framework_port),
         DLPERF_NODES_SHARE_HOST="1" if nodes_share_host else "0",

@@ -31,7 +31,10 @@ from .progress import RankProgress
 from .timing import measure
 
 # This package's folder: frames in it are the plugin's, the rest the user's or a framework's.
-_PLUGIN_DIR = str(Path(__file__).resolve().parents[1])
+# Both spellings: ranks may import it through a link (launch.importpath), and a frame's file is
+# the path it was imported by.
+_PLUGIN_DIRS = tuple({str(Path(__file__).resolve().parents[1]) + os.sep,
+                      os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep})
 
 
 class Diverged(RuntimeError):
@@ -169,7 +172,7 @@ def _trim(summary: traceback.TracebackException, seen: set[int]) -> int:
         return 0
     seen.add(id(summary))
     frames = list(summary.stack)
-    outside = [frame for frame in frames if not frame.filename.startswith(_PLUGIN_DIR)]
+    outside = [frame for frame in frames if not frame.filename.startswith(_PLUGIN_DIRS)]
     kept = frames
     if outside:
         user = [i for i, frame in enumerate(outside) if not _is_library(frame.filename)]
