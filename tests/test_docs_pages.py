@@ -1,5 +1,5 @@
-"""The site's pages for a newcomer: the first-test page carries the README's own-model file word
-for word (tests/test_own_model.py runs the README's, so the page's runs too), and Install and
+"""The site's pages for a newcomer: the first-test and own-model pages carry the README's
+own-model file word for word (tests/test_own_model.py runs the README's, so the page's runs too), and Install and
 Your first perf test come right after the overview in the site's navigation."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,10 +21,11 @@ def first_python_block(path: Path, after: str = "") -> str:
     return match.group(1)
 
 
-def test_the_first_test_page_shows_the_readmes_own_model_file() -> None:
+@pytest.mark.parametrize("page", ["first-test.md", "own-model.md"])
+def test_the_pages_show_the_readmes_own_model_file(page: str) -> None:
     readme = first_python_block(ROOT / "README.md", after="\n## Your own model\n")
-    page = first_python_block(ROOT / "docs" / "first-test.md")
-    assert page == readme, "docs/first-test.md's test file drifted from the README's"
+    shown = first_python_block(ROOT / "docs" / page)
+    assert shown == readme, f"docs/{page}'s test file drifted from the README's"
 
 
 def test_install_and_first_test_follow_the_overview_in_the_nav() -> None:

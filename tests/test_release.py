@@ -39,7 +39,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     tmp = tmp_path_factory.mktemp("wheel")
     source = tmp / "source"
     source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
     shutil.copytree(ROOT / PACKAGE, source / PACKAGE,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
@@ -62,6 +62,15 @@ def test_the_wheel_carries_every_file_of_the_package(wheel: zipfile.ZipFile) -> 
     carried = {n for n in wheel.namelist() if n.startswith(f"{PACKAGE}/")}
     missing = package_files(ROOT) - carried
     assert not missing, f"files of the package missing from the wheel: {sorted(missing)}"
+
+
+def test_the_wheel_carries_its_license(wheel: zipfile.ZipFile) -> None:
+    """The package says Apache-2.0: the wheel states it (an SPDX expression) and carries the
+    text."""
+    metadata = dist_info(wheel, "METADATA")
+    assert re.search(r"^License-Expression: Apache-2.0$", metadata, re.M)
+    assert "Apache License" in dist_info(wheel, "licenses/LICENSE")
+    assert "Version 2.0, January 2004" in dist_info(wheel, "licenses/LICENSE")
 
 
 def test_the_wheel_registers_the_plugin_and_the_command(wheel: zipfile.ZipFile) -> None:
