@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 import pytest
+from snippets import REPO, run_snippet
 
 # torch before TensorFlow: importing torch (its triton import) after TensorFlow segfaults with
 # tensorflow-cpu 2.21 + torch 2.14 (seen here). Workers never hold both but for a moment in
@@ -58,8 +63,6 @@ def test_keras_own_resnet50_is_v1_which_is_why_the_adapter_builds_its_own() -> N
 @pytest.mark.usefixtures("subprocess_env")
 def test_a_compiled_case_trains_under_xla_and_reports_compile_time_apart(
         pytester: pytest.Pytester) -> None:
-    import json
-
     pytester.makepyfile(test_tf="""
         def test_tf(cluster, amp, compiler, throughput_meter):
             report = throughput_meter.measure("tensorflow")
@@ -112,7 +115,7 @@ MLP = Workload("tf-mlp", recipes={"tensorflow": build}, batch_size={"cpu": 16},
                sizes={"width": 32})
 
 
-def test_mlp(cluster, amp, throughput_meter):
+def test_mlp(cluster, amp, compiler, throughput_meter):
     report = throughput_meter.measure("tensorflow", MLP)
     assert report.environment["data_parallel_ranks"] == cluster.world_size
     assert report.environment["parameters"] == 32 * 64 + 64 + 64 * 10 + 10
@@ -121,8 +124,6 @@ def test_mlp(cluster, amp, throughput_meter):
 
 @pytest.mark.usefixtures("subprocess_env")
 def test_an_own_keras_model_trains_in_fp32_and_mixed_precision(pytester: pytest.Pytester) -> None:
-    import json
-
     pytester.makepyfile(test_own=OWN_MODEL)
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--devices-per-node", "2",
@@ -141,3 +142,122 @@ def test_an_own_keras_model_trains_in_fp32_and_mixed_precision(pytester: pytest.
         assert all(r["own_step_s"] > 0 and r["peak_memory_bytes"] > 0 for r in ranks)
         # No torch recipe: no FLOPs, and the reason is said.
         assert info["flops_per_sample"] is None and "no torch recipe" in info["flops_problem"]
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_a_compiled_case_trains_on_two_cpu_workers(pytester: pytest.Pytester) -> None:
+    """XLA cannot compile MultiWorkerMirroredStrategy's all-reduce on CPU (TensorFlow 2.21:
+    "Only compiling NCCL/auto collective is supported, got: ring"; with auto, "Collectives are
+    not yet implemented for CPU devices when compiling with XLA"): there the adapter compiles
+    the step around it, and says so."""
+    pytester.makepyfile(test_own=OWN_MODEL)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--devices-per-node", "2",
+        "-k", "1n2d and fp32", "--dlperf-compilers", "compiled", "--dlperf-json", "r.json",
+        "--dlperf-unstable-cv", "10", timeout=300)
+    result.assert_outcomes(passed=1)
+    (bench,) = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
+    assert bench["name"] == "test_mlp[1n2d-fp32-compiled]"
+    env = bench["extra_info"]["environment"]
+    assert env["jit_compile"] is True and env["data_parallel_ranks"] == 2
+    assert env["xla_compiles"] == "forward-backward and update, not the all-reduce"
+
+
+# A linear layer on data of its own per ``data_rank`` (a size), as constants the step reads: a
+# tf.Variable made under the strategy's scope would start as worker 0's value on every worker.
+DATA_RANK_RECIPE = """
+import keras
+import numpy as np
+import tensorflow as tf
+
+from pytest_dlperf import Parts
+
+
+def build(ctx):
+    data = np.random.RandomState(100 + int(ctx.sizes["data_rank"]))
+    inputs, targets = data.randn(4, 8).astype("float32"), data.randn(4, 3).astype("float32")
+    layer = keras.Input((8,))
+    return Parts(model=keras.Model(layer, keras.layers.Dense(3)(layer)),
+                 inputs=lambda: tf.constant(inputs), targets=lambda: tf.constant(targets),
+                 loss=lambda out, target: tf.reduce_mean((out - target) ** 2))
+"""
+
+# One step of plain SGD through the adapter; RANK, WORLD, COMPILER, WORKERS and the recipe's
+# folder (HERE) come first.
+AVERAGED_STEP = """
+import json, sys
+sys.path.insert(0, HERE)
+from pytest_dlperf import SGD, Workload
+from pytest_dlperf.frameworks import DistEnv, load
+from pytest_dlperf.core.protocol import QUICK
+from pytest_dlperf.core.spec import spec_for
+from pytest_dlperf.core.workload import load_recipe
+workload = Workload("linear", recipes={"tensorflow": "data_rank_recipe:build"},
+                    batch_size={"cpu": 4}, sizes={"data_rank": RANK},
+                    optimizer=SGD(lr_per_256=0.1 * 256 / 4, momentum=0.0))
+spec = spec_for("tensorflow", workload, protocol=QUICK, device_type="cpu", compiler=COMPILER)
+dist = DistEnv(RANK, WORLD, RANK, WORLD, 0) if WORLD > 1 else DistEnv(0, 1, 0, 1, 0)
+trainer = load("tensorflow").build_trainer(spec.with_(workers=WORKERS), dist,
+                                           load_recipe(spec.recipe))
+def weights():
+    return [w.numpy().ravel().tolist() for w in trainer.model.trainable_weights]
+before = weights()
+trainer.step()
+trainer.synchronize()
+env = trainer.environment()
+print(json.dumps({"before": before, "after": weights(), "ranks": env["data_parallel_ranks"],
+                  "xla": env["xla_compiles"]}))
+"""
+
+
+def _flat(weights: object) -> list[float]:
+    assert isinstance(weights, list)
+    return [v for tensor in weights for v in tensor]
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_two_workers_average_their_gradients(mode: str, tmp_path: Path) -> None:
+    """Two workers through the adapter (MultiWorkerMirroredStrategy over CPU collectives), each
+    on its own data: one step of plain SGD leaves both with the same weights, the mean of what
+    each worker's data alone gives (summed gradients would give twice the update, a worker
+    training alone its own). Compiled, the all-reduce runs outside XLA on CPU: still averaged."""
+    import os
+    import socket
+    import subprocess
+
+    (tmp_path / "data_rank_recipe.py").write_text(DATA_RANK_RECIPE)
+    ports = []
+    for _ in range(2):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            ports.append(sock.getsockname()[1])
+    workers = [f"127.0.0.1:{port}" for port in ports]
+
+    def code(rank: int, world: int) -> str:
+        return (f"RANK, WORLD, COMPILER = {rank}, {world}, {mode!r}\n"
+                f"WORKERS, HERE = {workers if world > 1 else None!r}, {str(tmp_path)!r}\n"
+                + AVERAGED_STEP)
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
+           "TF_CPP_MIN_LOG_LEVEL": "2"}
+    ranks = [subprocess.Popen([sys.executable, "-c", code(rank, 2)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+                              stdin=subprocess.DEVNULL)
+             for rank in (0, 1)]
+    together = []
+    for proc in ranks:
+        stdout, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 0, stderr[-3000:]
+        together.append(json.loads(stdout.strip().splitlines()[-1]))
+    alone = [run_snippet(sys.executable, code(rank, 1)) for rank in (0, 1)]
+    assert [r["ranks"] for r in together] == [2, 2]
+    # Compiled, two CPU workers compile around the all-reduce, one worker the whole step.
+    xla = "forward-backward and update, not the all-reduce" if mode == "compiled" else None
+    assert [r["xla"] for r in together] == [xla, xla]
+    assert [r["xla"] for r in alone] == [xla and "the step"] * 2  # type: ignore[index]
+    assert together[0]["before"] == together[1]["before"] == alone[0]["before"]  # type: ignore[index]
+    first, second = (_flat(r["after"]) for r in together)
+    assert first == pytest.approx(second, abs=1e-7)
+    each = [_flat(r["after"]) for r in alone]  # type: ignore[index]
+    assert each[0] != pytest.approx(each[1], abs=1e-4)  # the workers' data differ
+    assert first == pytest.approx([(a + b) / 2 for a, b in zip(*each)], abs=1e-6)

@@ -146,7 +146,20 @@ class TensorFlowTrainer:
         self.criterion = parts.loss or _cross_entropy
         self.parameters = int(sum(int(tf.size(w)) for w in self.model.trainable_weights))
         self.jit = spec.compiled  # XLA
-        self._step = tf.function(self._replica_step, jit_compile=self.jit)
+        # XLA compiles a cross-worker all-reduce only as NCCL's: on CPU TensorFlow refuses the
+        # ring ("Only compiling NCCL/auto collective is supported") and auto alike ("Collectives
+        # are not yet implemented for CPU devices when compiling with XLA"). There XLA compiles
+        # the step on either side of the all-reduce; on CUDA and on one worker, all of it.
+        self.xla_around_all_reduce = (self.jit and not self.cuda
+                                      and self.strategy.num_replicas_in_sync > 1)
+        self._step: Callable[[], Any]
+        if self.xla_around_all_reduce:
+            self._gradients = tf.function(self._forward_backward, jit_compile=True)
+            self._update = tf.function(self._apply, jit_compile=True)
+            self._step = tf.function(self._step_around_all_reduce)
+        else:
+            whole = tf.function(self._replica_step, jit_compile=self.jit)
+            self._step = lambda: self.strategy.run(whole)
         self._local = tf.function(self._replica_local, jit_compile=self.jit)
         self._loss: Any = None
         self._local_loss: Any = None
@@ -157,21 +170,43 @@ class TensorFlowTrainer:
         return self._tf.Variable(value, trainable=False)
 
     def _replica_step(self) -> Any:
+        loss, grads = self._forward_backward()
+        self._apply(self._all_reduce(grads))
+        return loss
+
+    def _step_around_all_reduce(self) -> Any:
+        """The step as three replica calls, the first and last compiled by XLA. The update is
+        itself the function ``strategy.run`` calls: nested in another ``tf.function`` inside
+        one, ``apply_gradients``' merge_call is refused."""
+        loss, grads = self.strategy.run(self._gradients)
+        grads = self.strategy.run(self._all_reduce, args=(grads,))
+        self.strategy.run(self._update, args=(grads,))
+        return loss
+
+    def _all_reduce(self, grads: list[Any]) -> Any:
+        if self.strategy.num_replicas_in_sync == 1:
+            return grads
+        # The data-parallel all-reduce, here and not in apply_gradients (make_optimizer turns
+        # Keras' off): the mean, like DDP's, so that every replica clips and checks the same
+        # averaged gradients, as torch does. Keras would sum the per-replica gradients inside
+        # apply_gradients, after clipping them one replica at a time.
+        replicas = self._tf.distribute.get_replica_context()
+        return replicas.all_reduce(self._tf.distribute.ReduceOp.MEAN, grads)
+
+    def _forward_backward(self) -> tuple[Any, list[Any]]:
+        """This replica's loss and its gradients (of the scaled loss, under loss scaling)."""
         tf = self._tf
         inputs, targets = fresh(self.inputs), fresh(self.targets)
-        variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
             outputs = self.model(inputs, training=True)  # a tuple is a multi-input model's
             loss = self.criterion(outputs, targets)
             scaled = self.optimizer.scale_loss(loss) if self.loss_scaled else loss
-        grads = tape.gradient(scaled, variables)
-        replicas = tf.distribute.get_replica_context()
-        if self.strategy.num_replicas_in_sync > 1:
-            # The data-parallel all-reduce, here and not in apply_gradients (make_optimizer
-            # turns Keras' off): the mean, like DDP's, so that every replica clips and checks
-            # the same averaged gradients, as torch does. Keras would sum the per-replica
-            # gradients inside apply_gradients, after clipping them one replica at a time.
-            grads = replicas.all_reduce(tf.distribute.ReduceOp.MEAN, grads)
+        return loss, tape.gradient(scaled, self.model.trainable_variables)
+
+    def _apply(self, grads: list[Any]) -> None:
+        """The update from the all-reduced gradients: clip, coupled decay, optimizer."""
+        tf = self._tf
+        variables = self.model.trainable_variables
         scale = self.optimizer.dynamic_scale if self.loss_scaled else None
         if self.clip_norm is not None:
             # Global-norm clipping of the unscaled gradients, done on the scaled ones with the
@@ -188,7 +223,6 @@ class TensorFlowTrainer:
             grads = [g + tf.cast(decay, g.dtype) * tf.cast(v, g.dtype)
                      for g, v in zip(grads, variables)]
         self.optimizer.apply_gradients(zip(grads, variables))
-        return loss
 
     def _replica_local(self) -> Any:
         """Forward and backward of this replica alone: no all-reduce, no update."""
@@ -227,7 +261,7 @@ class TensorFlowTrainer:
     def step(self) -> None:
         # The per-replica loss is kept as it is: reducing it here would add a cross-worker
         # all-reduce and a host round trip to every timed step. It is reduced only when read.
-        self._loss = self.strategy.run(self._step)
+        self._loss = self._step()
 
     def _reduced_loss(self) -> Any:
         return self.strategy.reduce(self._tf.distribute.ReduceOp.MEAN, self._loss, axis=None)
@@ -258,6 +292,9 @@ class TensorFlowTrainer:
             "replicas": self.strategy.num_replicas_in_sync,
             "data_parallel_ranks": self.strategy.num_replicas_in_sync,
             "jit_compile": self.jit,
+            "xla_compiles": (None if not self.jit else
+                             "forward-backward and update, not the all-reduce"
+                             if self.xla_around_all_reduce else "the step"),
         }
         if self.cuda:
             build = tf.sysconfig.get_build_info()
