@@ -74,6 +74,7 @@ def norm(values: list[float]) -> float:
 def interpreters() -> list[object]:
     oneflow = str(oneflow_interpreter())
     cases = [("torch", sys.executable, "eager"), ("tensorflow", sys.executable, "eager"),
+             ("tensorflow", sys.executable, "compiled"),
              ("oneflow", oneflow, "eager"), ("oneflow", oneflow, "compiled"),
              ("paddle", sys.executable, "eager"), ("paddle", sys.executable, "compiled")]
     return [pytest.param(*case, id=f"{case[0]}-{case[2]}") for case in cases]

@@ -261,3 +261,43 @@ def test_two_workers_average_their_gradients(mode: str, tmp_path: Path) -> None:
     each = [_flat(r["after"]) for r in alone]  # type: ignore[index]
     assert each[0] != pytest.approx(each[1], abs=1e-4)  # the workers' data differ
     assert first == pytest.approx([(a + b) / 2 for a, b in zip(*each)], abs=1e-6)
+
+
+NO_PARAMETERS = """
+import json, sys
+from pytest_dlperf import Parts, Workload
+from pytest_dlperf.frameworks import DistEnv, load
+from pytest_dlperf.core.protocol import QUICK
+from pytest_dlperf.core.spec import spec_for
+from pytest_dlperf.core.workload import WorkloadError, load_recipe
+workload = Workload("flat", recipes={"tensorflow": "tf_flat:build"}, batch_size={"cpu": 4})
+spec = spec_for("tensorflow", workload, protocol=QUICK, device_type="cpu")
+try:
+    load("tensorflow").build_trainer(spec, DistEnv(0, 1, 0, 1, 0), load_recipe(spec.recipe))
+    print(json.dumps("built"))
+except WorkloadError as exc:
+    print(json.dumps(str(exc)))
+"""
+
+FLAT = """
+import keras
+import tensorflow as tf
+
+from pytest_dlperf import Parts
+
+
+def build(ctx):
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Flatten()])
+    return Parts(model=model, inputs=tf.zeros((ctx.batch_size, 8)),
+                 targets=tf.zeros((ctx.batch_size,), tf.int32))
+"""
+
+
+def test_a_keras_model_with_no_weights_is_the_recipes_mistake(tmp_path: Path) -> None:
+    pytest.importorskip("tensorflow")
+    (tmp_path / "tf_flat.py").write_text(FLAT)
+    said = run_snippet(sys.executable, f"sys_path = {str(tmp_path)!r}\n"
+                       "import sys; sys.path.insert(0, sys_path)\n" + NO_PARAMETERS)
+    assert said == ("the recipe tf_flat:build returned a model with no trainable parameters: "
+                    "there is nothing to train or to all-reduce; return the model whose "
+                    "training step you measure (its parameters require gradients)")

@@ -18,13 +18,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.spec import OptimizerSpec, RankSpec
-from ..core.workload import BuildContext, Parts
-from . import DeviceUnavailable, DistEnv, exchange, fresh
+from ..core.workload import BuildContext, Parts, WorkloadError
+from . import DeviceUnavailable, DistEnv, exchange, fresh, require_parameters
 
 # Either wheel provides the framework: "tensorflow" (CUDA) or "tensorflow-cpu".
 DISTRIBUTION = ("tensorflow", "tensorflow-cpu")
 
 RECIPE_FOR = "tensorflow"
+COMPILER = "XLA (jit_compile=True)"
 
 
 def tf_config(workers: list[str], rank: int) -> dict[str, Any]:
@@ -127,9 +128,9 @@ class TensorFlowTrainer:
         with self.strategy.scope():
             parts = recipe(spec.context(dist.rank, dist.world_size, dist.local_rank, device))
             if parts.data is not None:
-                raise ValueError("the TensorFlow adapter takes a synthetic batch (Parts.inputs "
-                                 "and targets); an iterator of batches (Parts.data) is "
-                                 "supported for torch and OneFlow only")
+                raise WorkloadError("the TensorFlow adapter takes a synthetic batch "
+                                    "(Parts.inputs and targets), not an iterator of batches "
+                                    "(Parts.data): give inputs and targets")
             self.model = parts.model
             optimizer = make_optimizer(keras, self.model.trainable_variables, opt)
             self.loss_scaled = precision.loss_scaling
@@ -145,6 +146,8 @@ class TensorFlowTrainer:
                             else tf.nest.map_structure(self._resident, parts.targets))
         self.criterion = parts.loss or _cross_entropy
         self.parameters = int(sum(int(tf.size(w)) for w in self.model.trainable_weights))
+        if self.model.built:  # an unbuilt Keras model has no weights yet, whatever it holds
+            require_parameters(self.parameters, recipe)
         self.jit = spec.compiled  # XLA
         # XLA compiles a cross-worker all-reduce only as NCCL's: on CPU TensorFlow refuses the
         # ring ("Only compiling NCCL/auto collective is supported") and auto alike ("Collectives
