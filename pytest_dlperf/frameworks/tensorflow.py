@@ -25,7 +25,7 @@ from . import DeviceUnavailable, DistEnv, exchange, fresh, require_parameters
 DISTRIBUTION = ("tensorflow", "tensorflow-cpu")
 
 RECIPE_FOR = "tensorflow"
-COMPILER = "XLA (jit_compile=True)"
+COMPILER = "XLA"  # jit_compile=True
 
 
 def tf_config(workers: list[str], rank: int) -> dict[str, Any]:
