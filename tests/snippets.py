@@ -42,6 +42,35 @@ def run_snippet(python: str, code: str, timeout: float = 300, **env: str) -> obj
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def run_together(python: str, codes: list[str], env: dict[str, str],
+                 timeout: float = 300) -> list[object]:
+    """Each of ``codes`` under ``python`` in a process of its own, all at once (the ranks of one
+    job, which wait for each other), with ``env`` as their whole environment and this
+    checkout as their folder; each prints one JSON line last, returned in order."""
+    ranks = [subprocess.Popen([python, "-c", code], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+                              stdin=subprocess.DEVNULL)
+             for code in codes]
+    out = []
+    for proc in ranks:
+        stdout, stderr = proc.communicate(timeout=timeout)
+        assert proc.returncode == 0, stderr[-3000:]
+        out.append(json.loads(stdout.strip().splitlines()[-1]))
+    return out
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` ports free on loopback now."""
+    import socket
+
+    ports = []
+    for _ in range(count):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            ports.append(sock.getsockname()[1])
+    return ports
+
+
 def oneflow_interpreter() -> Path:
     """OneFlow's worker interpreter: DLPERF_TEST_ONEFLOW_PYTHON, else scripts/setup-oneflow's."""
     return Path(os.environ.get("DLPERF_TEST_ONEFLOW_PYTHON")

@@ -13,9 +13,10 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from snippets import WINDOW_AGAINST_A_CLOCK, run_snippet
+from snippets import WINDOW_AGAINST_A_CLOCK, free_ports, run_snippet, run_together
 
 if importlib.util.find_spec("paddle") is None:
     pytest.skip("PaddlePaddle is not installed (pip install 'pytest-dlperf[paddle]')",
@@ -144,29 +145,16 @@ def test_two_ranks_average_their_gradients(mode: str, tmp_path: Path) -> None:
     weights, the mean of what each rank's data alone gives (summed gradients would give twice
     the update, a rank training alone its own)."""
     import os
-    import socket
-    import subprocess
 
-    ports = []
-    for _ in range(2):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            ports.append(sock.getsockname()[1])
+    ports = free_ports(2)
     head = f"COMPILER = {mode!r}\n"
     # As the launchers start ranks: MASTER_PORT is torchrun's store there (unused here), and
     # Paddle's own store takes the spare port.
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
            "OMP_NUM_THREADS": "1", "GLOG_minloglevel": "2", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(ports[0]), "DLPERF_FRAMEWORK_PORT": str(ports[1])}
-    ranks = [subprocess.Popen([PYTHON, "-c", head + f"RANK, WORLD = {rank}, 2\n" + STEP],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                              cwd=Path(__file__).resolve().parents[1])
-             for rank in (0, 1)]
-    together = []
-    for proc in ranks:
-        stdout, stderr = proc.communicate(timeout=300)
-        assert proc.returncode == 0, stderr[-3000:]
-        together.append(json.loads(stdout.strip().splitlines()[-1]))
+    together: list[Any] = run_together(
+        PYTHON, [head + f"RANK, WORLD = {rank}, 2\n" + STEP for rank in (0, 1)], env)
     alone = [run_snippet(PYTHON, head + f"RANK, WORLD = {rank}, 1\n" + STEP) for rank in (0, 1)]
     assert [r["ranks"] for r in together] == [2, 2]
     # Rank 0's Paddle store listened on the spare port, leaving MASTER_PORT alone.

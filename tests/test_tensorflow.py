@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from snippets import REPO, run_snippet
+from snippets import REPO, free_ports, run_snippet, run_together
 
 # torch before TensorFlow: importing torch (its triton import) after TensorFlow segfaults with
 # tensorflow-cpu 2.21 + torch 2.14 (seen here). Workers never hold both but for a moment in
@@ -122,13 +123,16 @@ def test_mlp(cluster, amp, compiler, throughput_meter):
 """
 
 
+# The own model's cases on two CPU workers, quick, results in r.json.
+TWO_WORKERS = ("-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--devices-per-node", "2",
+               "--dlperf-json", "r.json", "--dlperf-unstable-cv", "10")
+
+
 @pytest.mark.usefixtures("subprocess_env")
 def test_an_own_keras_model_trains_in_fp32_and_mixed_precision(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_own=OWN_MODEL)
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--devices-per-node", "2",
-        "-k", "1n2d", "--dlperf-json", "r.json", "--dlperf-unstable-cv", "10",
-        "--dlperf-precisions", "fp32,amp", timeout=300)
+    result = pytester.runpytest_subprocess(*TWO_WORKERS, "-k", "1n2d", "--dlperf-precisions",
+                                           "fp32,amp", timeout=300)
     result.assert_outcomes(passed=2)
     benches = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
     precisions = sorted(b["extra_info"]["precision"] for b in benches)
@@ -151,10 +155,8 @@ def test_a_compiled_case_trains_on_two_cpu_workers(pytester: pytest.Pytester) ->
     not yet implemented for CPU devices when compiling with XLA"): there the adapter compiles
     the step around it, and says so."""
     pytester.makepyfile(test_own=OWN_MODEL)
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--devices-per-node", "2",
-        "-k", "1n2d and fp32", "--dlperf-compilers", "compiled", "--dlperf-json", "r.json",
-        "--dlperf-unstable-cv", "10", timeout=300)
+    result = pytester.runpytest_subprocess(*TWO_WORKERS, "-k", "1n2d and fp32",
+                                           "--dlperf-compilers", "compiled", timeout=300)
     result.assert_outcomes(passed=1)
     (bench,) = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
     assert bench["name"] == "test_mlp[1n2d-fp32-compiled]"
@@ -222,16 +224,9 @@ def test_two_workers_average_their_gradients(mode: str, tmp_path: Path) -> None:
     each worker's data alone gives (summed gradients would give twice the update, a worker
     training alone its own). Compiled, the all-reduce runs outside XLA on CPU: still averaged."""
     import os
-    import socket
-    import subprocess
 
     (tmp_path / "data_rank_recipe.py").write_text(DATA_RANK_RECIPE)
-    ports = []
-    for _ in range(2):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            ports.append(sock.getsockname()[1])
-    workers = [f"127.0.0.1:{port}" for port in ports]
+    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
 
     def code(rank: int, world: int) -> str:
         return (f"RANK, WORLD, COMPILER = {rank}, {world}, {mode!r}\n"
@@ -240,15 +235,7 @@ def test_two_workers_average_their_gradients(mode: str, tmp_path: Path) -> None:
 
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
            "TF_CPP_MIN_LOG_LEVEL": "2"}
-    ranks = [subprocess.Popen([sys.executable, "-c", code(rank, 2)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
-                              stdin=subprocess.DEVNULL)
-             for rank in (0, 1)]
-    together = []
-    for proc in ranks:
-        stdout, stderr = proc.communicate(timeout=300)
-        assert proc.returncode == 0, stderr[-3000:]
-        together.append(json.loads(stdout.strip().splitlines()[-1]))
+    together: list[Any] = run_together(sys.executable, [code(rank, 2) for rank in (0, 1)], env)
     alone = [run_snippet(sys.executable, code(rank, 1)) for rank in (0, 1)]
     assert [r["ranks"] for r in together] == [2, 2]
     # Compiled, two CPU workers compile around the all-reduce, one worker the whole step.
