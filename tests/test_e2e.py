@@ -350,7 +350,7 @@ def test_a_failing_worker_fails_the_case_with_its_traceback(pytester: pytest.Pyt
     result = run(pytester, "--devices-per-node", "2")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*test_bad.py::test_bad failed on 1n2d: 2 of 2 ranks failed*",
-                                 "*--- rank 0 ---*", "Traceback (most recent call last):*",
+                                 "*--- ranks 0, 1 ---*", "Traceback (most recent call last):*",
                                  "*ValueError: Expected more than 1 value per channel*"])
 
 
