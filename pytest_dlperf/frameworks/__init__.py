@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
@@ -136,8 +137,6 @@ def load(name: str, path: str | None = None) -> ModuleType:
     """The adapter module for ``name``; a clear error when there is none. ``path``: the folder
     a user's own adapter is imported from (its import root on the pytest side), put first on
     ``sys.path`` in a rank."""
-    import sys
-
     if path and path not in sys.path:
         sys.path.insert(0, path)
     target = module_name(name)

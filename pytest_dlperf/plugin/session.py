@@ -45,10 +45,10 @@ class SessionSetup:
     hardware: Hardware
     device_type: str
     devices_per_node: int  # each node's, where the nodes of a scaling case run
-    work_root: Path
     # A single-node case's full node: the host's, as no other node shares it (with --nodes 2
     # on a 2-core host a scaling case's nodes get one rank each, a single-node case two).
-    node_devices: int = 0
+    node_devices: int
+    work_root: Path
 
 
 @dataclass
@@ -84,8 +84,7 @@ class SessionState:
                 f"the case's processes itself (local or slurm), not {launcher.name}: each pair "
                 "is two fresh launches")
         work_root = self._make_work_root(launcher)
-        self._started = SessionSetup(launcher, hardware, device_type, devices, work_root,
-                                     alone)
+        self._started = SessionSetup(launcher, hardware, device_type, devices, alone, work_root)
 
     def _pick_launcher(self, environ: dict[str, str]) -> Launcher:
         name = self.settings.launcher

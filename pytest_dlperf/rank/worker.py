@@ -155,9 +155,8 @@ def error_text(exc: BaseException) -> str:
 
 
 # Where installed packages and the standard library live: frames there are a library's.
-_LIBRARY_DIRS = tuple(sorted({path for name in ("stdlib", "platstdlib", "purelib", "platlib")
-                              if (path := sysconfig.get_paths().get(name))}, key=len,
-                             reverse=True))
+_LIBRARY_DIRS = tuple({path for name in ("stdlib", "platstdlib", "purelib", "platlib")
+                       if (path := sysconfig.get_paths().get(name))})
 
 
 def _is_library(filename: str) -> bool:
