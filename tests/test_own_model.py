@@ -84,6 +84,29 @@ def test_the_readme_example_records_then_compares_on_one_and_two_ranks(
     second.assert_outcomes(passed=2 - regressions, failed=regressions)
 
 
+@pytest.mark.usefixtures("subprocess_env")
+def test_the_readme_examples_first_recording_run_records_as_a_new_user_runs_it(
+        pytester: pytest.Pytester) -> None:
+    """Issue 39: a new user's first `pytest --dlperf-update-baselines` of the README's file, on
+    an idle 2-core VM, ended "2 failed, 2 passed": launch 1 read ~50% faster than launches 2-3,
+    and the windows' spread over all launches (20.8%) was above --dlperf-unstable-cv. Launches
+    apart are the machine's drift, which the verdict models; only windows apart within a launch
+    refuse a baseline. Run as the README says, default protocol and options (fp32: the AMP
+    cases take the same path)."""
+    (pytester.path / "test_my_model.py").write_text(readme_example())
+    first = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--dlperf-precisions",
+                                          "fp32", "--dlperf-launches", "3",  # the default's
+                                          "--dlperf-update-baselines", "--dlperf-json",
+                                          "1.json", timeout=900)
+    first.assert_outcomes(passed=2)
+    recorded = benches(pytester.path / "1.json")
+    assert sorted(recorded) == ["test_mlp[1n1d-fp32]", "test_mlp[1n2d-fp32]"]
+    for name, info in recorded.items():
+        assert info["baseline_update"]["action"] == "recorded", name
+        assert info["launches"] == 3 and info["repeats_measured"] == 9, name
+    assert len(list((pytester.path / "baselines").rglob("*.json"))) == 2
+
+
 RECIPES = """
 import torch
 

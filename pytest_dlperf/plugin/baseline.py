@@ -10,7 +10,9 @@ from typing import Any
 
 from ..core.batchsearch import Search
 from ..core.protocol import Protocol
-from ..store.baselines import Baseline, BaselineError, Change, Metric, Run
+from ..store.baselines import EFFICIENCY, THROUGHPUT, Baseline, BaselineError, Change, Metric, Run
+from ..verdict import drift
+from ..verdict.drift import Drift
 from .case import Case
 from .outcome import fail
 
@@ -34,6 +36,22 @@ def load(case: Case, fp: dict[str, Any]) -> Baseline | None:
         if state.settings.update_baselines == "all":
             return None
         fail(f"pytest-dlperf: {exc}")
+
+
+def machine_drift(case: Case, fp: dict[str, Any]) -> dict[str, Drift]:
+    """The machine's drift between runs for throughput and scaling efficiency, pooled over
+    every baseline of this machine and device type recorded by two or more runs; read once a
+    session (the store does not change under a judging run)."""
+    state = case.state
+    key = (fp.get("machine"), str(fp.get("device_type")))
+    if key not in state.drifts:
+        found = {}
+        for metric in (THROUGHPUT, EFFICIENCY):
+            model = drift.pooled(state.store.machine_runs(key[0], key[1], metric))
+            if model is not None:
+                found[metric] = model
+        state.drifts[key] = found
+    return state.drifts[key]
 
 
 def elsewhere(case: Case, fp: dict[str, Any]) -> Elsewhere:

@@ -23,6 +23,7 @@ from ..core.lifeline import claim, sweep
 from ..core.topology import Hardware, Topology, detect_hardware, make_topology
 from ..launch import Launcher, detect, get_launcher
 from ..store.baselines import BaselineStore
+from ..verdict.drift import Drift
 from ..verdict.mfu import FlopsCount
 from ..verdict.record import CaseReport
 from .absetup import AbSetup
@@ -65,6 +66,9 @@ class SessionState:
     history: HistoryKeeper | None = None  # --dlperf-history, opened by the reporting process
     live: LiveLine | None = None  # live progress of the running case (reporting process)
     ab: AbSetup | None = None  # --dlperf-ab / --dlperf-ab-python: the base side
+    # The machine's drift between runs by (machine, device type), pooled over its baselines
+    # once a session (``baseline.machine_drift``).
+    drifts: dict[tuple[str | None, str], dict[str, Drift]] = field(default_factory=dict)
     _commit: dict[str, Any] | None = None
     _started: SessionSetup | None = None
 

@@ -178,6 +178,27 @@ class BaselineStore:
         except OSError:
             return []
 
+    def machine_runs(self, machine: str | None, device_type: str, metric: str
+                     ) -> list[tuple[list[list[float]], list[int]]]:
+        """Every readable baseline of ``machine`` (None: the store's root) on this device type
+        that was recorded by two or more runs: its ``metric``'s launches and the launches each
+        run gave (oldest first). The machine's drift between runs is pooled from them
+        (``verdict.drift``)."""
+        folder = self.root / machine if machine else self.root
+        found = []
+        for path in sorted(folder.glob("*/*.json")) if folder.is_dir() else []:
+            try:
+                baseline = read(path)
+            except BaselineError:
+                continue
+            chosen = baseline.metrics.get(metric)
+            sizes = [run.launches for run in baseline.runs]
+            if (chosen is None or baseline.fingerprint.get("device_type") != device_type
+                    or len(sizes) < 2 or sum(sizes) != len(chosen.launches)):
+                continue
+            found.append((chosen.launches, sizes))
+        return found
+
     def load(self, case: str, fingerprint: dict[str, Any],
              aliases: Sequence[tuple[str, dict[str, Any]]] = ()) -> Baseline | None:
         """The baseline of ``case`` on ``fingerprint``; a file of it filed under an alias or

@@ -7,16 +7,26 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..core.protocol import RankFigures, split
 from ..core.units import format_bytes, format_flops
-from ..store.baselines import Baseline
+from ..store.baselines import EFFICIENCY, THROUGHPUT, Baseline
 from .changepoints import Step
+from .drift import Drift
 from .levels import compare_runs
 from .record import CaseReport, efficiencies
-from .stats import IMPROVEMENT, INCONCLUSIVE, NO_BASELINE, REGRESSION, Verdict, compare, look_alpha
+from .stats import (
+    IMPROVEMENT,
+    INCONCLUSIVE,
+    NO_BASELINE,
+    REGRESSION,
+    Verdict,
+    compare,
+    look_alpha,
+    spent_alpha,
+)
 
 
 @dataclass(frozen=True)
@@ -59,20 +69,25 @@ class Policy:
 
 def verdicts(samples: Sequence[float], launch_windows: Sequence[int], baseline: Baseline | None,
              reference: float | None, devices: int, tolerance: float,
-             policy: Policy) -> tuple[Verdict, Verdict | None]:
+             policy: Policy, drifts: Mapping[str, Drift] | None = None
+             ) -> tuple[Verdict, Verdict | None]:
     """Throughput, and a multi-device case's scaling efficiency: this run's launches (window
     figures ``samples``, ``launch_windows`` of them per launch) against the baseline's, by the
-    runs that recorded them (``levels``)."""
-    alpha = look_alpha(policy.looks)
+    runs that recorded them and the machine's drift between runs (``drifts``, by metric name,
+    pooled over its baselines: ``levels``, ``drift``), at this look's share of the false-alarm
+    budget (``spent_alpha``)."""
     sizes = list(launch_windows)
+    alpha = spent_alpha(len(sizes), policy.looks, policy.launches)
+    drifts = drifts or {}
     runs = [run.launches for run in baseline.runs] if baseline else None
     verdict = compare_runs(split(list(samples), sizes),
                            baseline.throughput.launches if baseline else None, runs, tolerance,
-                           alpha=alpha)
+                           alpha=alpha, drift=drifts.get(THROUGHPUT))
     if reference is None or baseline is None or baseline.efficiency is None:
         return verdict, None
     return verdict, compare_runs(split(efficiencies(samples, reference, devices), sizes),
-                                 baseline.efficiency.launches, runs, tolerance, alpha=alpha)
+                                 baseline.efficiency.launches, runs, tolerance, alpha=alpha,
+                                 drift=drifts.get(EFFICIENCY))
 
 
 def memory_verdict(memory_launches: Sequence[Sequence[float]], baseline: Baseline | None,
@@ -117,35 +132,42 @@ def records(policy: Policy, has_baseline: bool) -> bool:
     return policy.update in ("all", "add") or (policy.update == "missing" and not has_baseline)
 
 
-def too_unstable_to_record(cv: float, policy: Policy) -> bool:
-    """Whether a baseline this run would record is refused: its windows vary by more than
+def too_unstable_to_record(within_cv: float | None, policy: Policy) -> bool:
+    """Whether a baseline this run would record is refused: the windows of its launches vary
+    around their own launch's mean (``stats.within_launch_cv``) by more than
     ``--dlperf-unstable-cv``.
 
-    Refused rather than recorded with a mark, because a baseline is only read later, by runs
-    that trust it: windows 122% apart (a busy machine) give a median that any later figure can
-    fall either side of, so every verdict against it would be noise or a false alarm, and a
-    mark on the file is read by no one when the nightly goes red. A warning went unread too (a
-    newcomer recorded exactly that). The case fails, nothing is written (an existing baseline
-    stays as it was), and the message says how to record it anyway: a quieter machine, longer
-    windows, or a higher ``--dlperf-unstable-cv`` for a host known to be that noisy (CPU CI)."""
-    return cv > policy.unstable_cv
+    Only the spread *within* launches says whether a launch measured anything: windows 122%
+    apart inside one launch (another job on the cores) give a figure any later run can fall
+    either side of. The spread *between* launches and runs is the machine's drift, which the
+    verdict models (``levels``, ``drift``); refusing on it failed the first recording run of an
+    MLP on an idle 2-core VM, whose launch 1 read 28.7k samples/s and launches 2-3 18.4-19.7k
+    (windows within each launch a few percent apart). Refused rather than recorded with a
+    mark, because a baseline is only read later, by runs that trust it, and a mark on the file
+    is read by no one when the nightly goes red. The case fails, nothing is written (an
+    existing baseline stays as it was), and the message says how to record it anyway: a
+    quieter machine, longer windows, or a higher ``--dlperf-unstable-cv``. Launches of one
+    window each have no spread within them: nothing to refuse on."""
+    return within_cv is not None and within_cv > policy.unstable_cv
 
 
 def unrecorded_message(report: CaseReport, policy: Policy) -> str:
     """The failure of a case whose baseline ``too_unstable_to_record`` refused."""
     samples = report.result.samples_per_s
-    forced = math.floor(report.cv * 100) + 1  # the least whole percentage that records it
+    within = report.within_cv or 0.0
+    forced = math.floor(within * 100) + 1  # the least whole percentage that records it
     kept = (f"nothing was written to {report.baseline_path}"
             if report.verdict.outcome == NO_BASELINE
             else f"the stored baseline {report.baseline_path} is left as it was")
-    return (f"pytest-dlperf: {report.case}: baseline not recorded: its {len(samples)} windows "
-            f"vary by {report.cv:.1%} (coefficient of variation), above --dlperf-unstable-cv "
-            f"{policy.unstable_cv:.0%}, from {min(samples):,.2f} to {max(samples):,.2f} "
-            f"{report.workload.unit}/s; a baseline that noisy would judge nothing ({kept}). "
-            "Quiet the machine (other "
-            "jobs, CPU frequency scaling) or lengthen the windows (--dlperf-steps) and record "
-            "again; to record it as it is on a host known to be this noisy, allow it with "
-            f"--dlperf-unstable-cv {forced}%")
+    return (f"pytest-dlperf: {report.case}: baseline not recorded: the windows of its "
+            f"{len(report.result.launches)} launch(es) vary around their own launch's mean by "
+            f"{within:.1%} (coefficient of variation within launches), above "
+            f"--dlperf-unstable-cv {policy.unstable_cv:.0%} (all {len(samples)} windows: "
+            f"{min(samples):,.2f} to {max(samples):,.2f} {report.workload.unit}/s); a launch "
+            f"that noisy measured nothing a baseline could judge by ({kept}). Quiet the machine "
+            "(other jobs, CPU frequency scaling) or lengthen the windows (--dlperf-steps) and "
+            "record again; to record it as it is on a host known to be this noisy, allow it "
+            f"with --dlperf-unstable-cv {forced}%")
 
 
 # Data parallelism with the same per-device batch cannot beat linear scaling: each device does
@@ -312,15 +334,19 @@ def inconclusive_message(report: CaseReport, what: str, v: Verdict, policy: Poli
 
 
 def unstable_warning(report: CaseReport, policy: Policy) -> str | None:
-    if report.cv <= policy.unstable_cv:
+    """Windows of one launch far apart: the launches measured with that much noise (launches
+    apart from each other are the drift the verdict models, and its evidence says how much)."""
+    within = report.within_cv
+    if within is None or within <= policy.unstable_cv:
         return None
     samples = report.result.samples_per_s
     unit = report.workload.unit
-    return (f"pytest-dlperf: {report.case} is unstable: its {len(samples)} repeats vary by "
-            f"{report.cv:.1%} (coefficient of variation; --dlperf-unstable-cv "
-            f"{policy.unstable_cv:.0%}), from {min(samples):,.2f} to {max(samples):,.2f} "
-            f"{unit}/s; its verdict is weaker for it. Quiet the machine (other jobs, CPU "
-            "frequency scaling), or lengthen the windows with --dlperf-steps")
+    return (f"pytest-dlperf: {report.case} is unstable: the windows of its launches vary "
+            f"around their own launch's mean by {within:.1%} (coefficient of variation within "
+            f"launches; --dlperf-unstable-cv {policy.unstable_cv:.0%}), all {len(samples)} "
+            f"from {min(samples):,.2f} to {max(samples):,.2f} {unit}/s; its verdict is weaker "
+            "for it. Quiet the machine (other jobs, CPU frequency scaling), or lengthen the "
+            "windows with --dlperf-steps")
 
 
 def _where(rank: RankFigures) -> str:

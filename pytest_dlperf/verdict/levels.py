@@ -6,23 +6,27 @@ one run; between runs minutes apart this project's CPU VMs drift by tens of perc
 unchanged case came out 11-39% slower, every launch of the later run below every launch of the
 first), far more than launches of one run differ. A t-test on launches then proves a
 "regression" that is the machine's drift. So the baseline's launches are grouped by the runs
-that recorded them (``Baseline.runs``) and the verdict asks the level the baseline can answer:
+that recorded them (``Baseline.runs``) and the verdict compares this run's mean log launch
+median with the baseline's runs' mean, the difference's uncertainty being the drift between
+runs (over the baseline's runs, and once for this run) plus the launches' own noise:
 
-- **Several runs** (``level="runs"``): this run's mean log launch median against the baseline's
-  runs' means; the between-run spread is their standard deviation, with ``runs - 1`` degrees of
-  freedom. This run's mean is one draw of a run: the drift between runs (what the run means
-  vary by beyond their launches' own spread) plus its launches' spread over their number.
-  Extra launches help only while that last term is the larger (``resolvable``): past that, the
-  drift between runs dominates and more launches of this run cannot shrink it.
-- **One run** (``level="one-run"``): the between-run spread is unknown. A difference beyond the
-  tolerance that could be drift is **inconclusive**, and no extra launch can change that (the
-  message says how: add runs with ``--dlperf-update-baselines=add``, or judge head against base
-  with ``--dlperf-ab``).
+- **By the machine** (``level="machine"``): the drift between runs pooled over every case of
+  the machine's baselines (``drift``), with as many degrees of freedom as those cases' runs
+  give; a one-run baseline is judged so too (weaker: its one run's drift is not averaged out).
+- **By the case's own runs** (``level="runs"``): where the machine has no better estimate, or
+  this case's runs drift significantly more than the machine's (``choose_model``).
+- **One run, nothing pooled** (``level="one-run"``): the drift is unknown. A difference beyond
+  the tolerance that could be drift is **inconclusive**, and no extra launch can change that
+  (the message says how: add runs with ``--dlperf-update-baselines=add``, or judge head against
+  base with ``--dlperf-ab``).
+
+Extra launches help only while this run's launches' noise is the larger term (``resolvable``):
+past that, the drift between runs dominates and more launches of this run cannot shrink it.
 
 At every level a change **beyond doubt** (beyond a factor of ``DOUBT_FACTOR``, the most a run
-on an unchanged machine has drifted here is ~1.4x) is judged on the launches alone, so a CPU hog
-(-90% and worse) fails from a one-run baseline, and after one or two launches (the caller judges
-after every launch, ``look_alpha`` splitting ALPHA over the looks).
+on an unchanged machine has drifted here is ~1.4x) is judged on the launches alone, so a drop
+of -90% fails from a one-run baseline, and after one or two launches (the caller judges after
+every launch, ``look_alpha`` spending ALPHA over the looks).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ..core.protocol import split
+from .drift import Drift, case_components, pooled
 from .stats import (
     ALPHA,
     DOUBT_FACTOR,
@@ -56,10 +60,11 @@ def run_sizes(runs: Sequence[int] | None, launches: int) -> list[int]:
 
 
 def compare_runs(launches: Launches, baseline: Launches | None, runs: Sequence[int] | None,
-                 tolerance: float, *, higher_is_better: bool = True,
-                 alpha: float = ALPHA) -> Verdict:
+                 tolerance: float, *, higher_is_better: bool = True, alpha: float = ALPHA,
+                 drift: Drift | None = None) -> Verdict:
     """Judge this run's ``launches`` against the ``baseline``'s, whose launches came from
-    runs of ``runs`` launches each (oldest first)."""
+    runs of ``runs`` launches each (oldest first); ``drift``: the machine's drift between
+    runs pooled over its baselines (``drift``), None where no baseline of it has two runs."""
     flat = compare(launches, baseline, tolerance, higher_is_better=higher_is_better, alpha=alpha)
     if baseline is None or flat.baseline is None:
         return flat
@@ -68,46 +73,66 @@ def compare_runs(launches: Launches, baseline: Launches | None, runs: Sequence[i
     good = good if higher_is_better else 1 / good
     if good < 1 / DOUBT_FACTOR or good > DOUBT_FACTOR:  # the launches alone can settle it
         return replace(flat, level="launches", baseline_runs=len(sizes), beyond_doubt=True)
-    if len(sizes) == 1:
+    model, level = choose_model(baseline, sizes, drift)
+    if model is None:
         return _one_run(flat, good, tolerance)
-    return _between_runs(launches, baseline, sizes, flat, good, tolerance, alpha)
+    return _between_runs(launches, baseline, sizes, flat, good, tolerance, alpha, model, level)
+
+
+def choose_model(baseline: Launches, sizes: list[int], drift: Drift | None
+                 ) -> tuple[Drift | None, str]:
+    """The drift model the verdict uses: the machine's pooled one where it has more degrees of
+    freedom than the case's own runs, unless this case's runs drift significantly more than the
+    machine's (an F-test at 1%: it is then judged by its own, the more cautious); the case's own
+    where the machine has none better; None for a one-run baseline of a machine without a
+    pooled drift."""
+    own = pooled([(baseline, sizes)]) if len(sizes) > 1 else None
+    if drift is None or (own is not None and own.between_df >= drift.between_df):
+        return own, "runs"
+    if own is not None and own.between > drift.between:
+        from scipy.stats import f as fisher
+
+        excess = own.between / drift.between if drift.between > 0 else math.inf
+        if excess > float(fisher.ppf(0.99, own.between_df, drift.between_df)):
+            return own, "runs"
+    return drift, "machine"
 
 
 def _one_run(flat: Verdict, good: float, tolerance: float) -> Verdict:
-    """From a one-run baseline: within the tolerance is a pass; beyond it, drift cannot be
-    ruled out, whatever the launches say."""
+    """From a one-run baseline on a machine without a pooled drift: within the tolerance is a
+    pass; beyond it, drift cannot be ruled out, whatever the launches say."""
     outcome = INCONCLUSIVE if good < 1 - tolerance else PASS
     return replace(flat, outcome=outcome, level="one-run", baseline_runs=1, resolvable=False)
 
 
 def _between_runs(launches: Launches, baseline: Launches, sizes: list[int], flat: Verdict,
-                  good: float, tolerance: float, alpha: float) -> Verdict:
+                  good: float, tolerance: float, alpha: float, model: Drift,
+                  level: str) -> Verdict:
+    """This run's mean log launch median against the baseline's runs' mean: the baseline's
+    mean carries the drift of its runs over their number, this run's mean one run's drift,
+    and both their launches' noise (this case's own, pooled over its runs and this run, where
+    it has any; else the machine's)."""
     logs = [math.log(v) for v in launch_medians(launches)]
-    groups = split([math.log(v) for v in launch_medians(baseline)], sizes)
-    means = [math.fsum(g) / len(g) for g in groups]
+    means, ss, df = case_components(baseline, sizes)
+    n = len(logs)
+    mine = math.fsum(logs) / n
+    ss += math.fsum((v - mine) ** 2 for v in logs)
+    df += n - 1
+    within = ss / df if df > 0 else model.within
     runs = len(means)
     grand = math.fsum(means) / runs
-    between = math.fsum((m - grand) ** 2 for m in means) / (runs - 1)  # variance of run means
-    within = _within_variance([logs, *groups])  # of launches around their run's mean
-    n = len(logs)
-    typical = len(baseline) / runs  # launches of a baseline run
-    drift = max(0.0, between - within / typical)  # what runs add to launches' own spread
-    se = math.sqrt(max(between, within / typical) / runs + drift + within / n)
-    test = TTest(math.fsum(logs) / n - grand, se, runs - 1, math.sqrt(between))
+    drift = model.run_variance
+    base_var = drift / runs + within * math.fsum(1 / size for size in sizes) / runs ** 2
+    se = math.sqrt(base_var + drift + within / n)
+    test = TTest(mine - grand, se, model.between_df, math.sqrt(drift + within / (n or 1)))
     p_worse, p_better = ((test.p_less, test.p_greater) if flat.higher_is_better
                          else (test.p_greater, test.p_less))
     lo, hi = (math.exp(bound) for bound in test.interval(alpha))
     outcome = decide_outcome(good, tolerance, p_worse, p_better, alpha)
     return replace(flat, outcome=outcome, p_worse=p_worse, p_better=p_better, ratio_ci=(lo, hi),
-                   spread=test.spread, level="runs", baseline_runs=runs,
-                   resolvable=within / n > drift)
+                   spread=test.spread, level=level, baseline_runs=runs,
+                   resolvable=within / n > drift,
+                   drift=model.describe() if level == "machine" else None)
 
 
-def _within_variance(groups: Sequence[Sequence[float]]) -> float:
-    """The pooled variance of launches around their run's mean (0 where no run has two)."""
-    ss = math.fsum((v - math.fsum(g) / len(g)) ** 2 for g in groups for v in g)
-    df = sum(len(g) - 1 for g in groups)
-    return ss / df if df > 0 else 0.0
-
-
-__all__ = ["DOUBT_FACTOR", "compare_runs", "run_sizes"]
+__all__ = ["DOUBT_FACTOR", "choose_model", "compare_runs", "run_sizes"]

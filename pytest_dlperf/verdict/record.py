@@ -58,6 +58,9 @@ class CaseReport:
     mfu: float | None = None
     reference: float | None = None  # the 1n1d median the speedup is taken against
     cv: float = 0.0  # coefficient of variation of the repeats
+    # Of windows around their own launch's mean, pooled over the launches (None: no launch
+    # timed two windows): whether a launch measured anything (``decide.too_unstable_to_record``).
+    within_cv: float | None = None
     compiler: str = "eager"
     param: str = ""  # pytest's parameter id (callspec.id)
     machine: str = ""  # --dlperf-machine: whose baselines judge this case
@@ -68,8 +71,8 @@ class CaseReport:
     history_runs: int | None = None
     history_steps: list[Step] = field(default_factory=list)
     history_blocking: Step | None = None
-    # --dlperf-update-baselines asked for a baseline that was not written: its windows were too
-    # far apart (above --dlperf-unstable-cv) for a baseline to judge anything.
+    # --dlperf-update-baselines asked for a baseline that was not written: the windows of its
+    # launches were too far apart (above --dlperf-unstable-cv) for a baseline to judge anything.
     record_refused: bool = False
     # --dlperf-ab / --dlperf-ab-python: the base side, each side's figures, the pairs; the
     # verdict is then head against base (verdict.paired), and no baseline was read.

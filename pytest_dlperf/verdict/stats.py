@@ -67,6 +67,7 @@ class Verdict:
     baseline_runs: int = 0  # the runs the baseline's launches came from (0: not asked)
     resolvable: bool = True  # more launches of this run can settle an inconclusive verdict
     beyond_doubt: bool = False  # a change no drift between runs explains (``levels``)
+    drift: str | None = None  # the machine's pooled drift the verdict used (``level="machine"``)
 
     @property
     def threshold(self) -> float | None:
@@ -129,9 +130,14 @@ class Verdict:
                     "side: record the baseline with --dlperf-launches 2 or more (or add runs "
                     "to it with --dlperf-update-baselines=add)")
         p = self.p_better if self.outcome == IMPROVEMENT else self.p_worse
-        level = (f"between-run spread {self.spread:.1%} over the baseline's "
-                 f"{self.baseline_runs} runs" if self.level == "runs"
-                 else f"between-launch spread {self.spread:.1%}")
+        if self.level == "machine":
+            level = (f"{self.drift}; the baseline's {self.baseline_runs} run"
+                     f"{'s' if self.baseline_runs != 1 else ''}")
+        elif self.level == "runs":
+            level = (f"between-run spread {self.spread:.1%} over the baseline's "
+                     f"{self.baseline_runs} runs")
+        else:
+            level = f"between-launch spread {self.spread:.1%}"
         parts = [counts, level, f"t-test p={p:.3g}"]
         if self.ratio_ci is not None:
             lo, hi = self.ratio_ci
@@ -172,6 +178,22 @@ def look_alpha(looks: int) -> float:
     """The significance level of each look when a verdict may be taken ``looks`` times (after
     extra launches): Bonferroni, so the whole procedure's false alarms stay within ALPHA."""
     return ALPHA / max(1, looks)
+
+
+def spent_alpha(look: int, looks: int, planned: int) -> float:
+    """The significance level of look ``look`` (1-based: after that many launches) of a
+    verdict taken up to ``looks`` times whose run plans ``planned`` launches: half of ALPHA at
+    the planned look, where the run's own evidence is complete and the between-run verdict is
+    meant to be taken, the other half split over every other look (the early ones catch a drop
+    beyond doubt, the extra ones settle a noisy run). A weighted Bonferroni: the levels sum to
+    ALPHA, so the whole procedure's false alarms stay within it, and the planned look keeps
+    power that an even split over seven looks gave away."""
+    looks = max(1, looks)
+    if looks == 1:
+        return ALPHA
+    if not 1 <= planned <= looks:
+        return ALPHA / looks
+    return ALPHA / 2 if look == planned else ALPHA / 2 / (looks - 1)
 
 
 def compare(launches: Launches, baseline: Launches | None, tolerance: float, *,
@@ -283,6 +305,17 @@ def pooled_t_test(a: Sequence[float], b: Sequence[float]) -> TTest | None:
     ss = math.fsum((v - mean_a) ** 2 for v in a) + math.fsum((v - mean_b) ** 2 for v in b)
     spread = math.sqrt(ss / df)
     return TTest(mean_a - mean_b, spread * math.sqrt(1 / n + 1 / m), df, spread)
+
+
+def within_launch_cv(launches: Launches) -> float | None:
+    """How far windows lie from their own launch's mean, pooled over the launches, over the
+    mean of all windows: the noise a launch measures with, apart from the drift between
+    launches (which the verdict models, ``levels``). None where no launch timed two windows."""
+    ss = math.fsum((v - statistics.fmean(launch)) ** 2 for launch in launches for v in launch)
+    df = sum(len(launch) - 1 for launch in launches)
+    if df < 1:
+        return None
+    return math.sqrt(ss / df) / statistics.fmean([v for launch in launches for v in launch])
 
 
 def coefficient_of_variation(samples: Sequence[float]) -> float:
