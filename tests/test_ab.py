@@ -138,15 +138,17 @@ def test_the_same_code_passes_and_a_second_interpreter_runs_the_base_side(
     ab = ab_of(repo / "py.json")
     assert ab["base_python"] == str(wrapper) and ab["base_commit"] == git(repo, "rev-parse",
                                                                            "HEAD")
-    assert ab["outcome"] in ("pass", "inconclusive") and len(ab["pairs"]) == 3
+    # (3 pairs, or 12 where the three happened to fall on the slow side of the tolerance:
+    # verdict.paired.more_pairs)
+    assert ab["outcome"] in ("pass", "inconclusive") and len(ab["pairs"]) in (3, 12)
     import torch  # the build each side's ranks ran, as they reported it (here the same one)
 
     assert ab["base_framework_version"] == ab["head_framework_version"] == torch.__version__
     result.stdout.fnmatch_lines([f"*A/B, head against base (base: *ranks under {wrapper} (torch "
                                  f"{torch.__version__}); head: *(torch {torch.__version__}))*"])
-    # the option's check (is it a Python 3.10+?), then the base side's 3 launches (one rank
-    # each); never the head's
-    assert len(list(marks.iterdir())) == 1 + 3
+    # the option's check (is it a Python 3.10+?), then the base side's launches (one rank
+    # each, one a pair); never the head's
+    assert len(list(marks.iterdir())) == 1 + len(ab["pairs"])
 
     bare = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
@@ -235,3 +237,66 @@ def test_the_plugins_own_files_are_not_uncommitted_changes(pytester: pytest.Pyte
     result.assert_outcomes(passed=1)
     result.stdout.re_match_lines([r".*HEAD IS working tree at [0-9a-f]{10} with 1 uncommitted "
                                   r"change\(s\): test_head.py$"])
+
+
+# A hidden layer 3x as wide: ~3x the work a step.
+THREE_X = ("torch.nn.Linear(width, 12 * width), torch.nn.GELU(), "
+           "torch.nn.Linear(12 * width, 10))")
+# Three windows a launch (duet judges their ratios), three pairs a round, up to six before the
+# one-sided extension to PAIR_LIMIT; 30-step windows after 10 warm-up steps.
+BUSY_AB = ["-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--dlperf-steps", "30",
+           "--dlperf-warmup-steps", "10", "--dlperf-repeats", "9", "--dlperf-launches", "3",
+           "--dlperf-max-repeats", "18", "-k", "1n1d and fp32", "-rA"]
+
+
+# Beside two hogs on a 2-core VM, turn-taking launches are bimodal: a launch whose two torch
+# threads convoy with the hogs reads ~900 samples/s whatever the code, one that does not reads
+# the code's speed (base 5,000-11,000, head 2,800-4,300 samples/s in one run), so the pairs land
+# on both sides of 1 (head/base 1.061, interval [0.036, 31.2] over 6 pairs: a pass). Neither the
+# signed-rank test nor more pairs can prove a slowdown the pairs do not show; what would is
+# taking the convoy away (threads that fit what the hogs leave), a change to how ranks are
+# threaded, not to the verdict. Duet's ranks run one thread on a core of their own.
+TURNS_BESIDE_HOGS = pytest.mark.xfail(
+    run=False, reason="turns beside CPU hogs: bimodal launches (a thread convoy), see above")
+
+
+@pytest.mark.usefixtures("subprocess_env")
+@pytest.mark.parametrize("mode", [pytest.param("turns", marks=TURNS_BESIDE_HOGS), "duet"])
+def test_a_3x_slower_head_fails_while_cpu_hogs_run_on_both_cores(
+        pytester: pytest.Pytester, repo: Path, mode: str) -> None:
+    """Issue 39: with another job on both cores a ~4.6x slower head passed as inconclusive.
+    Here two CPU hogs run for the whole A/B run; the head's ~3x slowdown must fail it."""
+    commit_model(repo, THREE_X, "a hidden layer 3x as wide")
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        # (turns is the default: not named, as before the option)
+        named = ["--dlperf-ab-mode", mode] if mode == "duet" else []
+        result = pytester.runpytest_subprocess(*BUSY_AB, "--dlperf-ab", "HEAD~1", *named,
+                                               "--dlperf-json", "busy.json", timeout=600)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*A/B REGRESSION in test_my_model.py::test_mlp[[]1n1d-fp32[]]*"])
+    ab = ab_of(repo / "busy.json")
+    assert ab["outcome"] == "regression" and ab["mode"] == mode and ab["ratio"] < 0.8
+    if mode == "duet":
+        assert set(ab["halves"]) == {"A", "B"}
+        assert [p["base_half"] for p in ab["pairs"]][:2] == ["A", "B"]
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_duet_refuses_a_case_that_needs_more_than_half_the_machine_by_name(
+        pytester: pytest.Pytester, repo: Path) -> None:
+    cores = len(os.sched_getaffinity(0))
+    if cores > 3:
+        pytest.skip("1n2d fits in half of this host")
+    result = pytester.runpytest_subprocess(*AB[:-3], "-k", "1n2d and fp32", "--dlperf-ab",
+                                           "HEAD", "--dlperf-ab-mode", "duet", timeout=300)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*pytest-dlperf: test_my_model.py::test_mlp[[]1n2d-fp32[]]: "
+                                 "--dlperf-ab-mode duet runs base and head at once on halves of "
+                                 "this host, and 1n2d does not fit in half: it runs 2 rank(s) a "
+                                 "side and half of this host's 2 cores is 1; run it with "
+                                 "--dlperf-ab-mode turns*"])

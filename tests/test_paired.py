@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 
@@ -100,3 +101,78 @@ def test_an_improvement_not_yet_proven_asks_for_more_pairs_and_stays_a_pass() ->
     assert not paired.wants_more_pairs(paired.paired_compare(pairs_for(0.85), 0.05))
     wild = [([100.0], [60.0]), ([100.0], [125.0]), ([100.0], [86.0])]
     assert paired.wants_more_pairs(paired.paired_compare(wild, 0.05))  # inconclusive
+
+
+# -- the signed-rank test beside the t-test, more pairs for a one-sided slowdown, duet ---------
+
+# What a busy machine did to a ~4.6x slower head (issue 39): every pair slower, the pairs'
+# ratios scattered over a decade by another job on both cores.
+BUSY = [0.05, 0.60, 0.12, 0.45, 0.08, 0.70, 0.15, 0.35, 0.04, 0.55, 0.20, 0.30]
+
+
+def ratios(values: list[float]) -> list[tuple[list[float], list[float]]]:
+    return [([100.0], [100.0 * r]) for r in values]
+
+
+def test_one_wild_pair_cannot_hide_a_slowdown_every_pair_shows() -> None:
+    """Eleven pairs ~20% slower and one far slower still: the t-test's spread is the wild
+    pair's, its interval reaches past 1; the signed-rank test sees twelve pairs of twelve on the
+    slow side (exact p = 1/4096) and proves it. Each test runs at alpha/2: the verdict's p is
+    the smaller one doubled."""
+    made = ratios([0.80, 0.79, 0.81, 0.80, 0.82, 0.78, 0.80, 0.81, 0.79, 0.80, 0.80, 0.0005])
+    v = paired.paired_compare(made, 0.05, alpha=0.0025)
+    assert v.outcome == REGRESSION
+    t_only, signed_rank = paired.p_values(paired.log_ratios(made))
+    assert t_only[0] > 0.0025 / 2  # the t-test alone would not prove it
+    assert signed_rank[0] == pytest.approx(1 / 4096)
+    assert v.p_worse == pytest.approx(2 / 4096)
+
+
+def test_the_busy_machine_case_is_inconclusive_at_six_pairs_and_a_regression_at_the_limit() -> None:
+    """Six pairs, all slower: the signed-rank's exact p is 1/64, nothing at alpha/2 can be
+    proven; the run is told to add pairs up to PAIR_LIMIT, where it is a regression."""
+    six = paired.paired_compare(ratios(BUSY[:6]), 0.05, alpha=0.0025)
+    assert six.outcome == INCONCLUSIVE
+    assert paired.p_values(paired.log_ratios(ratios(BUSY[:6])))[1][0] == pytest.approx(1 / 64)
+    assert paired.PAIR_LIMIT == 12
+    assert paired.more_pairs(six, ratios(BUSY[:6])) == 6
+    twelve = paired.paired_compare(ratios(BUSY), 0.05, alpha=0.0025)
+    assert twelve.outcome == REGRESSION
+    assert paired.more_pairs(twelve, ratios(BUSY)) == 0
+
+
+def test_no_extra_pairs_when_the_pairs_disagree_or_the_limit_is_reached() -> None:
+    wild = ratios([0.6, 1.25, 0.86])
+    v = paired.paired_compare(wild, 0.05)
+    assert v.outcome == INCONCLUSIVE and paired.more_pairs(v, wild) == 0  # one pair faster
+    at_limit = ratios(BUSY[:6] * 2)
+    unsure = paired.paired_compare(ratios([0.05, 0.9]), 0.05)
+    assert unsure.outcome == INCONCLUSIVE
+    assert paired.more_pairs(unsure, at_limit) == 0
+
+
+def test_the_looks_count_the_extra_look_at_the_pair_limit() -> None:
+    """Bonferroni over every look the run may take: its rounds of pairs, and the one look at
+    PAIR_LIMIT pairs when a slowdown stays one-sided."""
+    assert paired.looks(per_round=3, most=6) == 3
+    assert paired.looks(per_round=3, most=3) == 2
+    assert paired.looks(per_round=3, most=12) == 4  # the limit is a look of its own already
+    assert paired.looks(per_round=4, most=16) == 4  # beyond the limit: no extension
+
+
+def test_the_pair_limit_proves_a_one_sided_slowdown_at_every_alpha_a_run_uses() -> None:
+    """All PAIR_LIMIT pairs on one side: exact p = 2^-12, below alpha/2 for runs of up to
+    twenty looks (alpha = 0.01 / 20)."""
+    assert 2 ** -paired.PAIR_LIMIT < (0.01 / 20) / 2
+
+
+def test_duet_judges_each_launch_on_its_windows_ratios() -> None:
+    """In duet the two sides' window k cover the same wall time: a launch's figure is the mean
+    of its windows' log ratios, not the ratio of the sides' medians."""
+    duet = [([100.0, 50.0], [80.0, 50.0])] * 3
+    assert paired.log_ratios(duet, per_window=True) == [pytest.approx(math.log(0.8) / 2)] * 3
+    assert paired.log_ratios(duet) == [pytest.approx(math.log(65 / 75))] * 3
+    v = paired.paired_compare(duet, 0.05, per_window=True)
+    assert paired.ratio(v) == pytest.approx(math.sqrt(0.8))
+    with pytest.raises(ValueError, match="windows"):
+        paired.log_ratios([([100.0, 50.0], [80.0])], per_window=True)

@@ -99,6 +99,15 @@ class RankSpec:
     progress: str | None = None  # rank 0 appends its phases to this file (live progress)
     # The folder a user's own adapter module is imported from (None: built-in or installed).
     adapter_path: str | None = None
+    # Duet A/B (--dlperf-ab-mode duet): the cores this side's ranks run on (each rank its
+    # share, in local-rank order; ``threads`` is then the side's), the GPUs it sees (entries of
+    # CUDA_VISIBLE_DEVICES), and the folder both sides' ``barrier_parties`` ranks meet at before
+    # each timed window (``rank.barrier``), waiting ``barrier_timeout_s`` at most.
+    cpus: list[int] | None = None
+    visible_devices: list[str] | None = None
+    barrier: str | None = None
+    barrier_parties: int = 0
+    barrier_timeout_s: float = 600.0
 
     @property
     def compiled(self) -> bool:

@@ -153,7 +153,9 @@ class Cluster:
         try:
             live = watch is not None and self.launcher.name != "external"
             progress = run_dir / "progress.jsonl"
-            placed = spec.with_(threads=self.topology.threads_per_worker,
+            # (a duet side's spec carries its own cores, and its threads with them)
+            threads = spec.threads if spec.cpus is not None else self.topology.threads_per_worker
+            placed = spec.with_(threads=threads,
                                 device_type=self.topology.device_type,
                                 python=self.pythons.get(spec.framework),
                                 progress=str(progress) if live else None)

@@ -1,7 +1,10 @@
 """A/B mode (``--dlperf-ab REV``, ``--dlperf-ab-python PATH``; the base side: ``absetup``):
 every selected case is launched
-alternately on a base side and on the head (this checkout, as it is), and judged from the pairs
-(``verdict.paired``). No baseline is read or written, and nothing goes to the history.
+alternately on a base side and on the head (this checkout, as it is), or with
+``--dlperf-ab-mode duet`` on both at once on halves of the host (``duet``), and judged from the
+pairs (``verdict.paired``), with more of them for a slowdown every pair shows but nothing yet
+proves (``paired.more_pairs``). No baseline is read or written, and nothing goes to the
+history.
 
 The base side differs from the head in what was asked: with ``--dlperf-ab``, its recipes and the
 user's model code come from a worktree of REV (the recipe's import root, mapped from this
@@ -18,18 +21,17 @@ from typing import Any
 
 from ..core.facts import Facts
 from ..core.protocol import Result
-from ..core.spec import RankSpec
 from ..core.workload import CaseWorkload
-from ..launch import Cluster
 from ..verdict import paired
 from ..verdict.record import CaseReport, efficiencies
 from ..verdict.stats import Verdict, coefficient_of_variation, look_alpha
+from . import duet
 from .case import Case, Prepared
 from .launches import Launches
 from .outcome import conclude
 
 # Each side's cluster and the spec its ranks get.
-Sides = dict[str, tuple[Cluster, RankSpec]]
+Sides = duet.Sides
 
 
 def measure(prepared: Prepared) -> CaseReport:
@@ -50,32 +52,59 @@ def measure(prepared: Prepared) -> CaseReport:
     policy = case.policy(None)
     per_round = policy.launches
     most = max(per_round, -(-policy.max_repeats // policy.windows_per_launch))
-    alpha = look_alpha(1 + -(-(most - per_round) // per_round))
+    alpha = look_alpha(paired.looks(per_round, most))
+    halves = None
+    if setup.mode == "duet":
+        halves = duet.host_halves(cluster.device_type, len(state.hardware.gpus))
+        duet.check(case.id, cluster, halves)
     pairs: list[tuple[Result, Result]] = []
     envs: dict[str, dict[str, Any]] = {}  # what each side's ranks saw (its framework build)
     launched_at = time.time()
+
+    def add(count: int) -> Verdict:
+        for _ in range(count):
+            pairs.append(_pair(launches, sides, halves, len(pairs), policy.windows_per_launch,
+                               envs))
+        return paired.paired_compare([(b.samples_per_s, h.samples_per_s) for b, h in pairs],
+                                     policy.tolerance, alpha=alpha, per_window=halves is not None)
+
     while True:
-        for _ in range(per_round):
-            figures: dict[str, Result] = {}
-            for side in paired.order(len(pairs)):
-                cluster, spec = sides[side]
-                spec = replace(spec, protocol=replace(spec.protocol,
-                                                      repeats=policy.windows_per_launch))
-                who = f" (A/B {side} side: {setup.base if side == 'base' else setup.head})"
-                figures[side], got = launches.run(cluster, spec, label=f"{side}, pair "
-                                                  f"{len(pairs) + 1}", who=who)
-                envs[side] = got
-            pairs.append((figures["base"], figures["head"]))
-        verdict = paired.paired_compare([(b.samples_per_s, h.samples_per_s) for b, h in pairs],
-                                        policy.tolerance, alpha=alpha)
+        verdict = add(per_round)
         if not paired.wants_more_pairs(verdict) or len(pairs) + per_round > most:
             break
+    if most < paired.PAIR_LIMIT:  # a slowdown every pair shows but nothing yet proves
+        extra = paired.more_pairs(verdict, [(b.samples_per_s, h.samples_per_s)
+                                            for b, h in pairs], per_window=halves is not None)
+        if extra:
+            verdict = add(extra)
     report = _report(case, version, sized, pairs, verdict, policy.tolerance, envs, launched_at,
-                     launches, sides)
+                     launches, sides, halves)
     state.reports.append(report)
     conclude(case.node, paired.decide(report, policy), cluster.launcher,
              state.settings.timeout)
     return report
+
+
+def _pair(launches: Launches, sides: Sides, halves: duet.Halves | None, index: int,
+          windows: int, envs: dict[str, dict[str, Any]]) -> tuple[Result, Result]:
+    """Pair ``index``: (base, head) figures, in turns (ABBA) or in duet (at once)."""
+    setup = launches.case.state.ab
+    assert setup is not None
+
+    def who(side: str) -> str:
+        return f" (A/B {side} side: {setup.base if side == 'base' else setup.head})"
+
+    if halves is not None:
+        (base, envs["base"]), (head, envs["head"]) = duet.launch(launches, sides, halves, index,
+                                                                 windows, who)
+        return base, head
+    figures: dict[str, Result] = {}
+    for side in paired.order(index):
+        cluster, spec = sides[side]
+        spec = replace(spec, protocol=replace(spec.protocol, repeats=windows))
+        figures[side], envs[side] = launches.run(cluster, spec, label=f"{side}, pair "
+                                                 f"{index + 1}", who=who(side))
+    return figures["base"], figures["head"]
 
 
 def _joined(results: list[Result]) -> Result:
@@ -87,7 +116,8 @@ def _joined(results: list[Result]) -> Result:
 
 def _report(case: Case, version: str, sized: CaseWorkload, pairs: list[tuple[Result, Result]],
             verdict: Verdict, tolerance: float, envs: dict[str, dict[str, Any]],
-            launched_at: float, launches: Launches, sides: Sides) -> CaseReport:
+            launched_at: float, launches: Launches, sides: Sides,
+            halves: duet.Halves | None) -> CaseReport:
     """The case record: the head's figures, the paired verdict, each side's in ``ab``."""
     setup = case.state.ab
     env = envs["head"]
@@ -102,16 +132,17 @@ def _report(case: Case, version: str, sized: CaseWorkload, pairs: list[tuple[Res
             efficiency_verdict = paired.paired_compare(
                 [(efficiencies(b.samples_per_s, references["base"], devices),
                   efficiencies(h.samples_per_s, references["head"], devices)) for b, h in pairs],
-                tolerance, alpha=verdict.alpha)
+                tolerance, alpha=verdict.alpha, per_window=halves is not None)
     ratio = paired.ratio(verdict)
     facts = {
         "base": setup.base, "head": setup.head, "base_revision": setup.revision,
         "base_commit": setup.commit.sha if setup.commit else None,
-        "base_python": setup.python, "order": "ABBA",
+        "base_python": setup.python, "mode": setup.mode,
+        "order": "ABBA" if halves is None else "at once, halves swapped ABAB",
+        "halves": halves.to_json() if halves is not None else None,
         "base_framework_version": envs["base"].get("framework_version"),
         "head_framework_version": env.get("framework_version"),
-        "pairs": [{"first": paired.order(i)[0], "base": b.median, "head": h.median}
-                  for i, (b, h) in enumerate(pairs)],
+        "pairs": [_pair_facts(i, b, h, halves) for i, (b, h) in enumerate(pairs)],
         "base_median": base.median, "head_median": head.median, "ratio": ratio,
         "ratio_ci": list(verdict.ratio_ci) if verdict.ratio_ci else None,
         "p_worse": verdict.p_worse, "p_better": verdict.p_better, "outcome": verdict.outcome,
@@ -127,6 +158,16 @@ def _report(case: Case, version: str, sized: CaseWorkload, pairs: list[tuple[Res
         cv=coefficient_of_variation(head.samples_per_s),
         reference=references["head"], speedup=speedup,
         efficiency=speedup / devices if speedup is not None else None, ab=Facts(facts))
+
+
+def _pair_facts(index: int, base: Result, head: Result,
+                halves: duet.Halves | None) -> dict[str, Any]:
+    facts: dict[str, Any] = {"base": base.median, "head": head.median}
+    if halves is None:
+        return {"first": paired.order(index)[0], **facts}
+    log_ratio = paired.log_ratios([(base.samples_per_s, head.samples_per_s)], per_window=True)
+    return {"base_half": duet.HALVES[duet.base_half(index)], **facts,
+            "window_log_ratio": log_ratio[0]}
 
 
 def _references(case: Case, launches: Launches, sides: Sides) -> dict[str, float | None]:

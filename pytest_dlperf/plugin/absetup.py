@@ -31,6 +31,7 @@ class AbSetup:
     python: str | None
     head: str  # how the head is described: "working tree at <sha>" (+ uncommitted changes)
     trees: worktrees.Worktrees | None = None
+    mode: str = "turns"  # --dlperf-ab-mode: "turns" or "duet" (``duet``)
 
     @classmethod
     def open(cls, settings: Settings, rootpath: Path) -> AbSetup | None:
@@ -56,7 +57,7 @@ class AbSetup:
                     worktrees.dirty(top, leave_out=own_files(settings)))
         except worktrees.GitError as exc:
             raise pytest.UsageError(f"pytest-dlperf: --dlperf-ab={settings.ab}: {exc}") from None
-        return cls(settings.ab, commit, top, settings.ab_python, head)
+        return cls(settings.ab, commit, top, settings.ab_python, head, mode=settings.ab_mode)
 
     @property
     def base(self) -> str:

@@ -35,6 +35,16 @@ from .parsers import (
     parse_pythons,
 )
 
+
+def _busy_share(raw: str) -> float:
+    """A share of the machine in (0, 1]: 1 never finds it busy."""
+    value = parse_cv(raw)
+    if not 0 < value <= 1:
+        raise ValueError(f"expected a share of the machine in (0, 1] (0.25 = 25%; 1 turns the "
+                         f"check off), got {value}")
+    return value
+
+
 # The ``@pytest.mark.dlperf(...)`` keywords and their parsers.
 MARKER_KEYWORDS: dict[str, Callable[[str], Any]] = {"tolerance": parse_fraction,
                                                     "memory_tolerance": parse_fraction,
@@ -143,6 +153,14 @@ OPTIONS: tuple[Option, ...] = (
            "(--dlperf-update-baselines fails the case; 0.10 or 10%; above 1 is allowed: n "
            "windows can vary by up to sqrt(n) x their mean). Default: 0.10.",
            parse_cv, 0.10, metavar="CV"),
+    Option("busy_threshold", "baseline mode (and recording): the share of this host's CPU "
+           "time (cores x wall time) that other processes and the hypervisor's steal may take "
+           "during a launch, as a fraction or percentage. A launch beside more is run again "
+           "(twice, after a short pause); still beside it, the case fails as machine busy, "
+           "not judged: the baseline never shared that interference. A/B mode records it only "
+           "(both sides share the machine). 1 (100%) turns it off. Local launcher only (there "
+           "every rank is this pytest's child). Default: 0.25.",
+           _busy_share, 0.25, metavar="FRACTION"),
     Option("precisions", "the precision axis of tests that take the `amp` fixture, "
            "comma-separated: fp32, amp. Default: both; where a CPU has no bf16 instructions "
            "(avx512_bf16, amx_bf16) the AMP cases skip saying so, since they would time the "
@@ -229,6 +247,14 @@ OPTIONS: tuple[Option, ...] = (
            "version); alone, both sides run this checkout's code under two interpreters; with "
            "--dlperf-ab, the base side also runs REV's code. Default: the head's.",
            _optional(_path), metavar="PATH"),
+    Option("ab_mode", "A/B mode: how the two sides share the machine. turns: one launch after "
+           "the other, pair by pair (ABBA). duet: both at once on disjoint halves of this host "
+           "(its cores, pinned; on GPUs its devices), each window started together on a shared "
+           "barrier and judged on window-by-window ratios, the halves swapped between launches: "
+           "both sides see the same interference (for busy or shared machines). Duet runs only "
+           "cases that fit in half the machine on the local launcher. Only with --dlperf-ab or "
+           "--dlperf-ab-python. Default: turns.",
+           _choice("turns", "duet"), "turns", metavar="MODE"),
     Option("timeout", "seconds one case may take, start-up included, before its workers are "
            "killed and it fails. Default: 1800.", _positive_float, 1800.0, metavar="SECONDS"),
 )

@@ -30,6 +30,7 @@ class Settings:
     launches: int
     max_repeats: int
     unstable_cv: float
+    busy_threshold: float  # the machine's share others may take before a launch is retried
     precisions: tuple[str, ...] | None  # None: both, AMP skipped on a CPU without bf16
     compilers: tuple[str, ...] | None  # None: the device type's default
     strict: bool
@@ -50,6 +51,7 @@ class Settings:
     python: dict[str, str] | None  # framework -> worker interpreter (absolute path)
     ab: str | None  # A/B mode: the base side's git revision
     ab_python: str | None  # A/B mode: the base side's rank interpreter
+    ab_mode: str  # A/B mode: "turns" (one side after the other) or "duet" (both at once)
     timeout: float
 
 
@@ -114,6 +116,10 @@ def resolve(config: pytest.Config) -> Settings:
     if values["ab_python"] is not None:
         values["ab_python"] = _ab_python(config, values["ab_python"],
                                          bases["ab_python"] or Path.cwd())
+    if values["ab_mode"] != "turns" and values["ab"] is None and values["ab_python"] is None:
+        raise pytest.UsageError(f"pytest-dlperf: {source_of(config, 'ab_mode')} is a way to run "
+                                "an A/B comparison: give --dlperf-ab REV and/or "
+                                "--dlperf-ab-python PATH with it")
     _check_outputs(config, values)
     return Settings(protocol=proto, **values)
 

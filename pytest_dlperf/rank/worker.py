@@ -26,6 +26,7 @@ from ..core.lifeline import die_with_parent, expected_parent
 from ..core.spec import RankSpec
 from ..core.workload import WorkloadError, load_recipe
 from ..frameworks import DeviceUnavailable, DistEnv, Trainer
+from . import barrier as barriers
 from .memory import WindowMemory, is_out_of_memory
 from .progress import RankProgress
 from .timing import measure
@@ -78,13 +79,22 @@ def run(spec: RankSpec | dict[str, Any], dist: DistEnv) -> dict[str, Any]:
         if not math.isfinite(loss):
             raise Diverged(f"rank {dist.rank}: loss is {loss} after timed window {window}")
 
+    duet = barriers.of(spec.to_json())
+
+    def before_window(window: int) -> None:
+        memory.before_window()
+        if duet is not None:  # last: the window's clock starts when every rank is here
+            duet.wait(f"window-{window}")
+
     try:
         measurement = measure(
             protocol, trainer.step, trainer.synchronize, after_window=check_loss,
-            before_window=lambda window: memory.before_window(),
+            before_window=before_window,
             progress=None if live is None else (
                 lambda phase, index, total, elapsed: live.event(phase, index, total, elapsed,
                                                                 protocol.steps)))
+        if duet is not None:  # no side's wind-down beside the other's last window
+            duet.wait("end")
         local = local_step_s(trainer, protocol.steps) if dist.world_size > 1 else None
         # The rank's interpreter, which the fingerprint records (not pytest's: OneFlow's ranks
         # run under their own).
@@ -143,7 +153,7 @@ def error_text(exc: BaseException) -> str:
     plumbing or the framework's calls in between (DDP's forward, ``Module._call_impl``: ~20
     frames a rank, each rank alike). An error raised in the plugin alone (a bug to report)
     keeps its whole traceback."""
-    if isinstance(exc, (Diverged, DeviceUnavailable, WorkloadError)):
+    if isinstance(exc, (Diverged, DeviceUnavailable, WorkloadError, barriers.BarrierError)):
         return f"{type(exc).__name__}: {exc}\n"
     summary = traceback.TracebackException.from_exception(exc)
     left_out = _trim(summary, set())
@@ -185,6 +195,25 @@ def _trim(summary: traceback.TracebackException, seen: set[int]) -> int:
     return left_out
 
 
+def own_cpus(cpus: list[int], local_rank: int, local_ranks: int) -> list[int]:
+    """A duet rank's cores: its share of its side's, in local-rank order (all of them where
+    there are fewer cores than ranks)."""
+    share = len(cpus) // max(1, local_ranks)
+    return cpus[local_rank * share:(local_rank + 1) * share] if share else list(cpus)
+
+
+def place(spec: dict[str, Any], dist: DistEnv) -> None:
+    """A duet side's cores and devices for this rank, before any framework is imported (thread
+    pools and CUDA size themselves then)."""
+    if spec.get("visible_devices") is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(spec["visible_devices"])
+    if spec.get("cpus"):
+        cpus = own_cpus(list(spec["cpus"]), dist.local_rank, dist.local_world_size)
+        os.sched_setaffinity(0, cpus)
+        threads = str(spec.get("threads") or len(cpus))
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = threads
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m pytest_dlperf.rank.worker SPEC.json OUT_DIR", file=sys.stderr)
@@ -201,15 +230,21 @@ def main(argv: list[str]) -> int:
     if spec.get("memory_limit"):  # before any framework allocates anything
         apply_limit(int(spec["memory_limit"]), str(out_dir), dist.rank,
                     int(spec.get("batch_size", 0)))
+    place(spec, dist)
+    duet = barriers.of(spec)
     try:
         result = run(spec, dist)
     except DeviceUnavailable as exc:
+        if duet is not None:
+            duet.break_(f"rank {dist.rank}: {exc}")
         write_json_atomic(result_path(out_dir, dist.rank), {
             "rank": dist.rank, "error": f"{type(exc).__name__}: {exc}",
             "error_type": "unavailable"})
         print(f"rank {dist.rank}: {exc}", file=sys.stderr)
         return 1
     except BaseException as exc:
+        if duet is not None:
+            duet.break_(f"rank {dist.rank}: {type(exc).__name__}: {exc}")
         oom = is_out_of_memory(exc)
         error = error_text(exc)
         if oom:

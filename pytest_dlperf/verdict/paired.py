@@ -6,11 +6,20 @@ head launch next to each other in time, in the order base-head, head-base, base-
 (ABBA: a drift that is linear over two pairs cancels from their mean, and no side always goes
 first). The machine's drift between runs minutes apart (tens of percent on this project's
 VMs) is shared by the two launches of a pair, so the verdict is taken on the ratio within each
-pair: a one-sample t-test on the logarithms of head / base launch medians, its interval that of
-the geometric mean ratio. The outcomes are the baseline verdict's (``stats``): a ratio beyond
-the tolerance *and* significant is a regression (or an improvement); beyond it without that
-evidence, inconclusive (the caller adds pairs and asks again, ``alpha`` split over the looks;
-also for an improvement not yet proven, ``wants_more_pairs``); else a pass. One pair has no spread: beyond the tolerance it is inconclusive.
+pair: the logarithms of head / base launch medians (in duet mode, ``--dlperf-ab-mode duet``, the
+sides run at once and a launch's figure is the mean of its windows' log ratios, window k of each
+side covering the same wall time). Two tests judge them, each at ``alpha / 2`` so that the
+verdict's false alarms stay within ``alpha``: a one-sample t-test (its interval, at ``1 -
+alpha``, that of the geometric mean ratio) and Wilcoxon's signed-rank test, exact for small
+counts, which one wild pair cannot sink (a busy machine's pairs scatter over a decade: the
+t-test's spread is the wildest pair's, the signed-rank test counts on which side each pair
+lies). The verdict's p is the smaller of the two, doubled. The outcomes are the baseline
+verdict's (``stats``): a ratio beyond the tolerance *and* significant is a regression (or an
+improvement); beyond it without that evidence, inconclusive (the caller adds pairs and asks
+again, ``alpha`` split over the looks; also for an improvement not yet proven,
+``wants_more_pairs``); else a pass. A slowdown still unproven at the run's last look whose
+every pair is on the slow side gets pairs up to ``PAIR_LIMIT`` and one look more
+(``more_pairs``). One pair has no spread: beyond the tolerance it is inconclusive.
 """
 
 from __future__ import annotations
@@ -36,25 +45,64 @@ from .stats import (
 
 Pair = tuple[Sequence[float], Sequence[float]]  # (base windows, head windows) of one pair
 
+# The most pairs a run takes for a slowdown that stays one-sided but unproven. All n pairs on
+# one side give the exact signed-rank p = 2^-n: six pairs (1/64) prove nothing at any alpha a
+# run uses; twelve (1/4096) prove it at alpha / 2 for runs of up to twenty looks (0.01 / 20),
+# and with the lowest-ranked pair on the other side (2/4096) up to ten.
+PAIR_LIMIT = 12
+
 
 def order(pair: int) -> tuple[str, str]:
     """Which side launches first in pair ``pair`` (0-based): ABBA."""
     return ("base", "head") if pair % 2 == 0 else ("head", "base")
 
 
+def log_ratios(pairs: Sequence[Pair], *, per_window: bool = False) -> list[float]:
+    """Each pair's log head / base: of its launch medians (turns), or the mean of its windows'
+    log ratios (``per_window``: duet, window k of each side over the same wall time)."""
+    for base, head in pairs:
+        values = [*base, *head]
+        if not values or not all(v > 0 and math.isfinite(v) for v in values):
+            raise ValueError(f"launch figures must be positive, got base {list(base)}, head "
+                             f"{list(head)}")
+        if per_window and len(base) != len(head):
+            raise ValueError(f"a duet pair needs as many base windows as head windows, got "
+                             f"{len(base)} and {len(head)}")
+    if per_window:
+        return [math.fsum(math.log(h / b) for b, h in zip(base, head)) / len(base)
+                for base, head in pairs]
+    return [math.log(h / b) for b, h in zip(launch_medians([b for b, _ in pairs]),
+                                             launch_medians([h for _, h in pairs]))]
+
+
+def p_values(logs: Sequence[float]) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(p head lower, p head higher) of the t-test and of the signed-rank test on ``logs``
+    (two or more). scipy is imported on first use, as ``stats`` does."""
+    from scipy.stats import wilcoxon
+
+    n = len(logs)
+    mean = math.fsum(logs) / n
+    spread = math.sqrt(math.fsum((v - mean) ** 2 for v in logs) / (n - 1))
+    test = TTest(mean, spread / math.sqrt(n), n - 1, spread)
+    if all(v == 0 for v in logs):
+        return (test.p_less, test.p_greater), (1.0, 1.0)
+    less, greater = (float(wilcoxon(logs, alternative=side).pvalue)
+                     for side in ("less", "greater"))
+    return (test.p_less, test.p_greater), (less, greater)
+
+
 def paired_compare(pairs: Sequence[Pair], tolerance: float, *, alpha: float = ALPHA,
-                   higher_is_better: bool = True) -> Verdict:
+                   higher_is_better: bool = True, per_window: bool = False) -> Verdict:
     """Head against base over ``pairs``; ``measured`` and ``baseline`` are each side's median
-    of launch medians, ``ratio_ci`` the interval of the geometric mean head / base ratio."""
+    of launch medians, ``ratio_ci`` the interval of the geometric mean head / base ratio (the
+    t-test's, at ``1 - alpha``); ``per_window``: duet pairs (``log_ratios``)."""
     if not pairs:
         raise ValueError("an A/B verdict needs at least one pair")
     if not 0 <= tolerance < 1 or not 0 < alpha < 0.5:
         raise ValueError(f"tolerance in [0, 1) and alpha in (0, 0.5), got {tolerance}, {alpha}")
+    logs = log_ratios(pairs, per_window=per_window)
     base = launch_medians([b for b, _ in pairs])
     head = launch_medians([h for _, h in pairs])
-    if not all(v > 0 and math.isfinite(v) for v in base + head):
-        raise ValueError(f"launch figures must be positive, got base {base}, head {head}")
-    logs = [math.log(h / b) for b, h in zip(base, head)]
     n = len(logs)
     mean = math.fsum(logs) / n
     ratio = math.exp(mean)
@@ -68,9 +116,11 @@ def paired_compare(pairs: Sequence[Pair], tolerance: float, *, alpha: float = AL
                        **counts)
     spread = math.sqrt(math.fsum((v - mean) ** 2 for v in logs) / (n - 1))
     test = TTest(mean, spread / math.sqrt(n), n - 1, spread)
-    p_worse, p_better = ((test.p_less, test.p_greater) if higher_is_better
-                         else (test.p_greater, test.p_less))
-    lo, hi = (math.exp(bound) for bound in test.interval(alpha))
+    t_test, signed_rank = p_values(logs)
+    # Each test at alpha / 2: the smaller p doubled is the verdict's (Bonferroni).
+    lower, higher = (min(1.0, 2 * min(t, w)) for t, w in zip(t_test, signed_rank))
+    p_worse, p_better = (lower, higher) if higher_is_better else (higher, lower)
+    lo, hi = (math.exp(bound) for bound in test.interval(alpha / 2))
     outcome = decide_outcome(good, tolerance, p_worse, p_better, alpha)
     return Verdict(outcome, median(head), median(base), tolerance, higher_is_better, alpha,
                    p_worse, p_better, (lo, hi), spread=spread, **counts)
@@ -90,6 +140,23 @@ def wants_more_pairs(verdict: Verdict) -> bool:
     return good > 1 + verdict.tolerance
 
 
+def looks(per_round: int, most: int) -> int:
+    """The looks a run may take: one after each round of ``per_round`` pairs up to ``most``,
+    and one at ``PAIR_LIMIT`` pairs where that is more (``more_pairs``)."""
+    rounds = 1 + -(-(most - per_round) // per_round)
+    return rounds + (1 if most < PAIR_LIMIT else 0)
+
+
+def more_pairs(verdict: Verdict, pairs: Sequence[Pair], *, per_window: bool = False) -> int:
+    """Pairs to add after the run's last look: up to ``PAIR_LIMIT`` for an unproven slowdown
+    (inconclusive) whose every pair is on the slow side; else none."""
+    if verdict.outcome != INCONCLUSIVE or len(pairs) >= PAIR_LIMIT:
+        return 0
+    logs = log_ratios(pairs, per_window=per_window)
+    slow = all(v < 0 for v in logs) if verdict.higher_is_better else all(v > 0 for v in logs)
+    return PAIR_LIMIT - len(pairs) if slow else 0
+
+
 def ratio(verdict: Verdict) -> float | None:
     """The geometric mean head / base ratio (the middle of the interval)."""
     if verdict.ratio_ci is None:
@@ -105,8 +172,9 @@ def evidence(verdict: Verdict) -> str:
     else:
         lo, hi = verdict.ratio_ci
         p = verdict.p_better if verdict.outcome == IMPROVEMENT else verdict.p_worse
-        parts += [f"head/base {ratio(verdict):.3f}, {1 - 2 * verdict.alpha:.1%} CI "
-                  f"[{lo:.3f}, {hi:.3f}]", f"paired t-test p={p:.3g}",
+        parts += [f"head/base {ratio(verdict):.3f}, {1 - verdict.alpha:.1%} CI "
+                  f"[{lo:.3f}, {hi:.3f}]", f"p={p:.3g} (paired t-test or signed-rank, the "
+                  "smaller doubled)",
                   f"spread between pairs {verdict.spread:.1%}"]
     return ", ".join(parts)
 
