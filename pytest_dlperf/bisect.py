@@ -1,14 +1,16 @@
 """``dlperf bisect GOOD BAD -- PYTEST-ARGS``: the first commit after GOOD whose cases are slower
 than GOOD's, by binary search over the first-parent commits up to BAD.
 
-Each probe is an A/B run (``--dlperf-ab GOOD``) of the probe commit against GOOD: pytest runs
-in a worktree of the probe commit, its base side in a worktree of GOOD, both with this plugin.
-A probe is **slow** when any selected case's paired verdict is a regression, **not slow** when
+Each probe is an A/B run (``--dlperf-ab GOOD``) of the probe commit against GOOD: pytest runs in
+a worktree of the probe commit, its base side in a worktree of GOOD, both with this plugin. A
+probe is **slow** when any selected case's paired verdict is a regression, **not slow** when
 every case passes (or improves). An inconclusive probe is run again with twice the pairs; still
-inconclusive, the search says so and stops: it never guesses. BAD is taken at its word (as git
-bisect takes it) until the search would name it: then it is probed, and if it is not slower
-than GOOD there is nothing to find. The probe worktrees are kept while the search runs and
-removed at its end.
+inconclusive, the search says so and stops: it never guesses. A probe whose case was left
+unjudged because the machine was busy (``machine-busy`` in the results file) is neither slow nor
+fast, like git bisect's skip: it is run again once, and the search stops where it stays so. BAD
+is taken at its word (as git bisect takes it) until the search would name it: then it is probed,
+and if it is not slower than GOOD there is nothing to find. The probe worktrees are kept while
+the search runs and removed at its end.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from typing import Any
 
 from .core import worktrees
 from .core.worktrees import Commit, GitError
+from .verdict.busy import MACHINE_BUSY
 
 SLOW, NOT_SLOW, INCONCLUSIVE, BROKEN = "slow", "not slow", "inconclusive", "failed to run"
+BUSY = "machine busy"  # a case not judged: neither slow nor fast (git bisect's skip)
 
 
 @dataclass(frozen=True)
@@ -51,10 +55,15 @@ def classify(results: dict[str, Any]) -> tuple[str, list[str], int]:
         ratio = f"{ab['ratio']:.3f}" if ab.get("ratio") else "?"
         lines.append(f"{info['case']}: head/base {ratio}{interval}, "
                      f"{len(ab.get('pairs', []))} pairs, {outcome}")
+    for unjudged in results.get("dlperf_not_judged") or []:
+        outcomes.append(unjudged.get("outcome", "missing"))
+        lines.append(f"{unjudged.get('case', '?')}: not judged, {unjudged.get('outcome')}")
     if not outcomes:
         return BROKEN, ["no case ran"], 0
     if "regression" in outcomes:
         return SLOW, lines, pairs
+    if MACHINE_BUSY in outcomes:
+        return BUSY, lines, pairs
     if all(o in ("pass", "improvement") for o in outcomes):
         return NOT_SLOW, lines, pairs
     return INCONCLUSIVE, lines, pairs
@@ -98,12 +107,16 @@ class Bisection:
         return Probe(commit, outcome, lines, pairs)
 
     def judged(self, commit: Commit, index: str) -> str:
-        """A probe's outcome, run again with twice the pairs once if inconclusive."""
+        """A probe's outcome, run again with twice the pairs once if inconclusive, and once
+        as it was if the machine was busy."""
         probe = self.probe(commit)
         if probe.outcome == INCONCLUSIVE:
             self._show(probe, index, "; again with twice the pairs")
             more = str(max(2, 2 * probe.pairs))
             probe = self.probe(commit, ["--dlperf-launches", more])
+        elif probe.outcome == BUSY:
+            self._show(probe, index, "; neither slow nor fast, again")
+            probe = self.probe(commit)
         self._show(probe, index)
         self.probes.append(probe)
         return probe.outcome
@@ -154,7 +167,7 @@ class Bisection:
 
 def main(good: str, bad: str, pytest_args: list[str]) -> int:
     """The command: 0 when a first slow commit is named, 1 when BAD is not slower, 2 for bad
-    input, 3 when a probe stayed inconclusive or failed to run."""
+    input, 3 when a probe stayed inconclusive, stayed beside a busy machine or failed to run."""
     try:
         top = worktrees.toplevel(Path.cwd())
         good_commit, bad_commit = worktrees.resolve(top, good), worktrees.resolve(top, bad)

@@ -306,9 +306,10 @@ def test_a_schema_1_store_gets_the_baseline_action_column_and_keeps_its_runs(
     engine = sa.create_engine(history_mod.engine_url(store_url))
     with engine.begin() as conn:  # back to what schema 1 wrote
         conn.execute(sa.text("ALTER TABLE dlperf_cases DROP COLUMN baseline_action"))
+        conn.execute(sa.text("ALTER TABLE dlperf_cases DROP COLUMN interference"))
         conn.execute(sa.text("UPDATE dlperf_meta SET value = '1' WHERE key = 'schema_version'"))
     store = History.open(store_url)
-    assert store.schema_version() == 2
+    assert store.schema_version() == history_mod.SCHEMA_VERSION
     store.append(a_run(1), [{**a_case(90.0), "baseline_action": "recorded"}])
     points = store.series("test_w.py::test_mlp[1n1d]", "cpu__torch__abc")
     assert [(p.median, p.baseline_action, p.baseline_recorded) for p in points] == [

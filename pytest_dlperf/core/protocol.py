@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .interference import Interference
+
 
 @dataclass(frozen=True)
 class Protocol:
@@ -192,6 +194,8 @@ class Result:
     # Each window's peak memory, the largest over the ranks (bytes); empty: not measured.
     memory_bytes: list[float] = field(default_factory=list)
     ranks: list[RankFigures] = field(default_factory=list)
+    # What each launch ran beside (one entry per launch, in run order; empty: not measured).
+    interference: list[Interference] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.launch_windows and sum(self.launch_windows) != len(self.samples_per_s):
@@ -239,7 +243,7 @@ class Result:
                       first_step_s=self.first_step_s,
                       launch_windows=self.windows_per_launch + more.windows_per_launch,
                       memory_bytes=self.memory_bytes + more.memory_bytes if both else [],
-                      ranks=ranks)
+                      ranks=ranks, interference=self.interference + more.interference)
 
     @property
     def memory_launches(self) -> list[list[float]]:

@@ -25,11 +25,12 @@ from ..report.tables import (
     text_table,
 )
 from ..store.baselines import BaselineStore
+from ..verdict.busy import MACHINE_BUSY, summary_line
 from . import hooks, options
 from . import settings as settings_mod
 from .live import LiveLine
 from .meter import ThroughputMeter
-from .outcome import DLPerfWarning
+from .outcome import NOT_JUDGED, DLPerfWarning
 from .session import SessionState
 
 __all__ = ["DLPerfWarning", "STATE", "ThroughputMeter"]
@@ -66,6 +67,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "options of pytest-dlperf; tolerance and memory_tolerance override the baseline's and "
         "the run's (fractions, 0.03 = 3%); min_mfu fails a case whose MFU is below it")
     settings = settings_mod.resolve(config)
+    config.stash[NOT_JUDGED] = []
     store = BaselineStore(settings.baselines, settings.protocol.repeats)
     config.stash[STATE] = SessionState(
         settings, store, config.rootpath,
@@ -127,6 +129,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if state is not None:
         state.close()
         del config.stash[STATE]
+    if NOT_JUDGED in config.stash:
+        del config.stash[NOT_JUDGED]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -232,8 +236,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if state is None or not state.is_reporter or _under_xdist(session.config):
         return
     if state.settings.json is not None:
-        write_json_atomic(state.settings.json, results_json(state.reports, state.commit,
-                                                            _machine_info(session.config)))
+        unjudged = [case.to_json() for case in session.config.stash.get(NOT_JUDGED, [])]
+        write_json_atomic(state.settings.json, results_json(
+            state.reports, state.commit, _machine_info(session.config), unjudged))
     saved = state.history is None or state.history.save(state.reports)
     if not saved and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -244,8 +249,15 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if hint is not None:
         terminalreporter.write_line(hint, yellow=True)
     state = config.stash.get(STATE, None)
-    if state is None or not state.reports:
-        return
+    if state is not None and state.reports:
+        _throughput_summary(terminalreporter, state)
+    # The last word: what stayed unjudged, apart from what was judged and passed or failed.
+    busy = [c for c in config.stash.get(NOT_JUDGED, []) if c.outcome == MACHINE_BUSY]
+    if busy:
+        terminalreporter.write_line(f"pytest-dlperf: {summary_line(len(busy))}", red=True)
+
+
+def _throughput_summary(terminalreporter: Any, state: SessionState) -> None:
     proto, settings = state.settings.protocol, state.settings
     terminalreporter.write_sep(
         "-", f"pytest-dlperf: training throughput ({proto.name} protocol: {proto.warmup_steps} "

@@ -1,7 +1,9 @@
 """Launching a case: its measured launches (each a fresh start of the case's processes), the
 batch-size probes of ``--dlperf-batch-size max``, and the 1n1d reference a scaling case is
 measured against when nothing else has it. Each launch goes through the cluster's launcher and
-comes back as the ranks' aggregated figures."""
+comes back as the ranks' aggregated figures, with the interference it ran beside
+(``core.interference``); where the caller asks (baseline mode), a launch beside heavy
+interference is run again, and ``MachineBusy`` is raised when it stays."""
 
 from __future__ import annotations
 
@@ -9,11 +11,14 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..core import interference
 from ..core.batchsearch import BatchSearchError, Probe, Search, search
+from ..core.interference import Interference
 from ..core.protocol import Protocol, Result, aggregate
 from ..core.spec import RankSpec
 from ..core.topology import Topology
 from ..launch import Cluster, LaunchError, Watch
+from ..verdict import busy
 from .case import Case
 from .outcome import fail
 
@@ -30,6 +35,15 @@ class OutOfMemoryAtTheEdge(Exception):
         self.seconds, self.message = seconds, message
 
 
+class MachineBusy(Exception):
+    """A launch ran beside heavy interference, and again on each retry: ``seen`` is what the
+    last one measured."""
+
+    def __init__(self, label: str, seen: Interference, retries: int) -> None:
+        super().__init__(f"{label}: {busy.describe(seen)}")
+        self.label, self.seen, self.retries = label, seen, retries
+
+
 def _first_line(exc: LaunchError) -> str:
     """The first line of the first rank's error (an out-of-memory one says the batch)."""
     first = next(iter(exc.rank_errors.values()), exc.summary)
@@ -39,10 +53,14 @@ def _first_line(exc: LaunchError) -> str:
 @dataclass
 class Launches:
     """The launches of one case. ``rank_flops``: what rank 0 of the last launch that counted
-    FLOPs reported (torch ranks count on the first launch where the session has no count)."""
+    FLOPs reported (torch ranks count on the first launch where the session has no count).
+    ``retry_busy``: a launch beside more interference than --dlperf-busy-threshold is run
+    again (``busy.RETRIES`` times), then ``MachineBusy`` is raised; off, interference is only
+    recorded (A/B, where both sides share it)."""
 
     case: Case
     rank_flops: dict[str, Any] | None = field(default=None)
+    retry_busy: bool = False
 
     def measure(self, spec: RankSpec, windows: list[int], *, at_the_edge: bool = False,
                 done: int = 0, planned: int | None = None) -> tuple[Result, dict[str, Any]]:
@@ -77,7 +95,25 @@ class Launches:
 
     def run(self, cluster: Cluster, spec: RankSpec, *, at_the_edge: bool = False,
             label: str = "launch", who: str = "") -> tuple[Result, dict[str, Any]]:
-        """One launch; ``who``: which side of an A/B run it is, for a failure's message."""
+        """One launch; ``who``: which side of an A/B run it is, for a failure's message. Run
+        again while it ran beside heavy interference, where ``retry_busy`` says so."""
+        threshold = self.case.state.settings.busy_threshold
+        retries = 0
+        while True:
+            result, env, seen = self._once(cluster, spec, at_the_edge, label, who)
+            if not (self.retry_busy and busy.is_busy(seen, threshold)):
+                break
+            if retries == busy.RETRIES:
+                raise MachineBusy(label, seen, retries)
+            retries += 1
+            time.sleep(busy.PAUSE_S)
+        return replace(result, interference=[replace(seen, retries=retries)]), env
+
+    def _once(self, cluster: Cluster, spec: RankSpec, at_the_edge: bool, label: str,
+              who: str) -> tuple[Result, dict[str, Any], Interference]:
+        cuda = cluster.device_type == "cuda"
+        gpus = interference.gpu_others() if cuda else ()
+        watch = interference.Watch()
         started = time.perf_counter()
         try:
             ranks = cluster.run(spec, self.watch(label))
@@ -87,13 +123,18 @@ class Launches:
                                            _first_line(exc)) from exc
             fail(f"pytest-dlperf: {self.case.id}{who} {exc.kind.replace('_', ' ')} on "
                  f"{cluster.topology.id}: {exc}")
+        finally:
+            wall = time.perf_counter() - started
+            seen = watch.stop()
+        seen = replace(seen, gpu_processes=interference.merge(
+            gpus, interference.gpu_others() if cuda else ()))
         env = dict(ranks[0]["environment"])
         if spec.count_flops:
             self.rank_flops = ranks[0].get("flops")
         hardware = self.case.state.hardware
-        if cluster.device_type == "cuda":  # what NVML says, beside what the framework saw
+        if cuda:  # what NVML says, beside what the framework saw
             env.update(driver=hardware.gpu_driver, gpu_memory_bytes=list(hardware.gpu_memory))
-        return aggregate(ranks, spec.batch_size, time.perf_counter() - started), env
+        return aggregate(ranks, spec.batch_size, wall), env, seen
 
     def search_batch(self, spec_at: Any, start: int, seed: int | None) -> Search:
         """The largest per-device batch that trains a few steps here, each probe a fresh

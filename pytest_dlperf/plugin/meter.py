@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -18,6 +18,7 @@ from ..core.spec import RankSpec
 from ..core.topology import make_topology
 from ..core.workload import CaseWorkload, Precision, RecipeReference, SizeValue, Workload
 from ..launch import Cluster
+from ..verdict import busy as busy_text
 from ..verdict import decide
 from ..verdict.decide import Policy
 from ..verdict.mfu import FlopsCount
@@ -25,10 +26,10 @@ from ..verdict.record import CaseReport, case_metrics
 from ..verdict.stats import Verdict, coefficient_of_variation
 from . import ab
 from . import baseline as baselines
-from .case import Case, prepare
+from .case import Case, Prepared, prepare
 from .flops import Utilization, flops_key, flops_per_sample, utilization
-from .launches import Launches, OutOfMemoryAtTheEdge
-from .outcome import DLPerfWarning, conclude, follow_rank0
+from .launches import Launches, MachineBusy, OutOfMemoryAtTheEdge
+from .outcome import MACHINE_BUSY, DLPerfWarning, NotJudged, conclude, follow_rank0, not_judged
 from .session import SessionState
 
 
@@ -56,16 +57,25 @@ class ThroughputMeter:
         efficiency) with the baseline, failing this test on a regression, and return the
         record. ``batch_size`` (per device) and ``sizes`` override the workload's for this
         call; ``--dlperf-batch-size`` overrides both. In A/B mode (``--dlperf-ab``) the case
-        is judged head against base instead (``ab``)."""
+        is judged head against base instead (``ab``). A case whose launch stays beside heavy
+        interference (other processes' CPU, steal) fails as machine busy, not judged."""
         prepared = prepare(self.node, self.cluster, self.amp, self.state, framework, workload,
                            batch_size, sizes)
         if self.state.ab is not None:
             return ab.measure(prepared)
+        try:
+            return self._against_the_baseline(prepared)
+        except MachineBusy as busy:
+            self._machine_busy(prepared.case, busy)
+
+    def _against_the_baseline(self, prepared: Prepared) -> CaseReport:
+        """Baseline mode (measure's own): a launch beside heavy interference is run again,
+        and ``MachineBusy`` raised where it stays (every rank is ours on this host only)."""
         case, chosen, sized, recipe = (prepared.case, prepared.workload, prepared.sized,
                                        prepared.recipe)
         version = case.framework_version()
         case.check_modes()
-        launches = Launches(case)
+        launches = Launches(case, retry_busy=self.cluster.launcher.all_nodes_here)
         search = (self._search(case, launches, version, chosen, sized, recipe)
                   if prepared.searching else None)
         if search is not None:
@@ -79,6 +89,16 @@ class ThroughputMeter:
         conclude(self.node, decide.decide(report, policy), self.cluster.launcher,
                  self.state.settings.timeout)
         return report
+
+    def _machine_busy(self, case: Case, busy: MachineBusy) -> NoReturn:
+        """The case fails without a verdict: the machine, not the code, was measured."""
+        settings = self.state.settings
+        recording = settings.update_baselines is not None
+        message = busy_text.message(case.id, busy.seen, busy.label, busy.retries,
+                                    settings.busy_threshold, recording)
+        unjudged = NotJudged(case.id, MACHINE_BUSY, message, busy.label, busy.retries,
+                             recording, busy.seen.to_json())
+        not_judged(self.node, unjudged, self.cluster.launcher, settings.timeout)
 
     # -- the steps -----------------------------------------------------------------------
 

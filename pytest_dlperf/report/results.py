@@ -53,6 +53,7 @@ def benchmark_entry(report: CaseReport) -> dict[str, Any]:
             "samples_per_s_min": report.result.min,
             "samples_per_s_max": report.result.max,
             "samples_per_s_cv": report.cv,
+            "samples_per_s_within_launch_cv": report.within_cv,
             "repeats_measured": len(report.result.window_s),
             "launches": len(report.result.windows_per_launch),
             "samples_per_s_launches": report.result.launches,
@@ -62,6 +63,8 @@ def benchmark_entry(report: CaseReport) -> dict[str, Any]:
             "wall_s": report.result.wall_s,
             "launched_at": report.launched_at,
             "first_timed_step_at": report.result.timed_from,
+            # What each launch ran beside: other processes' CPU, steal, the GPUs' others.
+            "interference": [seen.to_json() for seen in report.result.interference],
             "peak_memory_bytes": report.result.peak_memory,
             "peak_memory_launches": report.result.memory_launches,
             "peak_memory_per_rank": [r.to_json() for r in report.result.ranks],
@@ -118,10 +121,12 @@ def change_lines(reports: list[CaseReport]) -> list[str]:
 
 
 def results_json(reports: list[CaseReport], commit: dict[str, Any],
-                 machine_info: dict[str, Any]) -> dict[str, Any]:
+                 machine_info: dict[str, Any],
+                 not_judged: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The whole results file, with the session's commit (``pytest_dlperf_commit_info``) and
     pytest-benchmark's machine info (the pytest side asks its hook, which a conftest may
-    implement)."""
+    implement). ``not_judged``: the cases that failed without figures to judge (outcome
+    ``machine-busy``: the machine was busy), each with what was measured."""
     from pytest_benchmark import __version__
 
     benchmarks = [benchmark_entry(r) for r in reports]
@@ -131,6 +136,7 @@ def results_json(reports: list[CaseReport], commit: dict[str, Any],
         "benchmarks": benchmarks,
         # pytest-benchmark ignores keys it does not know; None with a single framework.
         "dlperf_frameworks_side_by_side": frameworks_side_by_side(benchmarks),
+        "dlperf_not_judged": list(not_judged or []),
         "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "version": __version__,
     }

@@ -32,7 +32,7 @@ from ..core.protocol import median_of_launches
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_S = 60.0
 # The store's version; the tables it owns all start with the prefix, so a shared database's own
 # tables are never touched.
@@ -55,9 +55,15 @@ def _v1_to_v2(conn: Connection) -> None:
     conn.exec_driver_sql(f"ALTER TABLE {PREFIX}cases ADD COLUMN baseline_action VARCHAR(32)")
 
 
+def _v2_to_v3(conn: Connection) -> None:
+    """Schema 3: each case row keeps what its launches ran beside (NULL in older rows: not
+    measured)."""
+    conn.exec_driver_sql(f"ALTER TABLE {PREFIX}cases ADD COLUMN interference TEXT")
+
+
 # step -> the function that takes a store at schema ``step`` to ``step + 1`` (in the
 # transaction that records the new version).
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def _sqlalchemy() -> Any:
@@ -102,6 +108,8 @@ def _tables(sa: Any) -> tuple[Any, ...]:
         # What the run did to the case's baseline (baselines.Change.action), if anything: a
         # step in the history is accepted once a run from it on recorded the baseline.
         sa.Column("baseline_action", sa.String(32)),
+        # What each launch ran beside (JSON, one per launch; Interference.to_json).
+        sa.Column("interference", sa.Text),
         sa.Index(f"{PREFIX}cases_series", "case_key", "fingerprint_id"))
     samples = sa.Table(
         f"{PREFIX}samples", meta,
@@ -287,7 +295,8 @@ class History:
         """One run and its cases in one transaction; the run's id. ``run``: started_at
         (aware datetime), commit_id, branch, dirty, host, machine, plugin_version, protocol
         (dict). Each case: case_key, fingerprint (dict), fingerprint_id, framework, model,
-        unit, verdict, baseline_action (optional), metrics ({name: launches of windows})."""
+        unit, verdict, baseline_action (optional), interference (optional: one dict per
+        launch), metrics ({name: launches of windows})."""
         sa = self._sa
         try:
             with self.engine.begin() as conn:
@@ -303,7 +312,9 @@ class History:
                         fingerprint=json.dumps(case["fingerprint"], sort_keys=True),
                         framework=case["framework"], model=case["model"], unit=case["unit"],
                         verdict=case.get("verdict"),
-                        baseline_action=case.get("baseline_action"))).inserted_primary_key
+                        baseline_action=case.get("baseline_action"),
+                        interference=None if case.get("interference") is None else
+                        json.dumps(case["interference"], sort_keys=True))).inserted_primary_key
                     assert key is not None
                     case_id = key[0]
                     rows = [{"case_id": case_id, "metric": metric, "launch": li, "window": wi,

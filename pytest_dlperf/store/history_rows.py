@@ -1,5 +1,6 @@
 """The rows a session adds to the history (``history.History.append``): its run (when, which
-commit, branch and host) and each case (key, fingerprint, verdict, every window of each metric),
+commit, branch and host) and each case (key, fingerprint, verdict, every window of each metric,
+what each launch ran beside),
 and the file that keeps them when the store could not take them (``python -m pytest_dlperf
 history add`` appends it later)."""
 
@@ -44,6 +45,7 @@ def case_row(report: Any, metrics: dict[str, Any]) -> dict[str, Any]:
             "framework": report.framework, "model": str(report.fingerprint.get("model")),
             "unit": report.workload.unit, "verdict": report.verdict.outcome,
             "baseline_action": report.baseline_action,
+            "interference": [seen.to_json() for seen in report.result.interference],
             "metrics": {name: metric.launches for name, metric in metrics.items()}}
 
 
