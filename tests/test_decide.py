@@ -12,7 +12,7 @@ from pytest_dlperf.core.protocol import QUICK, Result, split
 from pytest_dlperf.core.topology import Topology
 from pytest_dlperf.core.workload import CaseWorkload, Precision
 from pytest_dlperf.store.baselines import EFFICIENCY, THROUGHPUT, Baseline, Change, Metric, Run
-from pytest_dlperf.verdict import decide, stats
+from pytest_dlperf.verdict import decide, stats, unstable
 from pytest_dlperf.verdict.record import CaseReport
 from pytest_dlperf.verdict.stats import INCONCLUSIVE, NO_BASELINE, PASS, REGRESSION, Verdict
 
@@ -188,11 +188,11 @@ def test_recording_an_unstable_case_is_refused_saying_how_to_force_it() -> None:
     nothing: the run asked to record it fails instead, saying why and how to record it
     anyway."""
     recording = decide.Policy(0.05, 6, 15, update="all", launches=3)
-    assert decide.too_unstable_to_record(1.22, recording)
-    assert not decide.too_unstable_to_record(0.05, recording)
-    assert not decide.too_unstable_to_record(None, recording)  # one window a launch: no spread
-    assert not decide.too_unstable_to_record(1.22, decide.Policy(0.05, 6, 15, update="all",
-                                                                 unstable_cv=1.5))
+    assert unstable.too_unstable_to_record(1.22, recording.unstable_cv)
+    assert not unstable.too_unstable_to_record(0.05, recording.unstable_cv)
+    # Launches of one window each: no spread within them.
+    assert not unstable.too_unstable_to_record(None, recording.unstable_cv)
+    assert not unstable.too_unstable_to_record(1.22, 1.5)
     noisy = [10.0, 250.0, 90.0, 12.0, 240.0, 15.0]
     within = stats.within_launch_cv(split(noisy, LAUNCHES))
     assert within is not None and within > 1.0
@@ -227,7 +227,7 @@ def test_launches_far_apart_whose_windows_agree_are_recorded() -> None:
     assert stats.coefficient_of_variation(windows) > recording.unstable_cv
     within = stats.within_launch_cv(split(windows, LAUNCHES))
     assert within is not None and within < recording.unstable_cv
-    assert not decide.too_unstable_to_record(within, recording)
+    assert not unstable.too_unstable_to_record(within, recording.unstable_cv)
 
 
 def test_a_scaling_efficiency_above_one_warns_that_the_reference_was_disturbed() -> None:

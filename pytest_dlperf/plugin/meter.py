@@ -19,11 +19,12 @@ from ..core.topology import make_topology
 from ..core.workload import CaseWorkload, Precision, RecipeReference, SizeValue, Workload
 from ..launch import Cluster
 from ..verdict import busy as busy_text
-from ..verdict import decide
+from ..verdict import decide, unstable
 from ..verdict.decide import Policy
+from ..verdict.drift import Drift
 from ..verdict.mfu import FlopsCount
 from ..verdict.record import CaseReport, case_metrics
-from ..verdict.stats import Verdict, coefficient_of_variation
+from ..verdict.stats import Verdict, coefficient_of_variation, within_launch_cv
 from . import ab
 from . import baseline as baselines
 from .case import Case, Prepared, prepare
@@ -161,15 +162,18 @@ class ThroughputMeter:
         policy = case.policy(baseline)
         reference = (self._reference(case, launches, measured, version, search is not None)
                      if self.cluster.world_size > 1 else None)
-        result, verdicts = self._verdicts(launches, measured, baseline, reference, policy)
+        result, verdicts = self._verdicts(launches, measured, baseline, reference, policy,
+                                          baselines.machine_drift(case, fp))
         devices = self.cluster.world_size
         metrics = case_metrics(result, sized.unit, devices, reference)
         cv = coefficient_of_variation(result.samples_per_s)
+        within_cv = within_launch_cv(result.launches)
         change = None
         reporter = self.cluster.launcher.is_reporter
         wants = reporter and decide.records(policy, baseline is not None)
-        # Too noisy to judge anything: not written, and the case fails saying so (decide).
-        refused = wants and decide.too_unstable_to_record(cv, policy)
+        # Launches that measured nothing (their own windows too far apart): not written, and
+        # the case fails saying so (decide). Launches far apart are the drift the verdict models.
+        refused = wants and unstable.too_unstable_to_record(within_cv, policy.unstable_cv)
         if wants and not refused:
             recorded = baselines.recorded(env, case.protocol, search, self.state.commit)
             change = baselines.record(case, fp, metrics, recorded,
@@ -189,7 +193,7 @@ class ThroughputMeter:
             verdict=verdicts[0], efficiency_verdict=verdicts[1], memory_verdict=verdicts[2],
             baseline_path=case.display(self.state.store.path_for(case.id, fp)),
             baseline_change=change, launched_at=measured.launched_at,
-            cv=cv, record_refused=refused, batch_search=search,
+            cv=cv, within_cv=within_cv, record_refused=refused, batch_search=search,
             other_machines=list(elsewhere.other_machines) if elsewhere else [],
             unnamed_baselines=elsewhere.unnamed if elsewhere else None,
             reference=reference, speedup=speedup,
@@ -202,17 +206,18 @@ class ThroughputMeter:
         return report, policy
 
     def _verdicts(self, launches: Launches, measured: Measured, baseline: Any,
-                  reference: float | None, policy: Policy
+                  reference: float | None, policy: Policy, drifts: dict[str, Drift]
                   ) -> tuple[Result, tuple[Verdict, Verdict | None, Verdict | None]]:
-        """Throughput, scaling efficiency and memory against the baseline, judged after
-        every launch: more launches until the run's are done or every figure is settled, and
-        beyond them while a figure is inconclusive and more launches can settle it."""
+        """Throughput, scaling efficiency and memory against the baseline (``drifts``: the
+        machine's drift between runs), judged after every launch: more launches until the
+        run's are done or every figure is settled, and beyond them while a figure is
+        inconclusive and more launches can settle it."""
         devices = self.cluster.world_size
 
         def judge(result: Result) -> tuple[Verdict, Verdict | None, Verdict | None]:
             verdict, efficiency = decide.verdicts(
                 result.samples_per_s, result.windows_per_launch, baseline, reference, devices,
-                policy.tolerance, policy)
+                policy.tolerance, policy, drifts)
             memory = decide.memory_verdict(result.memory_launches, baseline,
                                            policy.memory_tolerance, policy)
             return verdict, efficiency, memory

@@ -5,7 +5,6 @@ so every branch is tested on numbers alone (tests/test_decide.py).
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from .stats import (
     look_alpha,
     spent_alpha,
 )
+from .unstable import unrecorded_message, unstable_warning
 
 
 @dataclass(frozen=True)
@@ -132,44 +132,6 @@ def records(policy: Policy, has_baseline: bool) -> bool:
     return policy.update in ("all", "add") or (policy.update == "missing" and not has_baseline)
 
 
-def too_unstable_to_record(within_cv: float | None, policy: Policy) -> bool:
-    """Whether a baseline this run would record is refused: the windows of its launches vary
-    around their own launch's mean (``stats.within_launch_cv``) by more than
-    ``--dlperf-unstable-cv``.
-
-    Only the spread *within* launches says whether a launch measured anything: windows 122%
-    apart inside one launch (another job on the cores) give a figure any later run can fall
-    either side of. The spread *between* launches and runs is the machine's drift, which the
-    verdict models (``levels``, ``drift``); refusing on it failed the first recording run of an
-    MLP on an idle 2-core VM, whose launch 1 read 28.7k samples/s and launches 2-3 18.4-19.7k
-    (windows within each launch a few percent apart). Refused rather than recorded with a
-    mark, because a baseline is only read later, by runs that trust it, and a mark on the file
-    is read by no one when the nightly goes red. The case fails, nothing is written (an
-    existing baseline stays as it was), and the message says how to record it anyway: a
-    quieter machine, longer windows, or a higher ``--dlperf-unstable-cv``. Launches of one
-    window each have no spread within them: nothing to refuse on."""
-    return within_cv is not None and within_cv > policy.unstable_cv
-
-
-def unrecorded_message(report: CaseReport, policy: Policy) -> str:
-    """The failure of a case whose baseline ``too_unstable_to_record`` refused."""
-    samples = report.result.samples_per_s
-    within = report.within_cv or 0.0
-    forced = math.floor(within * 100) + 1  # the least whole percentage that records it
-    kept = (f"nothing was written to {report.baseline_path}"
-            if report.verdict.outcome == NO_BASELINE
-            else f"the stored baseline {report.baseline_path} is left as it was")
-    return (f"pytest-dlperf: {report.case}: baseline not recorded: the windows of its "
-            f"{len(report.result.launches)} launch(es) vary around their own launch's mean by "
-            f"{within:.1%} (coefficient of variation within launches), above "
-            f"--dlperf-unstable-cv {policy.unstable_cv:.0%} (all {len(samples)} windows: "
-            f"{min(samples):,.2f} to {max(samples):,.2f} {report.workload.unit}/s); a launch "
-            f"that noisy measured nothing a baseline could judge by ({kept}). Quiet the machine "
-            "(other jobs, CPU frequency scaling) or lengthen the windows (--dlperf-steps) and "
-            "record again; to record it as it is on a host known to be this noisy, allow it "
-            f"with --dlperf-unstable-cv {forced}%")
-
-
 # Data parallelism with the same per-device batch cannot beat linear scaling: each device does
 # the 1n1d work plus the all-reduce. The margin is the default tolerance (5%): the reference and
 # the case are separate measurements, each off by a few percent on a steady machine, and a case
@@ -266,7 +228,7 @@ def without_baseline(report: CaseReport, policy: Policy) -> Decision:
     """What holds whatever the baseline, on recording runs too: stragglers, a scaling
     efficiency above linear, a noisy case (failing where it was to be recorded), min_mfu."""
     decision = Decision()
-    unstable = unstable_warning(report, policy)
+    unstable = unstable_warning(report, policy.unstable_cv)
     if unstable and not report.record_refused:  # the refusal says the same, and fails
         decision.warnings.append(unstable)
     decision.warnings.extend(stragglers(report.case, report.result.ranks,
@@ -275,7 +237,7 @@ def without_baseline(report: CaseReport, policy: Policy) -> Decision:
     if superlinear:
         decision.warnings.append(superlinear)
     if report.record_refused:
-        decision.failure = unrecorded_message(report, policy)
+        decision.failure = unrecorded_message(report, policy.unstable_cv)
     elif policy.min_mfu is not None:
         if report.mfu is None:
             decision.warnings.append(min_mfu_unknown(report, policy.min_mfu))
@@ -331,22 +293,6 @@ def inconclusive_message(report: CaseReport, what: str, v: Verdict, policy: Poli
     return (f"{start} (--dlperf-max-repeats {policy.max_repeats}); rerun on a quieter machine, "
             "raise --dlperf-max-repeats or --dlperf-launches, or give the baseline more runs "
             "(--dlperf-update-baselines=add)")
-
-
-def unstable_warning(report: CaseReport, policy: Policy) -> str | None:
-    """Windows of one launch far apart: the launches measured with that much noise (launches
-    apart from each other are the drift the verdict models, and its evidence says how much)."""
-    within = report.within_cv
-    if within is None or within <= policy.unstable_cv:
-        return None
-    samples = report.result.samples_per_s
-    unit = report.workload.unit
-    return (f"pytest-dlperf: {report.case} is unstable: the windows of its launches vary "
-            f"around their own launch's mean by {within:.1%} (coefficient of variation within "
-            f"launches; --dlperf-unstable-cv {policy.unstable_cv:.0%}), all {len(samples)} "
-            f"from {min(samples):,.2f} to {max(samples):,.2f} {unit}/s; its verdict is weaker "
-            "for it. Quiet the machine (other jobs, CPU frequency scaling), or lengthen the "
-            "windows with --dlperf-steps")
 
 
 def _where(rank: RankFigures) -> str:

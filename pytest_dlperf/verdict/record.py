@@ -59,7 +59,7 @@ class CaseReport:
     reference: float | None = None  # the 1n1d median the speedup is taken against
     cv: float = 0.0  # coefficient of variation of the repeats
     # Of windows around their own launch's mean, pooled over the launches (None: no launch
-    # timed two windows): whether a launch measured anything (``decide.too_unstable_to_record``).
+    # timed two windows): whether a launch measured anything (``unstable.too_unstable_to_record``).
     within_cv: float | None = None
     compiler: str = "eager"
     param: str = ""  # pytest's parameter id (callspec.id)
