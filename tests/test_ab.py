@@ -300,3 +300,19 @@ def test_duet_refuses_a_case_that_needs_more_than_half_the_machine_by_name(
                                  "this host, and 1n2d does not fit in half: it runs 2 rank(s) a "
                                  "side and half of this host's 2 cores is 1; run it with "
                                  "--dlperf-ab-mode turns*"])
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_duet_a_side_that_fails_fails_the_case_naming_it_and_the_other_does_not_wait(
+        pytester: pytest.Pytester, repo: Path, tmp_path: Path) -> None:
+    """The base side's ranks under an interpreter without torch: the case fails naming the base
+    side, and the head's ranks, waiting at the barrier, stop at once (not after the timeout)."""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    result = pytester.runpytest_subprocess(*BUSY_AB, f"--dlperf-ab-python={bare}/bin/python",
+                                           "--dlperf-ab-mode", "duet", "--dlperf-timeout", "300",
+                                           timeout=200)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*test_mlp[[]1n1d-fp32[]] (A/B base side: ranks under "
+                                 f"{bare}/bin/python) failed*"])
+    assert "never came" not in result.stdout.str()

@@ -117,15 +117,32 @@ def ratios(values: list[float]) -> list[tuple[list[float], list[float]]]:
 def test_one_wild_pair_cannot_hide_a_slowdown_every_pair_shows() -> None:
     """Eleven pairs ~20% slower and one far slower still: the t-test's spread is the wild
     pair's, its interval reaches past 1; the signed-rank test sees twelve pairs of twelve on the
-    slow side (exact p = 1/4096) and proves it. Each test runs at alpha/2: the verdict's p is
-    the smaller one doubled."""
+    slow side (exact p = 1/4096) and proves it. Each test runs at its share of alpha: the
+    signed-rank test at most alpha/2."""
     made = ratios([0.80, 0.79, 0.81, 0.80, 0.82, 0.78, 0.80, 0.81, 0.79, 0.80, 0.80, 0.0005])
     v = paired.paired_compare(made, 0.05, alpha=0.0025)
     assert v.outcome == REGRESSION
     t_only, signed_rank = paired.p_values(paired.log_ratios(made))
     assert t_only[0] > 0.0025 / 2  # the t-test alone would not prove it
     assert signed_rank[0] == pytest.approx(1 / 4096)
-    assert v.p_worse == pytest.approx(2 / 4096)
+    share = paired.signed_rank_level(12, 0.0025)
+    assert 1 / 4096 <= share <= 0.0025 / 2
+    assert v.p_worse == pytest.approx(1 / 4096 * 0.0025 / share)
+
+
+def test_the_signed_rank_test_takes_only_the_alpha_it_can_use() -> None:
+    """Its exact p-values are discrete: with 3 or 6 pairs none lies within alpha/2 and the
+    t-test keeps all of alpha, as before the signed-rank test; with 12 it takes what it
+    attains within alpha/2 (checked against scipy's exact distribution)."""
+    from scipy.stats import wilcoxon
+
+    assert paired.signed_rank_level(3, 0.005) == paired.signed_rank_level(6, 0.0025) == 0
+    assert paired.signed_rank_level(12, 0.0025) == pytest.approx(5 / 4096)  # W+ <= 3
+    assert wilcoxon([-1, -2, 3, -4, -5, -6, -7, -8, -9, -10, -11, -12],
+                    alternative="less").pvalue == pytest.approx(5 / 4096)
+    three = paired.paired_compare(pairs_for(0.85, n=3), 0.05, alpha=0.005)
+    t_only = paired.p_values(paired.log_ratios(pairs_for(0.85, n=3)))[0][0]
+    assert three.p_worse == pytest.approx(t_only)
 
 
 def test_the_busy_machine_case_is_inconclusive_at_six_pairs_and_a_regression_at_the_limit() -> None:

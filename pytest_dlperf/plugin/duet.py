@@ -21,6 +21,7 @@ from typing import Any
 from ..core.protocol import Result
 from ..core.spec import RankSpec
 from ..launch import Cluster
+from ..rank.barrier import Barrier
 from .launches import Launches
 from .outcome import fail
 
@@ -133,7 +134,7 @@ def launch(launches: Launches, sides: Sides, halves: Halves, index: int, windows
                 spec = placed(replace(spec, protocol=replace(spec.protocol, repeats=windows)),
                               halves, half, ranks, folder, timeout_s)
                 runner = launches if side == "head" else quiet
-                futures[side] = pool.submit(runner.run, cluster, spec,
+                futures[side] = pool.submit(_run, runner, cluster, spec, folder,
                                             label=f"{side}, {label} (half {HALVES[half]})",
                                             who=who(side))
             errors = {side: f.exception() for side, f in futures.items()}
@@ -144,6 +145,18 @@ def launch(launches: Launches, sides: Sides, halves: Halves, index: int, windows
         first = next((e for e in failed if "duet barrier" not in str(e)), failed[0])
         raise first
     return futures["base"].result(), futures["head"].result()
+
+
+def _run(launches: Launches, cluster: Cluster, spec: RankSpec, folder: Path, *, label: str,
+         who: str) -> Launched:
+    """One side's launch; where it fails, its ranks may have died without a word (killed for
+    memory, say): the barrier hears of it from here, so the other side stops waiting."""
+    try:
+        return launches.run(cluster, spec, label=label, who=who)
+    except BaseException as exc:
+        Barrier(folder, 0, 0.0, f"side-{label.split(',')[0]}").break_(
+            f"the {label.split(',')[0]} side's launch ended: {str(exc).splitlines()[0][:300]}")
+        raise
 
 
 def _root(cluster: Cluster) -> Path:

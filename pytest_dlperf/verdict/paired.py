@@ -8,12 +8,14 @@ first). The machine's drift between runs minutes apart (tens of percent on this 
 VMs) is shared by the two launches of a pair, so the verdict is taken on the ratio within each
 pair: the logarithms of head / base launch medians (in duet mode, ``--dlperf-ab-mode duet``, the
 sides run at once and a launch's figure is the mean of its windows' log ratios, window k of each
-side covering the same wall time). Two tests judge them, each at ``alpha / 2`` so that the
-verdict's false alarms stay within ``alpha``: a one-sample t-test (its interval, at ``1 -
-alpha``, that of the geometric mean ratio) and Wilcoxon's signed-rank test, exact for small
+side covering the same wall time). Two tests judge them, sharing ``alpha`` (Bonferroni) so
+that the verdict's false alarms stay within it: Wilcoxon's signed-rank test, exact for small
 counts, which one wild pair cannot sink (a busy machine's pairs scatter over a decade: the
 t-test's spread is the wildest pair's, the signed-rank test counts on which side each pair
-lies). The verdict's p is the smaller of the two, doubled. The outcomes are the baseline
+lies), at the level it attains within ``alpha / 2`` (none with few pairs:
+``signed_rank_level``), and a one-sample t-test at the rest (its interval that of the geometric
+mean ratio). The verdict's p is either's scaled to its share (below ``alpha`` when either test
+proves it). The outcomes are the baseline
 verdict's (``stats``): a ratio beyond the tolerance *and* significant is a regression (or an
 improvement); beyond it without that evidence, inconclusive (the caller adds pairs and asks
 again, ``alpha`` split over the looks; also for an improvement not yet proven,
@@ -91,11 +93,31 @@ def p_values(logs: Sequence[float]) -> tuple[tuple[float, float], tuple[float, f
     return (test.p_less, test.p_greater), (less, greater)
 
 
+def signed_rank_level(n: int, alpha: float) -> float:
+    """The level the exact signed-rank test of ``n`` pairs runs at when allowed ``alpha / 2``:
+    the largest p its null distribution attains there, 0 where none does (the smallest is
+    2^-n: with 6 pairs 1/64). The t-test gets the rest of ``alpha``, all of it for few pairs."""
+    counts = [1]  # ways to reach each signed-rank sum W+ with the ranks so far
+    for rank in range(1, n + 1):
+        grown = counts + [0] * rank
+        for total, ways in enumerate(counts):
+            grown[total + rank] += ways
+        counts = grown
+    level, below = 0.0, 0
+    for ways in counts:
+        below += ways
+        if below / 2 ** n > alpha / 2:
+            break
+        level = below / 2 ** n
+    return level
+
+
 def paired_compare(pairs: Sequence[Pair], tolerance: float, *, alpha: float = ALPHA,
                    higher_is_better: bool = True, per_window: bool = False) -> Verdict:
     """Head against base over ``pairs``; ``measured`` and ``baseline`` are each side's median
     of launch medians, ``ratio_ci`` the interval of the geometric mean head / base ratio (the
-    t-test's, at ``1 - alpha``); ``per_window``: duet pairs (``log_ratios``)."""
+    t-test's, each tail at its share of ``alpha``); ``per_window``: duet pairs
+    (``log_ratios``)."""
     if not pairs:
         raise ValueError("an A/B verdict needs at least one pair")
     if not 0 <= tolerance < 1 or not 0 < alpha < 0.5:
@@ -117,10 +139,16 @@ def paired_compare(pairs: Sequence[Pair], tolerance: float, *, alpha: float = AL
     spread = math.sqrt(math.fsum((v - mean) ** 2 for v in logs) / (n - 1))
     test = TTest(mean, spread / math.sqrt(n), n - 1, spread)
     t_test, signed_rank = p_values(logs)
-    # Each test at alpha / 2: the smaller p doubled is the verdict's (Bonferroni).
-    lower, higher = (min(1.0, 2 * min(t, w)) for t, w in zip(t_test, signed_rank))
+    # Bonferroni: the signed-rank test at the level it really attains within alpha / 2, the
+    # t-test at the rest; each p scaled so that the verdict's is below alpha when either is
+    # below its share.
+    alpha_w = signed_rank_level(n, alpha)
+    alpha_t = alpha - alpha_w
+    lower, higher = (min(1.0, t * alpha / alpha_t,
+                         w * alpha / (alpha_w * (1 + 1e-9)) if alpha_w else 1.0)
+                     for t, w in zip(t_test, signed_rank))
     p_worse, p_better = (lower, higher) if higher_is_better else (higher, lower)
-    lo, hi = (math.exp(bound) for bound in test.interval(alpha / 2))
+    lo, hi = (math.exp(bound) for bound in test.interval(alpha_t))
     outcome = decide_outcome(good, tolerance, p_worse, p_better, alpha)
     return Verdict(outcome, median(head), median(base), tolerance, higher_is_better, alpha,
                    p_worse, p_better, (lo, hi), spread=spread, **counts)
@@ -172,9 +200,10 @@ def evidence(verdict: Verdict) -> str:
     else:
         lo, hi = verdict.ratio_ci
         p = verdict.p_better if verdict.outcome == IMPROVEMENT else verdict.p_worse
-        parts += [f"head/base {ratio(verdict):.3f}, {1 - verdict.alpha:.1%} CI "
-                  f"[{lo:.3f}, {hi:.3f}]", f"p={p:.3g} (paired t-test or signed-rank, the "
-                  "smaller doubled)",
+        alpha_t = verdict.alpha - signed_rank_level(verdict.launches, verdict.alpha)
+        parts += [f"head/base {ratio(verdict):.3f}, {1 - 2 * alpha_t:.1%} CI "
+                  f"[{lo:.3f}, {hi:.3f}]", f"p={p:.3g} (paired t-test and signed-rank test, "
+                  "each against its share of alpha)",
                   f"spread between pairs {verdict.spread:.1%}"]
     return ", ".join(parts)
 
