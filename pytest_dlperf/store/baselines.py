@@ -186,7 +186,7 @@ class BaselineStore:
         (``verdict.drift``)."""
         folder = self.root / machine if machine else self.root
         found = []
-        for path in sorted(folder.glob("*/*.json")) if folder.is_dir() else []:
+        for path in sorted(folder.rglob("*.json")) if folder.is_dir() else []:
             try:
                 baseline = read(path)
             except BaselineError:
