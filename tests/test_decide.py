@@ -13,6 +13,7 @@ from pytest_dlperf.core.topology import Topology
 from pytest_dlperf.core.workload import CaseWorkload, Precision
 from pytest_dlperf.store.baselines import EFFICIENCY, THROUGHPUT, Baseline, Change, Metric, Run
 from pytest_dlperf.verdict import decide, stats, unstable
+from pytest_dlperf.verdict.drift import Drift
 from pytest_dlperf.verdict.record import CaseReport
 from pytest_dlperf.verdict.stats import INCONCLUSIVE, NO_BASELINE, PASS, REGRESSION, Verdict
 
@@ -250,3 +251,24 @@ def test_a_scaling_efficiency_above_one_warns_that_the_reference_was_disturbed()
     recorded = replace(disturbed, baseline_change=Change(
         path=None, action="recorded", new=baseline(STEADY)))  # type: ignore[arg-type]
     assert warning in decide.decide(recorded, POLICY).warnings
+
+
+def test_before_the_planned_launches_only_a_change_beyond_doubt_is_a_regression() -> None:
+    """Issue 39: a first launch 16% low of an unchanged case (its run's other launches at the
+    baseline's level) failed after one launch against a 3-run baseline, 0.9% of resampled
+    trials on this VM. Before the run's planned launches are in, the verdict waits for them;
+    a drop beyond doubt (a CPU hog's -90%) still fails at once."""
+    policy = decide.Policy(0.05, 6, 15, launches=3)
+    medians = [100.0, 101.0, 99.0, 100.5, 100.2, 99.8, 101.2, 100.1, 99.6]
+    launches = [[m * 0.999, m * 1.001] for m in medians]
+    base = Baseline(case="c", fingerprint={}, runs=[Run(None, None, None, 3)] * 3,
+                    metrics={THROUGHPUT: Metric(launches, 100.1)})
+    drift = Drift(0.0001, 20, 0.0001, 40, 3.0, 10, 30)
+    low = [84.0, 84.5]
+    early, _ = decide.verdicts(low, [2], base, None, 1, 0.05, policy, {THROUGHPUT: drift})
+    assert early.outcome == INCONCLUSIVE and early.resolvable
+    planned, _ = decide.verdicts(low * 3, [2, 2, 2], base, None, 1, 0.05, policy,
+                                 {THROUGHPUT: drift})
+    assert planned.outcome == REGRESSION  # the same drop in every planned launch
+    hog, _ = decide.verdicts([9.0, 9.1], [2], base, None, 1, 0.05, policy, {THROUGHPUT: drift})
+    assert hog.outcome == REGRESSION and hog.beyond_doubt

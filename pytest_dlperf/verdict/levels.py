@@ -109,11 +109,13 @@ def _between_runs(launches: Launches, baseline: Launches, sizes: list[int], flat
                   good: float, tolerance: float, alpha: float, model: Drift,
                   level: str) -> Verdict:
     """This run's mean log launch median against the baseline's runs' mean: the baseline's
-    mean carries the drift of its runs over their number, this run's mean one run's drift,
-    and both their launches' noise (this case's own, pooled over its runs and this run, where
-    it has any; else the machine's)."""
+    mean carries the drift of its runs over their number, this run's mean one run's drift
+    (the model's, and never less than a run mean's own noise), and both their launches' noise
+    (this case's own, pooled over its runs and this run, where it has any; else the
+    machine's)."""
     logs = [math.log(v) for v in launch_medians(launches)]
     means, ss, df = case_components(baseline, sizes)
+    recorded = ss / df if df > 0 else model.within  # the baseline's own launches' noise
     n = len(logs)
     mine = math.fsum(logs) / n
     ss += math.fsum((v - mine) ** 2 for v in logs)
@@ -121,7 +123,10 @@ def _between_runs(launches: Launches, baseline: Launches, sizes: list[int], flat
     within = ss / df if df > 0 else model.within
     runs = len(means)
     grand = math.fsum(means) / runs
-    drift = model.run_variance
+    # Runs drift at least as much as the mean of a run's launches varies: where the runs of the
+    # pool agree better than that, the pool happened to see the machine in one state (a slow
+    # run in 14 read 8-13% low for every case here, which a drift of 2% called a regression).
+    drift = max(model.run_variance, recorded / model.launches_per_run)
     base_var = drift / runs + within * math.fsum(1 / size for size in sizes) / runs ** 2
     se = math.sqrt(base_var + drift + within / n)
     test = TTest(mine - grand, se, model.between_df, math.sqrt(drift + within / (n or 1)))
