@@ -1,30 +1,37 @@
-"""Power of the A/B verdict beside the baseline verdict, on this machine, in one run: how often a
-slowdown injected into the head side is caught, how often an unchanged head is flagged, and the
-wall time each mode takes.
+"""Power of the A/B verdict on this machine, in turns and in duet, quiet and beside CPU hogs: how
+often a slowdown of the head is caught, how often an unchanged head is flagged, and the wall
+time each mode takes.
 
 Usage::
 
-    .venv/bin/python benchmarks/ab_power.py [--pairs-per-level 8] [--levels 0,2,3,5,10]
-        [--pairs 3] [--max-pairs 6] [--tolerance 0.02] [--trials 2000]
-        [--pool-out pool.json | --pool-in pool.json]
+    .venv/bin/python benchmarks/ab_power.py [--pairs 20] [--hog-pairs 12] [--checked 6]
+        [--trials 400] [--tolerance 0.02] [--pool-out pool.json | --pool-in pool.json]
 
-Method. 1. *Collect*: real launches, one process each, as ``detection_power.py`` makes them (the
-plugin's torch trainer, ResNet-50 v1.5 in its CPU profile, every core; a level of N% busy-waits
-N% of the launch's calibrated step after every step), taken as **pairs**: a base launch (0%)
-and a head launch (the pair's level) right after each other, in the A/B mode's order
-(base-head, head-base, ...). The levels take turns pair by pair over the whole collection, so
-the machine's drift reaches every level alike.
+Method. 1. *Collect* (real launches; the workload: an MLP of width 256, batch 128, timed with
+the plugin's own window timer, ``rank.timing.measure``; every launch a fresh Python process):
 
-2. *Judge* (resampling): an **A/B** trial draws ``--pairs`` pairs of one level and judges them
-as the plugin does (``verdict.paired``), drawing more pairs while the verdict is inconclusive,
-up to ``--max-pairs``, the false-alarm budget split over the looks. A **baseline** trial judges
-head launches of a level from the second half of the collection (consecutive ones, as a run
-takes them) against a baseline of base launches from its first half (minutes earlier): one run
-of ``--pairs`` consecutive launches, or three such runs, with the plugin's baseline verdict
-(``decide.verdicts``, by runs), judged after every launch as the meter does
-(``decide.next_launches``). The rate of
-``regression`` verdicts is the share caught (at 0%: false alarms). Wall time per trial: the
-launches the mode used (not the baseline's own, recorded once for many runs).
+- **turns**: a pair is a base launch and a head launch one after the other, in the A/B mode's
+  order (base-head, head-base, ...), each on every core (threads = cores), as ``--dlperf-ab``
+  takes them;
+- **duet**: a pair is one duet launch: base and head at the same time, each pinned to its half
+  of the cores (``os.sched_setaffinity``, threads = cores per half), their windows synchronized
+  on the plugin's duet barrier (``rank.barrier``), the halves swapped from one pair to the next,
+  as ``--dlperf-ab-mode duet`` takes them.
+
+Both sides run the same code (an unchanged head): ``--pairs`` pairs of each mode quiet and
+``--hog-pairs`` beside hogs this script starts (a ``while True`` process per core), the modes
+taking turns pair by pair so the machine's drift reaches both. ``--checked`` more pairs per mode
+run a head with a **real** 10% slowdown (it busy-waits 1/9 of its calibrated step after every
+step), to check the synthetic levels below against a real one.
+
+2. *Judge* (resampling, ``--trials`` per cell): a trial draws pairs of one mode and condition
+and judges them as the plugin does (``verdict.paired``: the t-test and the signed-rank test, a
+round of ``--per-round`` pairs per look, more rounds while inconclusive up to ``--most``, then
+up to ``PAIR_LIMIT`` pairs for a slowdown every pair agrees on), every head figure multiplied by
+``1 - slowdown`` (synthetic slowdowns on the measured noise; the ``--checked`` pairs say how far
+a real one behaves the same). Turns judge launch medians, duet per-window log ratios. The share
+of ``regression`` verdicts is the power (at 0%: the false alarms). Wall time: the pairs a trial
+took, at their measured wall time.
 
 A benchmark, not a test: it prints what it measures and exits 0.
 """
@@ -38,146 +45,236 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_dlperf.store.baselines import THROUGHPUT, Baseline, Metric, Run  # noqa: E402
 from pytest_dlperf.verdict import paired  # noqa: E402
-from pytest_dlperf.verdict.decide import Policy, next_launches, verdicts  # noqa: E402
-from pytest_dlperf.verdict.stats import INCONCLUSIVE, REGRESSION, look_alpha  # noqa: E402
+from pytest_dlperf.verdict.stats import ALPHA, REGRESSION  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
+LEVELS = (0.0, 0.05, 0.10, 0.20, 0.30)
+BATCH, WIDTH = 128, 256
 
 
-def launch(level: float, args: argparse.Namespace) -> dict[str, Any]:
-    command = [sys.executable, str(HERE / "detection_power.py"), "--one-launch", "--level",
-               str(level), "--windows", str(args.windows), "--steps", str(args.steps),
-               "--warmup", str(args.warmup), "--threads", str(args.threads)]
+def one_launch(args: argparse.Namespace) -> dict[str, Any]:
+    """One side of a launch: warm up, calibrate, time the windows (at the barrier in duet)."""
+    if args.cpus:
+        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
+    import torch
+
+    from pytest_dlperf.core.protocol import Protocol
+    from pytest_dlperf.rank.barrier import Barrier
+    from pytest_dlperf.rank.timing import measure
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(WIDTH, 4 * WIDTH), torch.nn.GELU(),
+                                torch.nn.Linear(4 * WIDTH, WIDTH), torch.nn.GELU(),
+                                torch.nn.Linear(WIDTH, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    inputs, targets = torch.randn(BATCH, WIDTH), torch.randint(0, 10, (BATCH,))
+
+    def train() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+
+    for _ in range(args.warmup):
+        train()
+    calibration = []
+    for _ in range(10):
+        begin = time.perf_counter()
+        train()
+        calibration.append(time.perf_counter() - begin)
+    extra = statistics.median(calibration) * args.slow  # of the step time: 1/9 is 10% slower
+
+    def step() -> None:
+        train()
+        if extra:
+            until = time.perf_counter() + extra
+            while time.perf_counter() < until:
+                pass
+
+    barrier = (Barrier(Path(args.barrier), 2, 120.0, str(os.getpid())) if args.barrier
+               else None)
+    timed = measure(Protocol(0, args.steps, args.windows), step, lambda: None,
+                    before_window=None if barrier is None else
+                    (lambda index: barrier.wait(f"window-{index}")))
+    return {"samples_per_s": [BATCH * w.steps / w.elapsed_s for w in timed.windows]}
+
+
+def command(args: argparse.Namespace, *, threads: int, slow: float = 0.0,
+            cpus: list[int] | None = None, barrier: str | None = None) -> list[str]:
+    made = [sys.executable, __file__, "--one-launch", "--windows", str(args.windows), "--steps",
+            str(args.steps), "--warmup", str(args.warmup), "--threads", str(threads), "--slow",
+            str(slow)]
+    if cpus:
+        made += ["--cpus", ",".join(str(c) for c in cpus)]
+    if barrier:
+        made += ["--barrier", barrier]
+    return made
+
+
+def run_one(cmd: list[str]) -> dict[str, Any]:
     begin = time.perf_counter()
-    out = subprocess.run(command, capture_output=True, text=True, check=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     result["wall_s"] = time.perf_counter() - begin
     return result
 
 
+def turns_pair(index: int, slow: float, args: argparse.Namespace) -> dict[str, Any]:
+    cores = os.cpu_count() or 1
+    made = {side: run_one(command(args, threads=cores, slow=slow if side == "head" else 0.0))
+            for side in paired.order(index)}
+    return {"base": made["base"]["samples_per_s"], "head": made["head"]["samples_per_s"],
+            "wall_s": made["base"]["wall_s"] + made["head"]["wall_s"]}
+
+
+def duet_pair(index: int, slow: float, args: argparse.Namespace) -> dict[str, Any]:
+    cores = sorted(os.sched_getaffinity(0))
+    halves = [cores[: len(cores) // 2], cores[len(cores) // 2:]]
+    base_half = index % 2  # swapped from one pair to the next
+    with tempfile.TemporaryDirectory(prefix="duet-") as folder:
+        begin = time.perf_counter()
+        procs = {side: subprocess.Popen(
+            command(args, threads=len(halves[0]), slow=slow if side == "head" else 0.0,
+                    cpus=halves[base_half if side == "base" else 1 - base_half],
+                    barrier=folder), stdout=subprocess.PIPE, text=True)
+            for side in ("base", "head")}
+        outs = {side: p.communicate()[0] for side, p in procs.items()}
+        wall = time.perf_counter() - begin
+    if any(p.returncode for p in procs.values()):
+        raise RuntimeError(f"a duet side failed: {outs}")
+    got = {side: json.loads(out.strip().splitlines()[-1]) for side, out in outs.items()}
+    return {"base": got["base"]["samples_per_s"], "head": got["head"]["samples_per_s"],
+            "wall_s": wall, "base_half": base_half}
+
+
 def collect(args: argparse.Namespace) -> dict[str, Any]:
-    pairs, started = [], time.perf_counter()
-    total = args.pairs_per_level * len(args.levels)
-    for index in range(total):
-        level = args.levels[index % len(args.levels)]
-        made: dict[str, Any] = {}
-        for side in paired.order(index // len(args.levels)):
-            made[side] = launch(0.0 if side == "base" else level, args)
-        pairs.append({"level": level, "at": time.time(), **made})
-        if (index + 1) % len(args.levels) == 0:
-            print(f"  {index + 1}/{total} pairs, {time.perf_counter() - started:.0f} s",
-                  flush=True)
-    return {"steps": args.steps, "windows": args.windows, "pairs": pairs}
+    pool: dict[str, list[dict[str, Any]]] = {}
+    started = time.perf_counter()
+    plan = ([("quiet", 0.0)] * args.pairs + [("checked", 1 / 9)] * args.checked
+            + [("hog", 0.0)] * args.hog_pairs)
+    hogs: list[subprocess.Popen[bytes]] = []
+    try:
+        for number, (condition, slow) in enumerate(plan):
+            if condition == "hog" and not hogs:
+                hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                        for _ in range(os.cpu_count() or 1)]
+            index = sum(1 for c, _ in plan[:number] if c == condition)
+            pool.setdefault(f"turns {condition}", []).append(turns_pair(index, slow, args))
+            pool.setdefault(f"duet {condition}", []).append(duet_pair(index, slow, args))
+            if (number + 1) % 5 == 0:
+                print(f"  {number + 1}/{len(plan)} pairs of each mode, "
+                      f"{time.perf_counter() - started:.0f} s", flush=True)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    return {"args": {k: v for k, v in vars(args).items() if k not in ("pool_in", "pool_out")},
+            "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "pool": pool}
 
 
-def ab_trial(rng: random.Random, pool: list[dict[str, Any]],
-             args: argparse.Namespace) -> tuple[str, float]:
-    looks = 1 + -(-(args.max_pairs - args.pairs) // args.pairs)
-    drawn = rng.sample(pool, min(len(pool), args.max_pairs))
-    taken = args.pairs
-    while True:
-        used = drawn[:taken]
-        verdict = paired.paired_compare(
-            [(p["base"]["samples_per_s"], p["head"]["samples_per_s"]) for p in used],
-            args.tolerance, alpha=look_alpha(looks))
-        if verdict.outcome != INCONCLUSIVE or taken + args.pairs > len(drawn):
-            return verdict.outcome, sum(p["base"]["wall_s"] + p["head"]["wall_s"] for p in used)
-        taken += args.pairs
+def trial(rng: random.Random, pairs: list[dict[str, Any]], level: float, duet: bool,
+          args: argparse.Namespace) -> tuple[str, float, int]:
+    """One A/B run drawn from ``pairs``: its outcome, wall time and pairs taken."""
+    if duet:  # in launch order, the base on half A, then B, then A, ... as the plugin runs them
+        halves = [[p for p in pairs if p["base_half"] == h] for h in (0, 1)]
+        count = min(paired.PAIR_LIMIT // 2, *(len(h) for h in halves))
+        a, b = (rng.sample(h, count) for h in halves)
+        drawn = [p for two in zip(a, b) for p in two]
+    else:
+        drawn = rng.sample(pairs, min(len(pairs), paired.PAIR_LIMIT))
+    alpha = ALPHA / paired.looks(args.per_round, args.most)
 
+    def judged(count: int) -> Any:
+        used = [(p["base"], [v * (1 - level) for v in p["head"]]) for p in drawn[:count]]
+        return paired.paired_compare(used, args.tolerance, alpha=alpha, per_window=duet), used
 
-def baseline_trial(rng: random.Random, early: list[dict[str, Any]], late: list[dict[str, Any]],
-                   runs: int, args: argparse.Namespace) -> tuple[str, float]:
-    """A run of head launches judged against a baseline of ``runs`` runs, each run
-    ``--pairs`` base launches taken back to back (as a run takes them), as the meter judges:
-    after every launch, more while the verdict is not settled (``decide.next_launches``)."""
-    size = args.pairs
-    starts = rng.sample(range(len(early) - size + 1), runs)
-    base = [x["samples_per_s"] for start in starts for x in early[start:start + size]]
-    baseline = Baseline("c", {}, {THROUGHPUT: Metric(base, statistics.median(
-        statistics.median(x) for x in base))}, runs=[Run(None, None, None, size)] * runs)
-    k = args.windows
-    policy = Policy(tolerance=args.tolerance, repeats=args.pairs * k,
-                    max_repeats=args.max_pairs * k, launches=args.pairs)
-    start = rng.randrange(len(late) - min(len(late), policy.max_launches) + 1)
-    heads = late[start:start + policy.max_launches]
-    taken = 1
-    while True:
-        run = heads[:taken]
-        samples = [w for h in run for w in h["samples_per_s"]]
-        verdict, _ = verdicts(samples, [len(h["samples_per_s"]) for h in run], baseline, None,
-                              1, args.tolerance, policy)
-        if not next_launches([verdict, None, None], taken, policy) or taken >= len(heads):
-            return verdict.outcome, sum(h["wall_s"] for h in run)
-        taken += 1
+    taken = args.per_round
+    verdict, used = judged(taken)
+    while paired.wants_more_pairs(verdict) and taken + args.per_round <= args.most:
+        taken += args.per_round
+        verdict, used = judged(taken)
+    extra = paired.more_pairs(verdict, used, per_window=duet)
+    if extra:
+        taken = min(len(drawn), taken + extra)
+        verdict, used = judged(taken)
+    return verdict.outcome, sum(p["wall_s"] for p in drawn[:taken]), taken
 
 
 def judge(data: dict[str, Any], args: argparse.Namespace) -> None:
-    pairs = data["pairs"]
-    levels = sorted({p["level"] for p in pairs})
-    minutes = (pairs[-1]["at"] - pairs[0]["at"]) / 60
-    launches = [p[s] for p in pairs for s in ("base", "head")]
-    print(f"\n{len(pairs)} pairs ({len(launches)} launches) over {minutes:.0f} min; "
-          f"{data['windows']} windows of {data['steps']} steps a launch, step "
-          f"{statistics.median(x['step_ms'] for x in launches):.1f} ms, "
-          f"{statistics.median(x['wall_s'] for x in launches):.1f} s a launch")
-    base = [statistics.median(p["base"]["samples_per_s"]) for p in pairs]
-    ratios = [statistics.median(p["head"]["samples_per_s"]) / statistics.median(
-        p["base"]["samples_per_s"]) for p in pairs if p["level"] == 0]
-    print(f"base launches: median {statistics.median(base):.3f} samples/s (min {min(base):.3f}, "
-          f"max {max(base):.3f}); 0% pairs' head/base: {', '.join(f'{r:.3f}' for r in ratios)}")
-    half = len(pairs) // 2
-    early = [p["base"] for p in pairs[:half]]
+    pool = data["pool"]
     rng = random.Random(args.seed)
-    rows: dict[str, dict[float, list[tuple[str, float]]]] = {}
-    for level in levels:
-        pool = [p for p in pairs if p["level"] == level]
-        late = [p["head"] for p in pairs[half:] if p["level"] == level]
-        name = f"A/B, {args.pairs} pairs (up to {args.max_pairs})"
-        rows.setdefault(name, {})[level] = [ab_trial(rng, pool, args) for _ in range(args.trials)]
-        for runs in (1, 3):
-            if not late:
+    print(f"\ncollected {data['at']}: " + ", ".join(f"{k} {len(v)} pairs"
+                                                    for k, v in pool.items()))
+    for name, pairs in pool.items():
+        duet = name.startswith("duet")
+        logs = paired.log_ratios([(p["base"], p["head"]) for p in pairs], per_window=duet)
+        ratios = sorted(round(2.718281828 ** v, 3) for v in logs)
+        print(f"  {name}: head/base per pair median {statistics.median(ratios):.3f} "
+              f"(min {ratios[0]:.3f}, max {ratios[-1]:.3f}); wall a pair "
+              f"{statistics.median(p['wall_s'] for p in pairs):.1f} s")
+    print(f"\ntolerance {args.tolerance:.0%}; {args.trials} trials a cell; rounds of "
+          f"{args.per_round} pairs up to {args.most}, then up to {paired.PAIR_LIMIT} for a "
+          "one-sided slowdown\n")
+    print("| mode | machine | " + " | ".join(f"{lv:.0%}" for lv in LEVELS)
+          + " | pairs (mean) | wall per case (mean) |")
+    print("|---|---|" + "---|" * (len(LEVELS) + 2))
+    for mode in ("turns", "duet"):
+        for condition in ("quiet", "hog"):
+            pairs = pool.get(f"{mode} {condition}")
+            if not pairs or len(pairs) < args.per_round:
                 continue
-            name = (f"baseline of {runs} run{'s' if runs > 1 else ''} ({runs * args.pairs} "
-                    f"launches, minutes earlier), run {args.pairs} launches (up to "
-                    f"{args.max_pairs})")
-            rows.setdefault(name, {})[level] = [baseline_trial(rng, early, late, runs, args)
-                                                for _ in range(args.trials)]
-    header = " | ".join("false alarms (0%)" if lv == 0 else f"caught at {lv:g}%"
-                        for lv in levels)
-    print(f"\ntolerance {args.tolerance:.0%}, {args.trials} resampled trials per cell\n\n"
-          f"| mode | {header} | wall time per trial (median) |\n|" + "---|" * (len(levels) + 2))
-    for name, by_level in rows.items():
-        cells = [f"{sum(o == REGRESSION for o, _ in got) / len(got):.1%}" if got else "-"
-                 for got in (by_level.get(lv, []) for lv in levels)]
-        walls = [wall for got in by_level.values() for _, wall in got]
-        print(f"| {name} | " + " | ".join(cells) + f" | {statistics.median(walls):.0f} s |")
+            rates, walls, counts = [], [], []
+            for level in LEVELS:
+                results = [trial(rng, pairs, level, mode == "duet", args)
+                           for _ in range(args.trials)]
+                rates.append(sum(o == REGRESSION for o, _, _ in results) / len(results))
+                walls += [w for _, w, _ in results]
+                counts += [n for _, _, n in results]
+            print(f"| {mode} | {condition} | " + " | ".join(f"{r:.1%}" for r in rates)
+                  + f" | {statistics.fmean(counts):.1f} | {statistics.fmean(walls):.0f} s |")
+    for mode in ("turns", "duet"):
+        pairs = pool.get(f"{mode} checked")
+        if pairs:
+            logs = paired.log_ratios([(p["base"], p["head"]) for p in pairs],
+                                     per_window=mode == "duet")
+            mean = statistics.fmean(logs)
+            print(f"\nreal 10% slowdown, {mode}: head/base {2.718281828 ** mean:.3f} over "
+                  f"{len(pairs)} pairs (synthetic 10%: 0.900)", end="")
+    print()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs-per-level", type=int, default=8)
-    parser.add_argument("--trials", type=int, default=2000, help="resampled trials per cell")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--levels", default="0,2,3,5,10", help="slowdowns in percent")
-    parser.add_argument("--pairs", type=int, default=3, help="pairs (runs' launches) per look")
-    parser.add_argument("--max-pairs", type=int, default=6)
-    parser.add_argument("--windows", type=int, default=2, help="windows per launch")
-    parser.add_argument("--steps", type=int, default=10, help="timed steps per window")
-    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--one-launch", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--slow", type=float, default=0.0, help=argparse.SUPPRESS)
+    parser.add_argument("--cpus", help=argparse.SUPPRESS)
+    parser.add_argument("--barrier", help=argparse.SUPPRESS)
+    parser.add_argument("--pairs", type=int, default=20, help="quiet pairs of each mode")
+    parser.add_argument("--hog-pairs", type=int, default=12)
+    parser.add_argument("--checked", type=int, default=6, help="pairs with a real 10%% slowdown")
+    parser.add_argument("--windows", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--per-round", type=int, default=3, help="pairs a look adds")
+    parser.add_argument("--most", type=int, default=6, help="pairs before the one-sided limit")
+    parser.add_argument("--trials", type=int, default=400)
     parser.add_argument("--tolerance", type=float, default=0.02)
-    parser.add_argument("--pool-out", type=Path, help="save the collected launches here")
-    parser.add_argument("--pool-in", type=Path, help="judge launches collected earlier")
+    parser.add_argument("--seed", type=int, default=39)
+    parser.add_argument("--pool-out", type=Path)
+    parser.add_argument("--pool-in", type=Path)
     args = parser.parse_args(argv)
-    args.levels = [float(x) for x in args.levels.split(",")]
+    if args.one_launch:
+        print(json.dumps(one_launch(args)))
+        return 0
     data = json.loads(args.pool_in.read_text()) if args.pool_in else collect(args)
     if args.pool_out:
         args.pool_out.write_text(json.dumps(data) + "\n")

@@ -1,182 +1,351 @@
-"""The baseline verdict by runs, on this machine: separate quiet reruns of an unchanged case
-judged against a baseline of one run and against one of three runs (false regressions,
-inconclusive verdicts, launches and wall time per run), then one run beside CPU hogs (how soon
-a drop beyond doubt fails).
+"""Power of the nightly baseline mode on this machine: how often a slowdown is caught, and how
+often an unchanged case is flagged, when the baseline was recorded by 1, 3 or 10 runs and the
+judged run is a separate run later, quiet and beside a CPU hog; and whether a calibration
+canary tracks the machine's drift between runs.
 
 Usage::
 
-    .venv/bin/python benchmarks/baseline_runs.py [--reruns 8] [--hogs 3]
-        [-k "torch and resnet50 and 1n1d and fp32 and eager"] [--out DIR]
+    .venv/bin/python benchmarks/baseline_runs.py [--runs 14] [--hog-runs 4] [--trials 400]
+        [--pool-out pool.json | --pool-in pool.json | --simulate RUN_SD,LAUNCH_SD]
 
-Method. Real pytest sessions of the repository's own perf tests (``perf_tests``, the quick
-protocol, 3 launches a run), each a separate ``python -m pytest`` process with its own
-``--dlperf-json``:
+Method. 1. *Collect* (real launches): ``--runs`` quiet **runs**, each as a pytest session would
+take it: for every one of ``--cases`` cases (an MLP of its own width, batch 128), ``--launches``
+launches, each a fresh Python process that imports torch, warms up, times ``--windows`` windows
+of ``--steps`` steps with the plugin's own window timer (``rank.timing.measure``), then times two
+**canaries**: a fixed torch matmul loop (the same framework build) and a framework-free Python
+loop. Runs are ``--pause`` seconds apart, so each sees the machine as a later session would.
+Then ``--hog-runs`` runs beside a CPU hog this script starts (a ``while True`` process per
+core, through ``setsid -f``: another job's, outside this process's tree, as the plugin sees
+one). Every launch's interference (``core.interference``: others' share of the CPU while it
+ran) is recorded, as the plugin records it.
 
-1. record the baseline once (``--dlperf-update-baselines``): the **one-run** store; copy it and
-   add two more runs to the copy (``--dlperf-update-baselines=add``, each a session of its
-   own): the **three-run** store;
-2. ``--reruns`` reruns, each judged against both stores, one session each, the order
-   alternating (one-run first, then three-run first, ...), so the machine's drift reaches both;
-3. with ``--hogs`` busy processes (``while True: pass``, full priority) running, one session
-   against the one-run store, timed by this script's clock.
+2. *Judge* (resampling, ``--trials`` per cell): a trial picks a case, ``B`` baseline runs and one
+judged run among the quiet runs (never one of its own baseline's; baseline runs only among
+those the plugin would have recorded, ``verdict.unstable``), builds the machine's store
+from the B runs of **every** case (their first ``--planned`` launches: what recording runs
+keep), and judges the case's launches in the judged run, every figure multiplied by
+``1 - slowdown``, with the plugin's verdict (``decide.verdicts`` with the drift pooled over the
+store, ``verdict.drift``), after every launch as the meter does (``decide.next_launches``, the
+extra launches being the judged run's next ones). The slowdown is applied to measured launches
+(synthetic, so one collection serves every level: the noise is the machine's, the change
+exact). The share of ``regression`` verdicts is the power (at 0%: the false alarms). With
+``canary``, every window figure is first divided by its launch's canary rate (how a calibration
+workload would normalize it). Beside the hog: the judged run comes from the hog runs, and a
+launch whose interference share exceeds ``--busy-threshold`` is what the plugin retries and then
+calls *machine busy*: the table shows how many trials that catches, and the verdicts of the
+rest. Wall time: the launches a judged case took, at this collection's mean launch wall time.
+``--simulate 0.01,0.005`` judges a model machine of those spreads instead (what a GPU node
+whose runs drift 1% would give: the same verdict, the same resampling).
 
-Each session's verdict (outcome, level, launches taken) comes from its results JSON; wall time
-is the session's, measured here. A benchmark, not a test: it prints what it measures and exits 0.
+A benchmark, not a test: it prints what it measures and exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
-import shutil
+import random
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pytest_dlperf.core import interference  # noqa: E402
+from pytest_dlperf.store.baselines import THROUGHPUT, Baseline, Metric, Run  # noqa: E402
+from pytest_dlperf.verdict import drift  # noqa: E402
+from pytest_dlperf.verdict.decide import Policy, next_launches, verdicts  # noqa: E402
+from pytest_dlperf.verdict.stats import REGRESSION, within_launch_cv  # noqa: E402
+
+LEVELS = (0.0, 0.05, 0.10, 0.20, 0.30)
+BATCH = 128
 
 
-def session(store: Path, out: Path, selection: str, *extra: str,
-            timeout: float = 1800) -> dict[str, Any]:
-    """One pytest session against ``store``; its cases' verdicts and its wall time."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:cacheprovider",
-               "-k", selection, "--dlperf-protocol", "quick", "--dlperf-baselines", str(store),
-               "--dlperf-json", str(out), *extra]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DLPERF_")}
+def one_launch(args: argparse.Namespace) -> dict[str, Any]:
+    """One launch of one case: what a 1n1d rank does, then the two canaries."""
+    import torch
+
+    from pytest_dlperf.core.protocol import Protocol
+    from pytest_dlperf.rank.timing import measure
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    width = args.width
+    model = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
+                                torch.nn.Linear(4 * width, width), torch.nn.GELU(),
+                                torch.nn.Linear(width, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    inputs, targets = torch.randn(BATCH, width), torch.randint(0, 10, (BATCH,))
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+
+    timed = measure(Protocol(args.warmup, args.steps, args.windows), step, lambda: None)
+    a = torch.randn(256, 256)
     begin = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
-    wall = time.perf_counter() - begin
-    cases = []
-    if out.exists():
-        for bench in json.loads(out.read_text())["benchmarks"]:
-            info = bench["extra_info"]
-            verdict = info["verdict"]
-            cases.append({"case": info["case"], "outcome": verdict["outcome"],
-                          "level": verdict.get("level"), "launches": info["launches"],
-                          "median": info["samples_per_s"], "delta": verdict.get("delta"),
-                          "p": verdict.get("p_worse")})
-    return {"rc": done.returncode, "wall_s": wall, "cases": cases, "at": time.time(),
-            "tail": "" if cases else (done.stdout + done.stderr)[-2000:]}
+    for _ in range(200):
+        a = torch.tanh(a @ a)
+    torch_canary = 200 / (time.perf_counter() - begin)
+    begin = time.perf_counter()
+    total = 0
+    for i in range(400_000):
+        total += i * i % 7
+    python_canary = 400_000 / (time.perf_counter() - begin)
+    return {"width": width, "samples_per_s": [BATCH * w.steps / w.elapsed_s
+                                              for w in timed.windows],
+            "torch_canary": torch_canary, "python_canary": python_canary}
 
 
-def launches_alone(store: Path, result: Path) -> list[str]:
-    """The same run judged as before runs counted: a t-test on the launches of both sides,
-    taken as exchangeable, at the level of a verdict that may look 3 times (the old default)."""
-    sys.path.insert(0, str(ROOT))
-    from pytest_dlperf.verdict.stats import compare, look_alpha
-
-    (stored,) = [json.loads(p.read_text()) for p in store.rglob("*.json")]
-    base = stored["metrics"]["samples_per_s"]["launches"]
-    return [compare(bench["extra_info"]["samples_per_s_launches"], base, 0.05,
-                    alpha=look_alpha(3)).outcome
-            for bench in json.loads(result.read_text())["benchmarks"]]
-
-
-def show(name: str, runs: list[dict[str, Any]]) -> str:
-    outcomes = [c["outcome"] for r in runs for c in r["cases"]]
-    launches = [c["launches"] for r in runs for c in r["cases"]]
-    deltas = [c["delta"] for r in runs for c in r["cases"] if c["delta"] is not None]
-    walls = [r["wall_s"] for r in runs]
-    count = {o: outcomes.count(o) for o in ("regression", "inconclusive", "pass", "improvement")}
-    before = [o for r in runs for o in r.get("launches_alone", [])]
-    return (f"| {name} | {len(runs)} | {count['regression']} | {count['inconclusive']} | "
-            f"{count['pass'] + count['improvement']} | "
-            f"{min(deltas):+.1%} .. {max(deltas):+.1%} | "
-            f"{statistics.median(launches):g} ({min(launches)}-{max(launches)}) | "
-            f"{statistics.median(walls):.0f} s ({min(walls):.0f}-{max(walls):.0f}) | "
-            f"{before.count('regression')} regression, {before.count('inconclusive')} "
-            "inconclusive |"
-            if runs and deltas else f"| {name} | {len(runs)} | no verdicts |")
+def launch(width: int, args: argparse.Namespace) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--one-launch", "--width", str(width), "--windows",
+               str(args.windows), "--steps", str(args.steps), "--warmup", str(args.warmup),
+               "--threads", str(args.threads)]
+    watch = interference.Watch()
+    begin = time.perf_counter()
+    out = subprocess.run(command, capture_output=True, text=True, check=True)
+    seen = watch.stop()
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    result.update(wall_s=time.perf_counter() - begin, busy_share=seen.share)
+    return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reruns", type=int, default=8)
-    parser.add_argument("--hogs", type=int, default=3, help="busy processes for the hog run "
-                        "(0: no hog run)")
-    parser.add_argument("-k", dest="selection",
-                        default="torch and resnet50 and 1n1d and fp32 and eager")
-    parser.add_argument("--out", type=Path, help="keep the stores and results JSON here")
-    parser.add_argument("--rejudge", type=Path, help="print the table of an earlier --out "
-                        "folder again, measuring nothing")
-    args = parser.parse_args(argv)
-    if args.rejudge:
-        summary = json.loads((args.rejudge / "summary.json").read_text())
-        table(args.rejudge, summary["reruns"], summary["hog"], summary.get("started", "?"),
-              args)
-        return 0
-    work = args.out or Path(tempfile.mkdtemp(prefix="dlperf-baseline-runs-"))
-    one, three = work / "one-run", work / "three-run"
-    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    print(f"{started}: recording the baseline (1 run), then adding 2 runs to a copy", flush=True)
-    recorded = [session(one, work / "record-1.json", args.selection,
-                        "--dlperf-update-baselines")]
-    shutil.copytree(one, three)
-    for i in (2, 3):
-        recorded.append(session(three, work / f"record-{i}.json", args.selection,
-                                "--dlperf-update-baselines=add"))
-    for r in recorded:
-        print(f"  recorded: rc {r['rc']}, {r['wall_s']:.0f} s, "
-              + ", ".join(f"{c['median']:.2f}" for c in r["cases"]) + (r["tail"] or ""),
-              flush=True)
-    against: dict[str, list[dict[str, Any]]] = {"one-run": [], "three-run": []}
-    for i in range(args.reruns):
-        order = ("one-run", "three-run") if i % 2 == 0 else ("three-run", "one-run")
-        for name in order:
-            got = session(work / name, work / f"rerun-{i + 1}-{name}.json", args.selection)
-            against[name].append(got)
-            print(f"  rerun {i + 1} vs {name}: rc {got['rc']}, {got['wall_s']:.0f} s, "
-                  + ", ".join(f"{c['outcome']} ({c['level']}, {c['delta']:+.1%}, "
-                              f"{c['launches']} launches)" for c in got["cases"])
-                  + (got["tail"] or ""), flush=True)
-    hog = None
-    if args.hogs:
-        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                for _ in range(args.hogs)]
+def collect(args: argparse.Namespace) -> dict[str, Any]:
+    widths = [192 + 64 * i for i in range(args.cases)]
+    runs: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    for number in range(args.runs + args.hog_runs):
+        hogged = number >= args.runs
+        marker = f"dlperf-hog-{os.getpid()}"
+        if hogged:  # another job's: started through setsid -f, so not in this process's tree
+            for _ in range(os.cpu_count() or 1):
+                subprocess.run(["setsid", "-f", sys.executable, "-c", "while True: pass",
+                                marker], check=True)
         try:
-            hog = session(one, work / "hog.json", args.selection)
+            cases: dict[str, list[dict[str, Any]]] = {str(w): [] for w in widths}
+            for _ in range(args.launches):
+                for width in widths:  # cases take turns, as launches of a session's cases do
+                    cases[str(width)].append(launch(width, args))
         finally:
-            for p in hogs:
-                p.kill()
-                p.wait()
-    (work / "summary.json").write_text(json.dumps(
-        {"started": started, "recorded": recorded, "reruns": against, "hog": hog},
-        indent=1) + "\n")
-    table(work, against, hog, started, args)
-    print(f"\n(stores and results in {work})")
+            if hogged:
+                subprocess.run(["pkill", "-f", marker], check=False)
+        runs.append({"hog": hogged, "at": time.time(), "cases": cases})
+        print(f"  run {number + 1}/{args.runs + args.hog_runs}{' (hog)' if hogged else ''}, "
+              f"{time.perf_counter() - started:.0f} s", flush=True)
+        if number + 1 < args.runs + args.hog_runs:
+            time.sleep(args.pause)
+    return {"args": {k: v for k, v in vars(args).items() if k not in ("pool_in", "pool_out")},
+            "widths": widths, "runs": runs}
+
+
+def simulate(args: argparse.Namespace) -> dict[str, Any]:
+    """A machine of the model's making instead of collected launches (``--simulate``): every
+    run drifts by ``run_sd`` and every launch by ``launch_sd`` (log scale), windows by a fifth
+    of that; for what a machine of another spread (a GPU node's) would give."""
+    run_sd, launch_sd = args.simulate
+    rng = random.Random(args.seed)
+    widths = [192 + 64 * i for i in range(args.cases)]
+    runs = []
+    for _ in range(args.runs):
+        cases = {}
+        for number, width in enumerate(widths):
+            level = 1000.0 * (number + 1) * math.exp(rng.gauss(0, run_sd))
+            launches = []
+            for _ in range(args.launches):
+                at = level * math.exp(rng.gauss(0, launch_sd))
+                launches.append({"samples_per_s": [at * math.exp(rng.gauss(0, launch_sd / 5))
+                                                   for _ in range(args.windows)],
+                                 "torch_canary": 1.0, "python_canary": 1.0,
+                                 "wall_s": args.launch_wall, "busy_share": 0.0})
+            cases[str(width)] = launches
+        runs.append({"hog": False, "at": 0.0, "cases": cases})
+    return {"args": {"windows": args.windows}, "widths": widths, "runs": runs}
+
+
+def figures(one: dict[str, Any], canary: str | None) -> list[float]:
+    """A launch's window figures, divided by its canary's rate where one is asked for."""
+    values = list(one["samples_per_s"])
+    return values if canary is None else [v / one[canary] for v in values]
+
+
+def store_drift(runs: list[dict[str, Any]], cases: list[str], planned: int,
+                canary: str | None) -> drift.Drift | None:
+    return drift.pooled(
+        ([figures(one, canary) for run in runs for one in run["cases"][case][:planned]],
+         [planned] * len(runs)) for case in cases)
+
+
+def recordable(runs: list[dict[str, Any]], planned: int, unstable_cv: float) -> bool:
+    """Whether every case of these runs would have been recorded: the plugin refuses a run
+    whose launches' own windows vary beyond --dlperf-unstable-cv (``verdict.unstable``)."""
+    return all(
+        (within_launch_cv([one["samples_per_s"] for one in launches[:planned]]) or 0.0)
+        <= unstable_cv for run in runs for launches in run["cases"].values())
+
+
+def judge(case: str, base_runs: list[dict[str, Any]], judged: dict[str, Any], level: float,
+          pool: dict[str, Any], canary: str | None, args: argparse.Namespace
+          ) -> tuple[str, int, bool]:
+    """One trial: the verdict, the launches taken, and whether a launch ran busy."""
+    cases = [str(w) for w in pool["widths"]]
+    planned, windows = args.planned, pool["args"]["windows"]
+    model = store_drift(base_runs, cases, planned, canary)
+    launches = [one for run in base_runs for one in run["cases"][case][:planned]]
+    baseline = Baseline(case, {}, {THROUGHPUT: Metric(
+        [figures(one, canary) for one in launches],
+        statistics.median(statistics.median(figures(one, canary)) for one in launches))},
+        runs=[Run(None, None, None, planned) for _ in base_runs])
+    policy = Policy(tolerance=args.tolerance, repeats=planned * windows,
+                    max_repeats=len(judged["cases"][case]) * windows, launches=planned)
+    available = judged["cases"][case]
+    samples: list[float] = []
+    sizes: list[int] = []
+    busy = False
+    outcome = "pass"
+    while True:
+        one = available[len(sizes)]
+        busy = busy or (one["busy_share"] or 0.0) > args.busy_threshold
+        samples += [v * (1 - level) for v in figures(one, canary)]
+        sizes.append(windows)
+        verdict, _ = verdicts(samples, sizes, baseline, None, 1, policy.tolerance, policy,
+                              {THROUGHPUT: model} if model is not None else None)
+        outcome = verdict.outcome
+        if not next_launches([verdict], len(sizes), policy) or len(sizes) >= len(available):
+            return outcome, len(sizes), busy
+
+
+def resample(pool: dict[str, Any], args: argparse.Namespace) -> None:
+    rng = random.Random(args.seed)
+    quiet = [run for run in pool["runs"] if not run["hog"]]
+    hogged = [run for run in pool["runs"] if run["hog"]]
+    cases = [str(w) for w in pool["widths"]]
+    if not quiet:
+        print("no quiet runs to judge against (collected beside a hog only: merge the pools)")
+        return
+    wall = statistics.fmean(one["wall_s"] for run in quiet for c in cases
+                            for one in run["cases"][c])
+    print(f"\n{len(quiet)} quiet runs, {len(hogged)} beside a hog, {len(cases)} cases x "
+          f"{len(quiet[0]['cases'][cases[0]])} launches; mean launch {wall:.1f} s; tolerance "
+          f"{args.tolerance:.0%}; {args.trials} trials a cell")
+    canaries = (None, "torch_canary") if not args.simulate else (None,)
+    refused = sum(not recordable([run], args.planned, args.unstable_cv) for run in quiet)
+    print(f"  {refused} of {len(quiet)} quiet runs would not have been recorded (a case's "
+          f"launches' windows beyond --dlperf-unstable-cv {args.unstable_cv:.0%}): baselines "
+          "are drawn from the others")
+    for canary in (None, "torch_canary", "python_canary"):
+        model = store_drift(quiet, cases, args.planned, canary)
+        if model is not None:
+            print(f"  drift model over every quiet run, {canary or 'raw'}: run sd "
+                  f"{math.sqrt(model.run_variance):.1%}, launch sd {math.sqrt(model.within):.1%}"
+                  f" ({model.between_df} df)")
+    header = "| baseline | judged | normalized | " + " | ".join(
+        f"{level:.0%}" for level in LEVELS) + " | launches | wall per case |"
+    print("\n" + header + "\n|" + "---|" * (header.count("|") - 1))
+    for runs in args.baseline_runs:
+        if runs + 1 > len(quiet):
+            print(f"| {runs} runs | - | - | (needs {runs + 1} quiet runs) |")
+            continue
+        for canary in canaries:
+            rates, used = [], []
+            for level in LEVELS:
+                caught = 0
+                for _ in range(args.trials):
+                    picked = rng.sample(quiet, runs + 1)
+                    while not recordable(picked[:runs], args.planned, args.unstable_cv):
+                        picked = rng.sample(quiet, runs + 1)
+                    outcome, taken, _ = judge(rng.choice(cases), picked[:runs], picked[runs],
+                                              level, pool, canary, args)
+                    caught += outcome == REGRESSION
+                    used.append(taken)
+                rates.append(caught / args.trials)
+            print(f"| {runs} run{'s' if runs > 1 else ''} | quiet | {canary or 'no'} | "
+                  + " | ".join(f"{r:.1%}" for r in rates)
+                  + f" | {statistics.fmean(used):.1f} | {statistics.fmean(used) * wall:.0f} s |")
+    if not hogged:
+        return
+    runs = min(3, len(quiet))
+    rates, busy_rates, used = [], [], []
+    for level in LEVELS:
+        caught = busy = 0
+        for _ in range(args.trials):
+            base = rng.sample(quiet, runs)
+            while not recordable(base, args.planned, args.unstable_cv):
+                base = rng.sample(quiet, runs)
+            outcome, taken, was_busy = judge(rng.choice(cases), base,
+                                             rng.choice(hogged), level, pool, None, args)
+            busy += was_busy
+            caught += outcome == REGRESSION and not was_busy
+            used.append(taken)
+        rates.append(caught / args.trials)
+        busy_rates.append(busy / args.trials)
+    print(f"| {runs} runs | beside a hog: regression (not busy) | no | "
+          + " | ".join(f"{r:.1%}" for r in rates)
+          + f" | {statistics.fmean(used):.1f} | - |")
+    print(f"| {runs} runs | beside a hog: machine busy | no | "
+          + " | ".join(f"{r:.1%}" for r in busy_rates) + " | | |")
+    shares = [one["busy_share"] or 0.0 for run in hogged for c in cases
+              for one in run["cases"][c]]
+    quiet_shares = [one["busy_share"] or 0.0 for run in quiet for c in cases
+                    for one in run["cases"][c]]
+    print(f"\ninterference share: quiet launches median {statistics.median(quiet_shares):.1%} "
+          f"(max {max(quiet_shares):.1%}); beside the hog median "
+          f"{statistics.median(shares):.1%} (min {min(shares):.1%})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--one-launch", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--width", type=int, default=256, help=argparse.SUPPRESS)
+    parser.add_argument("--runs", type=int, default=14)
+    parser.add_argument("--hog-runs", type=int, default=4)
+    parser.add_argument("--cases", type=int, default=3)
+    parser.add_argument("--launches", type=int, default=4, help="per case and run")
+    parser.add_argument("--planned", type=int, default=3, help="launches a run plans")
+    parser.add_argument("--windows", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--pause", type=float, default=10.0, help="seconds between runs")
+    parser.add_argument("--trials", type=int, default=400)
+    parser.add_argument("--tolerance", type=float, default=0.05)
+    parser.add_argument("--busy-threshold", type=float, default=0.25)
+    parser.add_argument("--unstable-cv", type=float, default=0.10)
+    parser.add_argument("--baseline-runs", type=lambda s: [int(v) for v in s.split(",")],
+                        default=[1, 3, 10])
+    parser.add_argument("--seed", type=int, default=39)
+    parser.add_argument("--simulate", type=lambda s: [float(v) for v in s.split(",")],
+                        metavar="RUN_SD,LAUNCH_SD",
+                        help="judge a model machine of these spreads instead of launches")
+    parser.add_argument("--launch-wall", type=float, default=10.0,
+                        help="seconds a simulated launch takes")
+    parser.add_argument("--pool-out", type=Path)
+    parser.add_argument("--pool-in", type=Path)
+    args = parser.parse_args()
+    if args.one_launch:
+        print(json.dumps(one_launch(args)))
+        return 0
+    if args.simulate:
+        print(f"simulated machine: runs drift {args.simulate[0]:.1%}, launches "
+              f"{args.simulate[1]:.1%} (log sd), {args.launch_wall:g} s a launch")
+        pool = simulate(args)
+    elif args.pool_in:
+        pool = json.loads(args.pool_in.read_text())
+    else:
+        print(f"collecting {args.runs} quiet runs and {args.hog_runs} beside a hog "
+              f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", flush=True)
+        pool = collect(args)
+        if args.pool_out:
+            args.pool_out.write_text(json.dumps(pool))
+    resample(pool, args)
     return 0
 
 
-def table(work: Path, against: dict[str, list[dict[str, Any]]], hog: dict[str, Any] | None,
-          started: str, args: argparse.Namespace) -> None:
-    for name, runs in against.items():
-        for i, run in enumerate(runs):
-            result = work / f"rerun-{i + 1}-{name}.json"
-            if result.exists():
-                run["launches_alone"] = launches_alone(work / name, result)
-    print(f"\n{started}, {os.cpu_count()} cores; -k {args.selection!r}, quick protocol, "
-          "3 launches a run\n")
-    print("| baseline | reruns | regression | inconclusive | pass | delta range | "
-          "launches per case | wall per run | the same launches judged alone |\n"
-          "|---|---|---|---|---|---|---|---|---|")
-    for name, runs in against.items():
-        print(show(name, runs))
-    if hog is not None:
-        hogs = getattr(args, "hogs", 3)
-        for c in hog["cases"]:
-            print(f"\nbeside {hogs} CPU hogs, against the one-run store: {c['outcome']} "
-                  f"({c['level']}) at {c['median']:.3f} samples/s ({c['delta']:+.1%}) after "
-                  f"{c['launches']} launch(es), session {hog['wall_s']:.0f} s")
-        if not hog["cases"]:
-            print(f"\nhog run: no verdict, rc {hog['rc']}: {hog['tail']}")
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

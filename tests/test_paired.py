@@ -122,7 +122,7 @@ def test_one_wild_pair_cannot_hide_a_slowdown_every_pair_shows() -> None:
     made = ratios([0.80, 0.79, 0.81, 0.80, 0.82, 0.78, 0.80, 0.81, 0.79, 0.80, 0.80, 0.0005])
     v = paired.paired_compare(made, 0.05, alpha=0.0025)
     assert v.outcome == REGRESSION
-    t_only, signed_rank = paired.p_values(paired.log_ratios(made))
+    t_only, signed_rank = paired.p_values(*paired.one_sample(paired.log_ratios(made)))
     assert t_only[0] > 0.0025 / 2  # the t-test alone would not prove it
     assert signed_rank[0] == pytest.approx(1 / 4096)
     share = paired.signed_rank_level(12, 0.0025)
@@ -141,7 +141,7 @@ def test_the_signed_rank_test_takes_only_the_alpha_it_can_use() -> None:
     assert wilcoxon([-1, -2, 3, -4, -5, -6, -7, -8, -9, -10, -11, -12],
                     alternative="less").pvalue == pytest.approx(5 / 4096)
     three = paired.paired_compare(pairs_for(0.85, n=3), 0.05, alpha=0.005)
-    t_only = paired.p_values(paired.log_ratios(pairs_for(0.85, n=3)))[0][0]
+    t_only = paired.p_values(*paired.one_sample(paired.log_ratios(pairs_for(0.85, n=3))))[0][0]
     assert three.p_worse == pytest.approx(t_only)
 
 
@@ -150,7 +150,7 @@ def test_the_busy_machine_case_is_inconclusive_at_six_pairs_and_a_regression_at_
     proven; the run is told to add pairs up to PAIR_LIMIT, where it is a regression."""
     six = paired.paired_compare(ratios(BUSY[:6]), 0.05, alpha=0.0025)
     assert six.outcome == INCONCLUSIVE
-    assert paired.p_values(paired.log_ratios(ratios(BUSY[:6])))[1][0] == pytest.approx(1 / 64)
+    assert paired.p_values(*paired.one_sample(paired.log_ratios(ratios(BUSY[:6]))))[1][0] == pytest.approx(1 / 64)
     assert paired.PAIR_LIMIT == 12
     assert paired.more_pairs(six, ratios(BUSY[:6])) == 6
     twelve = paired.paired_compare(ratios(BUSY), 0.05, alpha=0.0025)
@@ -193,3 +193,21 @@ def test_duet_judges_each_launch_on_its_windows_ratios() -> None:
     assert paired.ratio(v) == pytest.approx(math.sqrt(0.8))
     with pytest.raises(ValueError, match="windows"):
         paired.log_ratios([([100.0, 50.0], [80.0])], per_window=True)
+
+
+def test_duet_takes_the_halves_own_speed_out_of_the_verdict() -> None:
+    """Issue 39's duet collection on this VM: with the same code on both sides, launches with
+    the base on half A read head/base ~1.02 and those with it on half B ~0.97 (core 0 takes
+    the interrupts). The swap cancels that in the mean, the verdict's spread must not count it
+    as noise, and an unchanged head must pass."""
+    alternating = [1.02, 0.97, 1.021, 0.972, 1.018, 0.969]
+    same = [([100.0] * 3, [100.0 * r] * 3) for r in alternating]
+    test, corrected = paired.one_sample(paired.log_ratios(same, per_window=True), halves=True)
+    assert test.df == len(alternating) - 2
+    assert test.spread < 0.005  # what is left once the halves' difference is out
+    assert max(corrected) - min(corrected) < 0.01
+    naive, _ = paired.one_sample(paired.log_ratios(same, per_window=True))
+    assert naive.spread > 0.02  # the halves' difference taken for noise
+    assert paired.paired_compare(same, 0.02, per_window=True).outcome == PASS
+    slower = [([100.0] * 3, [100.0 * r * 0.95] * 3) for r in alternating]
+    assert paired.paired_compare(slower, 0.02, per_window=True).outcome == REGRESSION

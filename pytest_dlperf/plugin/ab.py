@@ -15,20 +15,23 @@ sizes, protocol) are the head's test's, and the plugin's own code is this one on
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 from typing import Any
 
 from ..core.facts import Facts
 from ..core.protocol import Result
+from ..core.spec import RankSpec
 from ..core.workload import CaseWorkload
+from ..launch import Cluster
 from ..verdict import paired
 from ..verdict.record import CaseReport, efficiencies
 from ..verdict.stats import Verdict, coefficient_of_variation, look_alpha
 from . import duet
 from .case import Case, Prepared
 from .launches import Launches
-from .outcome import conclude
+from .outcome import DLPerfWarning, conclude
 
 # Each side's cluster and the spec its ranks get.
 Sides = duet.Sides
@@ -57,6 +60,10 @@ def measure(prepared: Prepared) -> CaseReport:
     if setup.mode == "duet":
         halves = duet.host_halves(cluster.device_type, len(state.hardware.gpus))
         duet.check(case.id, cluster, halves)
+    fitted = None if halves is not None else fitting_threads(cluster,
+                                                             state.settings.busy_threshold)
+    if fitted is not None:  # turns: threads that fit what another job leaves of the machine
+        sides = {side: (c, _with_threads(spec, fitted[0])) for side, (c, spec) in sides.items()}
     pairs: list[tuple[Result, Result]] = []
     envs: dict[str, dict[str, Any]] = {}  # what each side's ranks saw (its framework build)
     launched_at = time.time()
@@ -79,10 +86,59 @@ def measure(prepared: Prepared) -> CaseReport:
             verdict = add(extra)
     report = _report(case, version, sized, pairs, verdict, policy.tolerance, envs, launched_at,
                      launches, sides, halves)
+    if fitted is not None:
+        report = _fitted(report, fitted, case, cluster)
     state.reports.append(report)
     conclude(case.node, paired.decide(report, policy), cluster.launcher,
              state.settings.timeout)
     return report
+
+
+# How long the machine is watched before a turns A/B run, for the load another job puts on it.
+LOOK_S = 1.0
+
+
+def fitting_threads(cluster: Cluster, threshold: float) -> tuple[int, float] | None:
+    """Threads a rank for turn-taking launches on a CPU host that another job keeps busy: the
+    cores the others leave (at least one) over the ranks, where others used more than
+    ``threshold`` of the machine during a short look and fewer threads than the case's would
+    fit; None where the host is quiet enough (or not a CPU case, or nothing to measure)."""
+    if cluster.device_type != "cpu" or threshold >= 1:
+        return None
+    from ..core import interference
+
+    watch = interference.Watch()
+    time.sleep(LOOK_S)
+    seen = watch.stop()
+    if seen.share is None or seen.share <= threshold:
+        return None
+    cores = len(os.sched_getaffinity(0))
+    ranks = cluster.topology.devices_per_node
+    fit = max(1, int(cores * (1 - seen.share)) // ranks)
+    if fit >= cluster.topology.threads_per_worker:
+        return None
+    return fit, seen.share
+
+
+def _fitted(report: CaseReport, fitted: tuple[int, float], case: Case,
+            cluster: Cluster) -> CaseReport:
+    """The record of a turns run at fitted threads (``fitting_threads``), and its warning."""
+    asked = cluster.topology.threads_per_worker
+    case.node.warn(DLPerfWarning(
+        f"pytest-dlperf: {case.id}: other processes used {fitted[1]:.0%} of this host's "
+        f"{len(os.sched_getaffinity(0))} cores when the A/B run began (above "
+        f"--dlperf-busy-threshold), so both sides ran {fitted[0]} thread(s) a rank instead of "
+        f"{asked}: ranks whose threads outnumber the cores left to them wait on each other's "
+        "descheduled threads, and read the same ~10x slower whatever the code; head and base "
+        "are compared at the same threads, the figures are not the case's own (or use "
+        "--dlperf-ab-mode duet)"))
+    return replace(report, ab=Facts({**report.ab, "threads": {
+        "per_rank": fitted[0], "others_share": fitted[1], "asked": asked}}))
+
+
+def _with_threads(spec: RankSpec, threads: int) -> RankSpec:
+    """``spec`` with its own threads a rank (the cores it may use kept: all of them)."""
+    return replace(spec, threads=threads, cpus=sorted(os.sched_getaffinity(0)))
 
 
 def _pair(launches: Launches, sides: Sides, halves: duet.Halves | None, index: int,

@@ -158,7 +158,9 @@ OPTIONS: tuple[Option, ...] = (
            "during a launch, as a fraction or percentage. A launch beside more is run again "
            "(twice, after a short pause); still beside it, the case fails as machine busy, "
            "not judged: the baseline never shared that interference. A/B mode records it only "
-           "(both sides share the machine). 1 (100%) turns it off. Local launcher only (there "
+           "(both sides share the machine); in turns, a host busier than this at the start "
+           "runs both sides at the threads a rank the others leave room for, and says so. "
+           "1 (100%) turns it off. Local launcher only (there "
            "every rank is this pytest's child). Default: 0.25.",
            _busy_share, 0.25, metavar="FRACTION"),
     Option("precisions", "the precision axis of tests that take the `amp` fixture, "

@@ -103,19 +103,10 @@ def run(spec: RankSpec | dict[str, Any], dist: DistEnv) -> dict[str, Any]:
         trainer.close()
         if live is not None:
             live.close()
-    return {
-        "rank": dist.rank,
-        "node_rank": dist.node_rank,
-        "local_rank": dist.local_rank,
-        "world_size": dist.world_size,
-        "host": platform.node(),
-        "losses": losses,
-        "memory": memory.to_json(),
-        "local_step_s": local,
-        "flops": flops,
-        "environment": environment,
-        **measurement.to_json(),
-    }
+    return {"rank": dist.rank, "node_rank": dist.node_rank, "local_rank": dist.local_rank,
+            "world_size": dist.world_size, "host": platform.node(), "losses": losses,
+            "memory": memory.to_json(), "local_step_s": local, "flops": flops,
+            "environment": environment, **measurement.to_json()}
 
 
 # Steps of a rank's own, after the timed windows, for the straggler check (docs/resources.md "Stragglers").
