@@ -250,8 +250,9 @@ BAD = [
     Bad("unknown-framework", ("*test_mlp: no framework adapter named 'tensorflw' (known: *",),
         env={"FRAMEWORK": "tensorflw"}, usage=False),
     # -- recording a baseline on a busy machine: refused, the stored one kept as it was --------
-    Bad("record-unstable", ("*test_mlp: baseline not recorded: its 2 windows vary by *% "
-                            "(coefficient of variation), above --dlperf-unstable-cv 0%*"
+    Bad("record-unstable", ("*test_mlp: baseline not recorded: the windows of its * launch(es) "
+                            "vary around their own launch's mean by *% (coefficient of "
+                            "variation within launches), above --dlperf-unstable-cv 0%*"
                             "--dlperf-unstable-cv *%*",),
         args=("--dlperf-unstable-cv", "0"), usage=False, measured=True),
     # -- baseline files -------------------------------------------------------------------------
