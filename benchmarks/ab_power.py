@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,29 +60,38 @@ LEVELS = (0.0, 0.05, 0.10, 0.20, 0.30)
 BATCH, WIDTH = 128, 256
 
 
+def mlp_step(width: int, threads: int) -> Callable[[], None]:
+    """One SGD step of the benchmarks' MLP (width -> 4 width -> width -> 10, batch 128) on
+    ``threads`` threads; ``baseline_runs`` trains it too."""
+    import torch
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
+                                torch.nn.Linear(4 * width, width), torch.nn.GELU(),
+                                torch.nn.Linear(width, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    inputs, targets = torch.randn(BATCH, width), torch.randint(0, 10, (BATCH,))
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+
+    return step
+
+
 def one_launch(args: argparse.Namespace) -> dict[str, Any]:
     """One side of a launch: warm up, calibrate, time the windows (at the barrier in duet)."""
     if args.cpus:
         os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
-    import torch
 
     from pytest_dlperf.core.protocol import Protocol
     from pytest_dlperf.rank.barrier import Barrier
     from pytest_dlperf.rank.timing import measure
 
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(WIDTH, 4 * WIDTH), torch.nn.GELU(),
-                                torch.nn.Linear(4 * WIDTH, WIDTH), torch.nn.GELU(),
-                                torch.nn.Linear(WIDTH, 10))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    inputs, targets = torch.randn(BATCH, WIDTH), torch.randint(0, 10, (BATCH,))
-
-    def train() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(inputs), targets)
-        loss.backward()  # type: ignore[no-untyped-call]
-        optimizer.step()
+    train = mlp_step(WIDTH, args.threads)
 
     for _ in range(args.warmup):
         train()

@@ -69,24 +69,13 @@ BATCH = 128
 def one_launch(args: argparse.Namespace) -> dict[str, Any]:
     """One launch of one case: what a 1n1d rank does, then the two canaries."""
     import torch
+    from ab_power import mlp_step  # the same MLP the A/B benchmark trains
 
     from pytest_dlperf.core.protocol import Protocol
     from pytest_dlperf.rank.timing import measure
 
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
     width = args.width
-    model = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
-                                torch.nn.Linear(4 * width, width), torch.nn.GELU(),
-                                torch.nn.Linear(width, 10))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    inputs, targets = torch.randn(BATCH, width), torch.randint(0, 10, (BATCH,))
-
-    def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(inputs), targets)
-        loss.backward()  # type: ignore[no-untyped-call]
-        optimizer.step()
+    step = mlp_step(width, args.threads)
 
     timed = measure(Protocol(args.warmup, args.steps, args.windows), step, lambda: None)
     a = torch.randn(256, 256)
