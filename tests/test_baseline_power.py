@@ -64,7 +64,11 @@ def test_a_28_percent_slower_model_fails_against_a_three_run_baseline(
     perf = pytester.path / "test_models.py"
     perf.write_text(PERF.format(hidden=1024))
     for number, update in enumerate(("all", "add", "add")):
+        # The recording rule (--dlperf-unstable-cv) is tested on its own; here a 40-step window
+        # that a CI neighbour slowed (a fresh clone's run once read 31k among 43k samples/s,
+        # 12.5% within launches) must not stop the three runs this verdict is judged by.
         recorded = pytester.runpytest_subprocess(*RUN, f"--dlperf-update-baselines={update}",
+                                                 "--dlperf-unstable-cv", "30",
                                                  "--dlperf-json", f"r{number}.json",
                                                  timeout=600)
         recorded.assert_outcomes(passed=3)
