@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from .parallel import Layout
 from .protocol import Protocol
 from .workload import (
     AdamW,
@@ -108,17 +109,30 @@ class RankSpec:
     barrier: str | None = None
     barrier_parties: int = 0
     barrier_timeout_s: float = 600.0
+    # How the ranks share the work (pytest_dlperf.core.parallel.Layout.to_json()); None:
+    # plain data parallelism over the world, as before layouts.
+    layout: dict[str, Any] | None = None
+    units_per_sample: int = 1  # units (tokens) of one sample; throughput counts units
+
+    def parallel(self, world_size: int) -> Layout:
+        """The case's layout on ``world_size`` ranks (plain data parallelism where none)."""
+        if self.layout is None:
+            return Layout(dp=world_size)
+        return Layout.from_json(self.layout)
 
     @property
     def compiled(self) -> bool:
         return self.compiler == "compiled"
 
-    def context(self, rank: int, world_size: int, local_rank: int, device: str) -> BuildContext:
+    def context(self, rank: int, world_size: int, local_rank: int, device: str,
+                mesh: Any = None) -> BuildContext:
+        layout = self.parallel(world_size)
         return BuildContext(
             framework=self.framework, device_type=self.device_type, device=device,
             batch_size=self.batch_size, sizes=dict(self.sizes), precision=self.precision.name,
             amp_dtype=self.precision.dtype, compiled=self.compiled, seed=self.seed, rank=rank,
-            world_size=world_size, local_rank=local_rank)
+            world_size=world_size, local_rank=local_rank,
+            layout=None if layout.is_data_parallel else layout, mesh=mesh)
 
     def with_(self, **changes: Any) -> RankSpec:
         return replace(self, **changes)
@@ -158,11 +172,13 @@ class RankSpec:
 def spec_for(framework: str, workload: Workload, *, protocol: Protocol, device_type: str,
              precision: str = "fp32", compiler: str = "eager", world_size: int = 1,
              batch_size: int | None = None, sizes: dict[str, SizeValue] | None = None,
-             recipe: RecipeReference | None = None, recipe_key: str | None = None) -> RankSpec:
+             recipe: RecipeReference | None = None, recipe_key: str | None = None,
+             layout: Layout | None = None) -> RankSpec:
     """The rank spec of ``workload`` on ``framework``: sized for the device type and precision
     (``batch_size``/``sizes`` override), the learning rate scaled to the global batch. The
     recipe is ``recipe``, else the workload's for ``recipe_key`` (default: the framework)."""
     sized = CaseWorkload.of(workload, device_type, precision, batch_size, sizes)
+    layout = layout or Layout(dp=world_size)
     if recipe is None:
         key = recipe_key or framework
         if key in workload.recipes:
@@ -171,6 +187,8 @@ def spec_for(framework: str, workload: Workload, *, protocol: Protocol, device_t
     return RankSpec(
         framework=framework, model=sized.model, protocol=protocol, batch_size=sized.batch_size,
         sizes=dict(sized.sizes), unit=sized.unit,
-        optimizer=OptimizerSpec.of(workload.optimizer, sized.batch_size * world_size),
+        optimizer=OptimizerSpec.of(workload.optimizer, layout.global_batch(sized.batch_size)),
         recipe=recipe, precision=PrecisionSpec.of(Precision(precision, device_type)),
-        compiler=compiler, seed=workload.seed, device_type=device_type)
+        compiler=compiler, seed=workload.seed, device_type=device_type,
+        layout=None if layout.is_data_parallel else layout.to_json(),
+        units_per_sample=sized.units_per_sample)

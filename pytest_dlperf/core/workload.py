@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import importlib
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -35,7 +35,7 @@ DEVICE_TYPES = ("cuda", "cpu")
 RESERVED_SIZES = frozenset({
     "device_type", "device_model", "nodes", "devices_per_node", "framework",
     "framework_version", "precision", "model", "batch_size", "protocol", "python",
-    "threads_per_worker", "accelerator_stack", "compiler", "unit"})
+    "threads_per_worker", "accelerator_stack", "compiler", "unit", "layout"})
 
 
 class WorkloadError(ValueError):
@@ -112,6 +112,13 @@ class Workload:
     # FLOPs of one trained sample (forward and backward), where they are not to be counted
     # from the torch recipe (a workload without one). None: counted (pytest_dlperf.rank.flops).
     flops_per_sample: float | None = None
+    # How many units one sample holds: an int, or the name of one of ``sizes`` (a language
+    # model's "seq_length"): throughput then reads units/s (``unit="tokens"``: tokens/s).
+    units_per_sample: int | str = 1
+    # The layout kinds (pytest_dlperf.core.parallel.KINDS) its recipes support: "dp" and
+    # "fsdp" need nothing of a recipe; "tp" needs ``Parts.tp_plan`` (or a recipe that shards
+    # itself), "pp" ``Parts.pipeline_split``. A case of another layout skips, saying so.
+    layouts: tuple[str, ...] = ("dp", "fsdp")
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -125,6 +132,8 @@ class Workload:
         if not self.recipes:
             raise WorkloadError(f"workload {self.name!r} has no recipes: give at least one, "
                                 "e.g. recipes={'torch': build_my_model}")
+        _check_units_per_sample(self)
+        _check_layouts(self)
         shadowed = sorted(set(self.sizes) & RESERVED_SIZES)
         if shadowed:
             raise WorkloadError(
@@ -141,14 +150,44 @@ class Workload:
                 for name, value in self.sizes.items()}
 
 
+def _check_units_per_sample(workload: Workload) -> None:
+    units = workload.units_per_sample
+    if isinstance(units, str):
+        if units not in workload.sizes:
+            raise WorkloadError(
+                f"workload {workload.name!r}: units_per_sample={units!r} names no size (its "
+                f"sizes: {', '.join(sorted(workload.sizes)) or 'none'}); give an int, or the "
+                "name of the size that holds it (a sequence length)")
+        return
+    if isinstance(units, bool) or not isinstance(units, int) or units < 1:
+        raise WorkloadError(f"workload {workload.name!r}: units_per_sample must be a positive "
+                            f"integer or the name of a size, got {units!r}")
+
+
+def _check_layouts(workload: Workload) -> None:
+    from .parallel import KINDS
+
+    layouts = workload.layouts
+    if isinstance(layouts, str) or not all(isinstance(k, str) for k in layouts):
+        raise WorkloadError(f"workload {workload.name!r}: layouts must be a tuple of layout "
+                            f"kinds ({', '.join(KINDS)}), got {layouts!r}")
+    unknown = sorted(set(layouts) - set(KINDS))
+    if unknown or "dp" not in layouts:
+        raise WorkloadError(f"workload {workload.name!r}: layouts {tuple(layouts)!r}: "
+                            + (f"unknown kind(s) {', '.join(unknown)}" if unknown else
+                               "'dp' missing (every workload trains on one process)")
+                            + f"; the kinds are {', '.join(KINDS)}")
+
+
 @dataclass(frozen=True)
 class CaseWorkload:
     """A workload as one case runs it: its name, unit and this case's concrete sizes."""
 
     model: str
     unit: str
-    batch_size: int  # per device
+    batch_size: int  # per device (per replica, under a layout that shards a replica)
     sizes: Mapping[str, SizeValue]
+    units_per_sample: int = 1
 
     @classmethod
     def of(cls, workload: Workload, device_type: str, precision: str,
@@ -166,7 +205,15 @@ class CaseWorkload:
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
             raise WorkloadError(f"workload {workload.name!r}: the per-device batch size must be "
                                 f"a positive integer, got {batch!r}")
-        return cls(workload.name, _checked_unit(workload), batch, resolved)
+        units = workload.units_per_sample
+        if isinstance(units, str):
+            value = resolved[units]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise WorkloadError(f"workload {workload.name!r}: units_per_sample names size "
+                                    f"{units!r}, which is {value!r}: it must be a positive "
+                                    "integer")
+            units = value
+        return cls(workload.name, _checked_unit(workload), batch, resolved, units)
 
 
 def _checked_unit(workload: Workload) -> str:
@@ -208,7 +255,24 @@ class Parts:
       each batch is moved to the device inside the timed step (every built-in adapter but
       TensorFlow's, which refuses it).
     - ``loss``: ``loss(outputs, targets) -> scalar``; default: cross-entropy of class logits
-      against integer labels.
+      against integer labels (``[B, C]`` against ``[B]``, or a language model's ``[B, T, V]``
+      against ``[B, T]``: the mean over every token).
+
+    Under a layout beyond data parallelism (``ctx.layout``), the recipe returns the whole,
+    unsharded model and says how to cut it; the adapter shards it:
+
+    - ``tp_plan``: tensor parallelism's plan, module name -> the framework's style (torch:
+      ``parallelize_module``'s plan of ``ColwiseParallel`` / ``RowwiseParallel`` ...), applied
+      on the mesh's ``tp`` dimension;
+    - ``pipeline_split``: the names of the modules each pipeline stage after the first begins
+      at (torch: ``SplitPoint.BEGINNING`` there), as many as stages - 1 (or more, a multiple,
+      for interleaved schedules' virtual stages);
+    - ``fsdp_units``: the modules sharded as units of their own (each gathered for its own
+      forward and backward), the root after them; default: every module of every
+      ``ModuleList`` (a transformer's blocks);
+    - ``parallelized``: the recipe sharded the model itself on ``ctx.mesh``; the adapter then
+      applies nothing (a recipe called with ``ctx.mesh`` None, as when its FLOPs are counted,
+      must return the unsharded model).
     """
 
     model: Any
@@ -216,6 +280,10 @@ class Parts:
     targets: Any = None
     loss: Callable[[Any, Any], Any] | None = None
     data: Iterable[Any] | None = None
+    tp_plan: Mapping[str, Any] | None = None
+    pipeline_split: Sequence[str] | None = None
+    fsdp_units: Sequence[str] | None = None
+    parallelized: bool = False
 
     def __post_init__(self) -> None:
         if self.data is None and self.inputs is None:
@@ -243,6 +311,12 @@ class BuildContext:
     rank: int
     world_size: int
     local_rank: int
+    # How the ranks share the work (pytest_dlperf.core.parallel.Layout; plain data
+    # parallelism: None) and the framework's device mesh for it (torch: a DeviceMesh with
+    # named dimensions "pp", "dp", "fsdp", "tp" of more than one rank); None where the recipe
+    # is called outside the job (FLOPs counting) or the layout is plain data parallelism.
+    layout: Any = None
+    mesh: Any = None
 
 
 @dataclass(frozen=True)
