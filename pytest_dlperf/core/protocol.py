@@ -260,14 +260,18 @@ class Result:
         return list(self.launch_windows) or [len(self.samples_per_s)]
 
 
-def aggregate(rank_results: list[dict[str, Any]], per_device_batch: int, wall_s: float) -> Result:
-    """Combine every rank's windows: window i lasts as long as its slowest rank took."""
+def aggregate(rank_results: list[dict[str, Any]], per_device_batch: int, wall_s: float,
+              data_parallel: int | None = None, units_per_sample: int = 1) -> Result:
+    """Combine every rank's windows: window i lasts as long as its slowest rank took. A step
+    trains ``per_device_batch`` samples on each of ``data_parallel`` replicas (default: every
+    rank; a layout's tensor- and pipeline-parallel ranks share one), of ``units_per_sample``
+    units each: the rates count units (a language model's tokens)."""
     if not rank_results:
         raise ValueError("no rank results to aggregate")
     counts = {len(r["windows"]) for r in rank_results}
     if len(counts) != 1:
         raise ValueError(f"ranks reported different numbers of windows: {sorted(counts)}")
-    global_batch = per_device_batch * len(rank_results)
+    global_batch = per_device_batch * (data_parallel or len(rank_results)) * units_per_sample
     window_s, rates = [], []
     steps = rank_results[0]["windows"][0]["steps"] if counts != {0} else 0
     for i in range(counts.pop()):

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from ..core.jsonio import write_json_atomic
+from ..core.parallel import Layout
 from ..core.workload import PRECISIONS, Precision
 from ..launch import Cluster
 from ..report.results import benchmark_entry, change_lines, results_json
@@ -26,7 +27,7 @@ from ..report.tables import (
 )
 from ..store.baselines import BaselineStore
 from ..verdict.busy import MACHINE_BUSY, summary_line
-from . import hooks, options
+from . import hooks, layouts, options
 from . import settings as settings_mod
 from .live import LiveLine
 from .meter import ThroughputMeter
@@ -66,6 +67,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "dlperf(tolerance=None, memory_tolerance=None, min_mfu=None): per-test "
         "options of pytest-dlperf; tolerance and memory_tolerance override the baseline's and "
         "the run's (fractions, 0.03 = 3%); min_mfu fails a case whose MFU is below it")
+    config.addinivalue_line(
+        "markers", "layouts(*layouts): the layouts a test that takes the `layout` fixture runs "
+        "under (dp, fsdp, tp, pp, fsdp2xtp2, ...; docs/layouts.md); --dlperf-layouts "
+        "overrides it")
     settings = settings_mod.resolve(config)
     config.stash[NOT_JUDGED] = []
     store = BaselineStore(settings.baselines, settings.protocol.repeats)
@@ -138,10 +143,23 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     sweeps fp32/AMP. A test that only asks for ``throughput_meter`` runs one full-node fp32 case."""
     named = inspect.signature(metafunc.function).parameters
     state = metafunc.config.stash[STATE]
+    spellings = (layouts.asked(metafunc.definition, state.settings.layouts)
+                 if "layout" in named else None)
     if "cluster" in named:
         multinode = metafunc.definition.get_closest_marker("multinode") is not None
         topologies = state.ladder(multinode)
-        metafunc.parametrize("cluster", topologies, ids=[t.id for t in topologies], indirect=True)
+        if spellings is None:
+            metafunc.parametrize("cluster", topologies, ids=[t.id for t in topologies],
+                                 indirect=True)
+        else:
+            # One axis, so that a case's id reads 1n2d-fsdp2: the degrees resolved on the
+            # topology's ranks (a layout runs where they divide them).
+            pairs = layouts.pairs(metafunc.definition.nodeid, topologies, spellings)
+            metafunc.parametrize(("cluster", "layout"), [(t, s) for t, s, _ in pairs],
+                                 ids=[ident for _, _, ident in pairs], indirect=True)
+    elif spellings is not None:
+        metafunc.parametrize("layout", spellings, ids=[s.text for s in spellings],
+                             indirect=True)
     if "amp" in named:
         metafunc.parametrize("amp", state.settings.precisions or PRECISIONS, indirect=True)
     if "compiler" in named:
@@ -198,6 +216,16 @@ def amp(request: pytest.FixtureRequest) -> Precision:
                     "among its flags; BERT-base's bf16 step ran ~20x slower than fp32 on one): "
                     "--dlperf-precisions fp32,amp runs it anyway")
     return Precision(name, state.device_type)
+
+
+@pytest.fixture
+def layout(request: pytest.FixtureRequest, cluster: Cluster) -> Layout:
+    """How this case's ranks share the work (``pytest_dlperf.core.parallel.Layout``): its
+    data-parallel, FSDP, tensor- and pipeline-parallel degrees on the case's ranks."""
+    spelling = getattr(request, "param", None)
+    if spelling is None:
+        return Layout(dp=cluster.world_size)
+    return layouts.resolved(request.node.nodeid, spelling, cluster.world_size)
 
 
 @pytest.fixture

@@ -100,6 +100,17 @@ class Adapter:
         check = getattr(self.module, f"{mode}_unavailable", None)
         return check(device_type) if check is not None else None
 
+    def layout_unavailable(self, kinds: tuple[str, ...], device_type: str) -> str | None:
+        """Why a layout of ``kinds`` (``Layout.kinds``: "fsdp", "tp", "pp") cannot run on
+        ``device_type``, as the adapter's optional ``layout_unavailable`` says; an adapter
+        without it runs plain data parallelism only."""
+        check = getattr(self.module, "layout_unavailable", None)
+        if check is None:
+            return (f"the {self.name} adapter runs data parallelism only (it defines no "
+                    "layout_unavailable: docs/adding-a-framework.md)")
+        reason = check(tuple(kinds), device_type)
+        return str(reason) if reason else None
+
 
 def _version_in(python: str, distributions: tuple[str, ...]) -> str | None:
     try:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from ..core.facts import Facts
+from ..core.parallel import Layout, LayoutSpelling
 from ..core.protocol import Protocol, launch_size
 from ..core.spec import RankSpec, spec_for
 from ..core.topology import Topology, fingerprint, python_minor
@@ -65,6 +66,29 @@ class Case:
     def compiler(self) -> str:
         return str(getattr(self.node, "funcargs", {}).get("compiler", "eager"))
 
+    @property
+    def layout(self) -> Layout:
+        """How the ranks share the work: the test's ``layout`` fixture, else plain data
+        parallelism over the case's ranks."""
+        layout = getattr(self.node, "funcargs", {}).get("layout")
+        return layout if isinstance(layout, Layout) else Layout(dp=self.cluster.world_size)
+
+    def check_layout(self, workload: Workload) -> None:
+        """A layout the workload or the adapter cannot run: a skip with the reason."""
+        layout = self.layout
+        if layout.is_data_parallel:
+            return
+        missing = [kind for kind in layout.kinds if kind not in workload.layouts]
+        if missing:
+            pytest.skip(f"workload {workload.name!r} does not support {', '.join(missing)} "
+                        f"(layout {layout.id}; its layouts: {', '.join(workload.layouts)}): "
+                        "a recipe that gives Parts.tp_plan / Parts.pipeline_split says so "
+                        "with Workload(layouts=...)")
+        reason = self.adapter.layout_unavailable(layout.kinds, self.cluster.device_type)
+        if reason:
+            pytest.skip(f"{self.framework} cannot run layout {layout.id} on "
+                        f"{self.cluster.device_type}: {reason}")
+
     def fail(self, message: str) -> Any:
         fail(f"pytest-dlperf: {self.node.nodeid}: {message}")
 
@@ -112,15 +136,19 @@ class Case:
         return spec_for(self.framework, workload, protocol=self.protocol,
                         device_type=self.cluster.device_type, precision=self.amp.name,
                         compiler=self.compiler, world_size=self.cluster.world_size,
-                        batch_size=sized.batch_size, sizes=dict(sized.sizes), recipe=recipe
-                        ).with_(memory_limit=self.state.settings.memory_limit,
+                        batch_size=sized.batch_size, sizes=dict(sized.sizes), recipe=recipe,
+                        layout=self.layout).with_(memory_limit=self.state.settings.memory_limit,
                                 adapter_path=self.adapter.import_root)
 
     def fingerprint(self, topology: Topology, version: str, env: dict[str, Any],
-                    sized: CaseWorkload, searched: bool) -> dict[str, Any]:
+                    sized: CaseWorkload, searched: bool,
+                    layout: Layout | None = None) -> dict[str, Any]:
         """What a baseline must match to judge this case (``searched``: the batch was found by
-        --dlperf-batch-size max, and the fingerprint says "max")."""
-        return fingerprint(topology, framework=self.framework,
+        --dlperf-batch-size max, and the fingerprint says "max"; ``layout``: another than the
+        case's, the 1n1d reference's plain one). A layout beyond data parallelism enters it,
+        so that a baseline of one layout never judges another."""
+        layout = self.layout if layout is None else layout
+        return layout.fingerprint() | fingerprint(topology, framework=self.framework,
                            framework_version=str(env.get("framework_version", version)),
                            precision=self.amp.name, model=sized.model,
                            batch_size="max" if searched else sized.batch_size,
@@ -192,6 +220,8 @@ class Case:
         for name, value in callspec.params.items():
             if isinstance(value, Topology):
                 value = value.id
+            elif isinstance(value, LayoutSpelling):
+                value = value.text
             elif not isinstance(value, (str, int, float, bool, type(None))):
                 value = repr(value)
             out[name] = value
@@ -215,7 +245,8 @@ class Case:
             protocol=self.protocol, fingerprint=Facts(fp), environment=Facts(env),
             launcher=launcher.name, isolation=launcher.isolation,
             network=Facts(launcher.network(self.cluster.topology) or {}),
-            compiler=self.compiler, machine=self.state.settings.machine)
+            compiler=self.compiler, machine=self.state.settings.machine,
+            layout=self.layout)
 
 
 @dataclass(frozen=True)
@@ -246,5 +277,6 @@ def prepare(node: pytest.Item, cluster: Cluster, amp: Precision, state: SessionS
                                 None if isinstance(batch, str) else batch, sizes)
     except (LookupError, WorkloadError) as exc:
         fail(f"pytest-dlperf: {node.nodeid}: {exc}")
-    return Prepared(Case(node, cluster, amp, state, adapter), chosen, sized, recipe,
-                    batch == "max")
+    case = Case(node, cluster, amp, state, adapter)
+    case.check_layout(chosen)
+    return Prepared(case, chosen, sized, recipe, batch == "max")

@@ -134,7 +134,9 @@ class Launches:
         hardware = self.case.state.hardware
         if cuda:  # what NVML says, beside what the framework saw
             env.update(driver=hardware.gpu_driver, gpu_memory_bytes=list(hardware.gpu_memory))
-        return aggregate(ranks, spec.batch_size, wall), env, seen
+        layout = spec.parallel(len(ranks))
+        return (aggregate(ranks, spec.batch_size, wall, layout.data_parallel,
+                          spec.units_per_sample), env, seen)
 
     def search_batch(self, spec_at: Any, start: int, seed: int | None) -> Search:
         """The largest per-device batch that trains a few steps here, each probe a fresh
@@ -170,7 +172,10 @@ class Launches:
         """Measure the 1n1d reference now (not reported): the same per-device batch, its
         learning rate scaled to the one device's global batch; on ``cluster``'s launcher and
         interpreters (default: the case's)."""
-        world = self.case.cluster.world_size
-        single = replace(spec, optimizer=spec.optimizer.for_batch_ratio(1 / world))
+        # One device trains alone, whatever the case's layout: what one device does without
+        # any parallel machinery (DLPerf's speedup's denominator).
+        replicas = spec.parallel(self.case.cluster.world_size).data_parallel
+        single = replace(spec, optimizer=spec.optimizer.for_batch_ratio(1 / replicas),
+                         layout=None)
         return self.run((cluster or self.case.cluster).at(topology), single,
                         label="1n1d reference")[0].median

@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 import pytest
 
 from ..core.batchsearch import BatchSearchError, Search
+from ..core.parallel import DATA_PARALLEL
 from ..core.protocol import Result
 from ..core.spec import RankSpec
 from ..core.topology import make_topology
@@ -237,8 +238,10 @@ class ThroughputMeter:
         this session, else from its baseline, else measured now (and not reported); None when
         the launcher cannot run 1n1d (external mode) and nothing else has it."""
         topology = make_topology(self.state.hardware, 1, 1, self.cluster.device_type)
-        # As the 1n1d case itself is filed: a searched batch's fingerprint says "max".
-        fp = case.fingerprint(topology, version, measured.environment, measured.sized, searched)
+        # As the 1n1d case itself is filed: a searched batch's fingerprint says "max"; one
+        # device trains alone, whatever this case's layout (DLPerf's speedup's denominator).
+        fp = case.fingerprint(topology, version, measured.environment, measured.sized, searched,
+                              layout=DATA_PARALLEL)
         found = baselines.reference_median(case, self.state.case_at(self.node, topology), fp)
         if found is not None:
             return found

@@ -32,6 +32,7 @@ from .parsers import (
     _subset,
     parse_cv,
     parse_fraction,
+    parse_layouts,
     parse_pythons,
 )
 
@@ -176,6 +177,14 @@ OPTIONS: tuple[Option, ...] = (
            "Default: eager on CPU (a compiled ResNet-50 step was slower than eager here and a "
            "cold compile takes ~1 min), eager,compiled on CUDA.",
            _optional(_subset(*COMPILERS)), metavar="LIST"),
+    Option("layouts", "the layout axis of tests that take the `layout` fixture: how a "
+           "case's ranks share the work, comma-separated, each terms joined by x of dp (DDP), "
+           "fsdp (FSDP2 / ZeRO-3), tp (tensor parallel), pp (pipeline parallel) with an "
+           "optional degree, a term without one taking the ranks the others leave: dp, fsdp, "
+           "tp, pp, fsdp2xtp2, pp2-gpipe-mb8 (docs/layouts.md). Overrides the test's "
+           "@pytest.mark.layouts(...). A layout runs on the topologies whose ranks its "
+           "degrees divide. Default: the marker's, else dp.",
+           _optional(parse_layouts), metavar="LIST"),
     Option("strict", "fail cases that have no baseline for this fingerprint, and cases whose "
            "verdict is still inconclusive after --dlperf-max-repeats.", _bool, False, flag=True),
     Option("update_baselines", "write the measured figures as the new baselines: 'all' (the bare "

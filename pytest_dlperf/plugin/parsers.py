@@ -8,6 +8,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from ..core.parallel import LayoutError, parse_layout
+
 
 def _int(minimum: int) -> Callable[[str], int]:
     def parse(raw: str) -> int:
@@ -171,3 +173,16 @@ def _revision(raw: str) -> str:
         raise ValueError(f"expected a git revision (a commit, branch or tag: main, HEAD~1, "
                          f"v1.2), got {raw!r}")
     return text
+
+
+def parse_layouts(raw: str) -> tuple[str, ...]:
+    """Comma-separated layout spellings (``dp,fsdp,fsdp2xtp2``), each checked."""
+    values = tuple(dict.fromkeys(v.strip().lower() for v in str(raw).split(",") if v.strip()))
+    if not values:
+        raise ValueError("expected a comma-separated list of layouts such as dp,fsdp,tp,pp")
+    for value in values:
+        try:
+            parse_layout(value)
+        except LayoutError as exc:
+            raise ValueError(str(exc)) from None
+    return values

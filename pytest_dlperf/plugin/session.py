@@ -58,7 +58,7 @@ class SessionState:
     store: BaselineStore
     rootpath: Path
     reports: list[CaseReport] = field(default_factory=list)
-    siblings: dict[SiblingKey, dict[str, str]] = field(default_factory=dict)
+    siblings: dict[SiblingKey, dict[tuple[str, str | None], str]] = field(default_factory=dict)
     # FLOPs per sample, counted once per workload, recipe and sizes in a session.
     flops_counts: dict[str, FlopsCount] = field(default_factory=dict)
     # Asked once for the commit the measured code is at (the pytest_dlperf_commit_info hook).
@@ -224,12 +224,17 @@ class SessionState:
         for item in items:
             key, topology_id = _sibling_key(item)
             if key is not None and topology_id is not None:
-                self.siblings.setdefault(key, {})[topology_id] = item.nodeid
+                self.siblings.setdefault(key, {})[(topology_id, _layout_text(item))] = \
+                    item.nodeid
 
     def case_at(self, node: pytest.Item, topology: Topology) -> str | None:
-        """The node id of this test with its ``cluster`` parameter at ``topology``."""
+        """The node id of this test with its ``cluster`` parameter at ``topology`` (and its
+        ``layout``, where it has one, plain data parallelism: what one device does alone)."""
         key, _ = _sibling_key(node)
-        return self.siblings.get(key, {}).get(topology.id) if key is not None else None
+        if key is None:
+            return None
+        found = self.siblings.get(key, {})
+        return found.get((topology.id, None)) or found.get((topology.id, "dp"))
 
     @property
     def commit(self) -> dict[str, Any]:
@@ -286,7 +291,13 @@ def _sibling_key(item: Any) -> tuple[SiblingKey | None, str | None]:
         return None, None
     topology = callspec.params["cluster"]
     others = tuple(sorted((name, id(value)) for name, value in callspec.params.items()
-                          if name != "cluster"))
+                          if name not in ("cluster", "layout")))
     parent = item.parent.nodeid if item.parent is not None else ""
     return (parent, getattr(item, "originalname", item.name), others), getattr(topology, "id", None)
 
+
+
+def _layout_text(item: Any) -> str | None:
+    """The layout a case was parametrized with, as spelled (None: no layout axis)."""
+    spelling = getattr(getattr(item, "callspec", None), "params", {}).get("layout")
+    return getattr(spelling, "text", None)

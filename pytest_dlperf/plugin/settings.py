@@ -33,6 +33,7 @@ class Settings:
     busy_threshold: float  # the machine's share others may take before a launch is retried
     precisions: tuple[str, ...] | None  # None: both, AMP skipped on a CPU without bf16
     compilers: tuple[str, ...] | None  # None: the device type's default
+    layouts: tuple[str, ...] | None  # None: each test's layouts marker, else dp
     strict: bool
     update_baselines: str | None
     baseline_launches: int

@@ -64,7 +64,10 @@ def run(spec: RankSpec | dict[str, Any], dist: DistEnv) -> dict[str, Any]:
         from .flops import count_in_rank
 
         flops = count_in_rank(spec)
-    live = (RankProgress(spec.progress, spec.batch_size * dist.world_size, spec.unit)
+    layout = spec.parallel(dist.world_size)
+    live = (RankProgress(spec.progress,
+                         layout.units_per_step(spec.batch_size, spec.units_per_sample),
+                         spec.unit)
             if spec.progress and dist.rank == 0 else None)
     if live is not None:
         live.event("started")
@@ -95,7 +98,10 @@ def run(spec: RankSpec | dict[str, Any], dist: DistEnv) -> dict[str, Any]:
                                                                 protocol.steps)))
         if duet is not None:  # no side's wind-down beside the other's last window
             duet.wait("end")
-        local = local_step_s(trainer, protocol.steps) if dist.world_size > 1 else None
+        # The straggler check compares ranks that each run the whole model alone (DDP's
+        # no_sync); a rank of a sharded layout cannot run a step without the others.
+        local = (local_step_s(trainer, protocol.steps)
+                 if dist.world_size > 1 and layout.is_data_parallel else None)
         # The rank's interpreter, which the fingerprint records (not pytest's: OneFlow's ranks
         # run under their own).
         environment = {"python": platform.python_version(), **trainer.environment()}

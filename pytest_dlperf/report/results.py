@@ -46,6 +46,15 @@ def benchmark_entry(report: CaseReport) -> dict[str, Any]:
             "batch_size_requested": "max" if report.batch_search else report.workload.batch_size,
             "batch_search": report.batch_search.to_json() if report.batch_search else None,
             "global_batch": report.result.global_batch,
+            # How the ranks shared the work: "dp" (plain data parallelism) or its id, the
+            # degrees, and the units one sample holds (a language model's tokens): the
+            # samples_per_s figures below count units.
+            "layout": report.layout.id or "dp",
+            "layout_degrees": report.layout.to_json(),
+            "data_parallel_ranks": (report.layout.data_parallel
+                                    if not report.layout.is_data_parallel
+                                    else report.topology.world_size),
+            "units_per_sample": report.workload.units_per_sample,
             "unit": report.workload.unit,
             "sizes": dict(report.workload.sizes),
             "samples_per_s": report.result.median,

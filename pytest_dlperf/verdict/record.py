@@ -11,6 +11,7 @@ from typing import Any
 
 from ..core.batchsearch import Search
 from ..core.facts import Facts
+from ..core.parallel import DATA_PARALLEL, Layout
 from ..core.protocol import Protocol, Result, median_of_launches, split
 from ..core.topology import Topology
 from ..core.workload import CaseWorkload, Precision
@@ -62,6 +63,7 @@ class CaseReport:
     # timed two windows): whether a launch measured anything (``unstable.too_unstable_to_record``).
     within_cv: float | None = None
     compiler: str = "eager"
+    layout: Layout = DATA_PARALLEL  # how the ranks shared the work
     param: str = ""  # pytest's parameter id (callspec.id)
     machine: str = ""  # --dlperf-machine: whose baselines judge this case
     other_machines: list[str] = field(default_factory=list)  # with a baseline of this case
