@@ -42,6 +42,8 @@ STATE = pytest.StashKey[SessionState]()
 # what to tell the user once every one was deselected (terminal summary).
 UNMARKED_PERF_CASES = pytest.StashKey[int]()
 MULTINODE_HINT = pytest.StashKey[str]()
+# Layouts that cannot be read or fit none of a test's topologies, found while parametrizing.
+LAYOUT_ERRORS = pytest.StashKey[list[str]]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -96,6 +98,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     topology before ``-k``/``-m`` deselect any (a scaling case's 1n1d reference). Scaling cases
     run when asked for (``-m multinode``) or when there are nodes to scale to (``--nodes`` > 1);
     otherwise they would repeat the single-node cases' 1n1d and 1nMd."""
+    errors = config.stash.get(LAYOUT_ERRORS, [])
+    if errors:
+        raise pytest.UsageError("\n".join(dict.fromkeys(errors)))
     for item in items:
         for marker in item.iter_markers("dlperf"):
             options.parse_marker(marker, item.nodeid)
@@ -143,18 +148,25 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     sweeps fp32/AMP. A test that only asks for ``throughput_meter`` runs one full-node fp32 case."""
     named = inspect.signature(metafunc.function).parameters
     state = metafunc.config.stash[STATE]
-    spellings = (layouts.asked(metafunc.definition, state.settings.layouts)
-                 if "layout" in named else None)
+    spellings, pairs = None, None
+    multinode = metafunc.definition.get_closest_marker("multinode") is not None
+    try:  # a usage error, raised once collection is done (here pytest would call it an error)
+        if "layout" in named:
+            spellings = layouts.asked(metafunc.definition, state.settings.layouts)
+            if "cluster" in named:
+                pairs = layouts.pairs(metafunc.definition.nodeid, state.ladder(multinode),
+                                      spellings)
+    except pytest.UsageError as exc:
+        metafunc.config.stash.setdefault(LAYOUT_ERRORS, []).append(str(exc))
+        spellings = pairs = None
     if "cluster" in named:
-        multinode = metafunc.definition.get_closest_marker("multinode") is not None
         topologies = state.ladder(multinode)
-        if spellings is None:
+        if pairs is None:
             metafunc.parametrize("cluster", topologies, ids=[t.id for t in topologies],
                                  indirect=True)
         else:
             # One axis, so that a case's id reads 1n2d-fsdp2: the degrees resolved on the
             # topology's ranks (a layout runs where they divide them).
-            pairs = layouts.pairs(metafunc.definition.nodeid, topologies, spellings)
             metafunc.parametrize(("cluster", "layout"), [(t, s) for t, s, _ in pairs],
                                  ids=[ident for _, _, ident in pairs], indirect=True)
     elif spellings is not None:
