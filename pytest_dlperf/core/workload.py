@@ -110,8 +110,11 @@ class Workload:
     optimizer: Optimizer = SGD()
     seed: int = 0
     # FLOPs of one trained sample (forward and backward), where they are not to be counted
-    # from the torch recipe (a workload without one). None: counted (pytest_dlperf.rank.flops).
-    flops_per_sample: float | None = None
+    # from the torch recipe (a workload without one, or a formula such as a language model's
+    # 6N + 12LHQT a token): a number, or a function of the case's sizes returning
+    # it (``def flops(sizes: Mapping[str, SizeValue]) -> float``), called on the pytest side.
+    # None: counted (pytest_dlperf.rank.flops).
+    flops_per_sample: float | Callable[[Mapping[str, SizeValue]], float] | None = None
     # How many units one sample holds: an int, or the name of one of ``sizes`` (a language
     # model's "seq_length"): throughput then reads units/s (``unit="tokens"``: tokens/s).
     units_per_sample: int | str = 1
@@ -124,11 +127,12 @@ class Workload:
         if not self.name or not isinstance(self.name, str):
             raise WorkloadError(f"Workload name must be a non-empty string, got {self.name!r}")
         flops = self.flops_per_sample
-        if flops is not None and (isinstance(flops, bool) or not isinstance(flops, (int, float))
-                                  or not flops > 0):
+        if flops is not None and not callable(flops) and (
+                isinstance(flops, bool) or not isinstance(flops, (int, float))
+                or not flops > 0):
             raise WorkloadError(f"workload {self.name!r}: flops_per_sample must be a positive "
-                                f"number (FLOPs of one sample's forward and backward), got "
-                                f"{flops!r}")
+                                f"number (FLOPs of one sample's forward and backward) or a "
+                                f"function of the case's sizes returning one, got {flops!r}")
         if not self.recipes:
             raise WorkloadError(f"workload {self.name!r} has no recipes: give at least one, "
                                 "e.g. recipes={'torch': build_my_model}")

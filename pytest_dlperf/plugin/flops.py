@@ -9,14 +9,23 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..core.protocol import Protocol
 from ..core.spec import RankSpec, spec_for
-from ..core.workload import CaseWorkload, Workload, WorkloadError, recipe_reference
-from ..verdict.mfu import FlopsCount, Peak, math_precision, peak_for
+from ..core.workload import CaseWorkload, SizeValue, Workload, WorkloadError, recipe_reference
+from ..verdict.mfu import (
+    FlopsCount,
+    ImpossibleMFU,
+    Peak,
+    math_precision,
+    model_flops_utilization,
+    peak_for,
+)
+from .outcome import fail
 
 
 def count_in_subprocess(spec: RankSpec, work_dir: Path,
@@ -57,7 +66,10 @@ def flops_key(workload: Workload, sized: CaseWorkload, device_type: str) -> str:
     torch_recipe = workload.recipes.get("torch")
     reference = (None if torch_recipe is None else
                  recipe_reference(torch_recipe, f"workload {workload.name!r}, torch recipe"))
-    return json.dumps([workload.name, workload.flops_per_sample,
+    stated: Any = workload.flops_per_sample
+    if callable(stated):  # a formula: named by where it lives (its repr holds an address)
+        stated = f"{getattr(stated, '__module__', '')}:{getattr(stated, '__qualname__', '')}"
+    return json.dumps([workload.name, stated,
                        None if reference is None else asdict(reference),
                        dict(sized.sizes), sized.batch_size, device_type],
                       sort_keys=True, default=str)
@@ -66,10 +78,18 @@ def flops_key(workload: Workload, sized: CaseWorkload, device_type: str) -> str:
 def flops_per_sample(workload: Workload, sized: CaseWorkload, protocol: Protocol,
                      device_type: str, rank_flops: dict[str, Any] | None,
                      work_dir: Path) -> FlopsCount:
-    """FLOPs per sample: the workload's own figure, else what a torch rank counted, else
-    counted in a subprocess with the workload's torch recipe."""
+    """FLOPs per sample: the workload's own figure (or formula of its sizes), else what a torch
+    rank counted, else counted in a subprocess with the workload's torch recipe; with the
+    units a sample holds (throughput is in units/s)."""
+    count = _flops_per_sample(workload, sized, protocol, device_type, rank_flops, work_dir)
+    return replace(count, units_per_sample=sized.units_per_sample, unit=sized.unit)
+
+
+def _flops_per_sample(workload: Workload, sized: CaseWorkload, protocol: Protocol,
+                      device_type: str, rank_flops: dict[str, Any] | None,
+                      work_dir: Path) -> FlopsCount:
     if workload.flops_per_sample is not None:
-        return FlopsCount(float(workload.flops_per_sample), "workload")
+        return stated_flops(workload, sized.sizes)
     if rank_flops is not None:
         value = rank_flops.get("flops_per_sample")
         return FlopsCount(None if value is None else float(value), str(rank_flops["source"]),
@@ -81,6 +101,25 @@ def flops_per_sample(workload: Workload, sized: CaseWorkload, protocol: Protocol
     except WorkloadError as exc:
         return FlopsCount(None, "none", str(exc))
     return count_in_subprocess(reference, work_dir)
+
+
+def stated_flops(workload: Workload, sizes: Mapping[str, SizeValue]) -> FlopsCount:
+    """The workload's own FLOPs per sample: its number, or its formula of the case's sizes;
+    a formula that fails or returns no positive number is a problem reported, not raised
+    (FLOPs are not what the case measures)."""
+    stated = workload.flops_per_sample
+    if not callable(stated):
+        return FlopsCount(None if stated is None else float(stated), "workload")
+    name = getattr(stated, "__qualname__", repr(stated))
+    try:
+        value = stated(dict(sizes))
+    except Exception as exc:  # noqa: BLE001 - the user's formula
+        return FlopsCount(None, "none", f"workload {workload.name!r}: flops_per_sample "
+                          f"({name}) failed on sizes {dict(sizes)}: {type(exc).__name__}: {exc}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        return FlopsCount(None, "none", f"workload {workload.name!r}: flops_per_sample ({name}) "
+                          f"returned {value!r} for sizes {dict(sizes)}, not a positive number")
+    return FlopsCount(float(value), "workload")
 
 
 @dataclass(frozen=True)
@@ -95,8 +134,18 @@ class Utilization:
 def utilization(flops: FlopsCount, per_device_rate: float, amp_dtype: str,
                 environment: dict[str, Any], device_name: str | None,
                 peak_override: float | None) -> Utilization:
-    if flops.per_sample is None:
+    """``per_device_rate`` is the throughput per device in the workload's units (tokens/s of a
+    language model: the FLOPs of a unit multiply it). An MFU above 100% fails the case naming
+    the peak, never shown as a figure."""
+    per_unit = flops.per_unit
+    if per_unit is None:
         return Utilization()
-    achieved = flops.per_sample * per_device_rate
+    achieved = per_unit * per_device_rate
     peak = peak_for(device_name, math_precision(amp_dtype, environment), peak_override)
-    return Utilization(achieved, peak, None if peak is None else achieved / peak.flops_per_s)
+    if peak is None:
+        return Utilization(achieved)
+    try:
+        mfu = model_flops_utilization(achieved, peak, flops, per_device_rate)
+    except ImpossibleMFU as exc:
+        fail(f"pytest-dlperf: {exc}")
+    return Utilization(achieved, peak, mfu)

@@ -7,20 +7,26 @@ uses this figure). The count runs in a subprocess of pytest's interpreter
 (``python -m pytest_dlperf.rank.flops SPEC.json``) on torch's ``meta`` device, where no tensor holds
 data and nothing is computed, so DLPerf's full sizes count in a second on any host; a recipe
 that cannot run on ``meta`` (a data-dependent op) is counted on the CPU at batch 1 instead. A
-workload may state its figure instead (``Workload(flops_per_sample=...)``), the only way for a
-workload without a torch recipe.
+workload may state its figure instead (``Workload(flops_per_sample=...)``: a number, or a
+function of the case's sizes such as the GPT's 6N + 12·L·H·Q·T a token), the only way for a
+workload without a torch recipe. A recipe is counted as the whole model, called without a
+layout or mesh whatever the case's layout.
 
 ``FlopCounterMode`` counts the matrix products and convolutions (2 FLOPs a multiply-add),
 forward and backward, which is what MFU conventionally counts (PaLM's appendix B, Megatron):
 elementwise work, normalization and the optimizer are left out.
 
-MFU = achieved FLOP/s per device / the device's dense peak for the precision the math ran in.
+MFU = achieved FLOP/s per device / the device's dense peak for the precision the math ran in,
+the achieved FLOP/s being the FLOPs of one unit of the throughput (a sample, or a language
+model's token: per sample / units per sample) times the units/s per device. Above 100% it is
+refused: the peak is wrong (``verdict.mfu.ImpossibleMFU``).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from typing import Any
 
 # -- the counting subprocess -----------------------------------------------------------------
@@ -47,7 +53,9 @@ def _count_step(spec: Any, device: str) -> float:
     from ..core.workload import load_recipe
 
     recipe = load_recipe(spec.recipe)
-    ctx = spec.context(0, 1, 0, device)
+    # The whole model, unsharded, whatever the case's layout: no mesh exists here, and model
+    # FLOPs are the whole model's (a recipe reads ctx.layout None as "build it plain").
+    ctx = replace(spec.context(0, 1, 0, device), layout=None, mesh=None)
     parts = recipe(ctx)
     model = parts.model.to(device)
     if parts.data is not None:

@@ -13,11 +13,15 @@ from typing import Any
 # (the sparsity figures halved): "NVIDIA H100 Tensor Core GPU" datasheet (SXM5 / PCIe / NVL), the
 # H200 datasheet (same compute as H100 SXM), "NVIDIA A100 Tensor Core GPU" datasheet (SXM4 and
 # PCIe alike), "NVIDIA Tesla V100" datasheet (SXM2 / PCIe). Matched against NVML's device name,
-# first pattern that the name contains wins.
+# first pattern that the name contains wins. H100 SXM's bf16 is 989.4 T: the 1,979 T of the
+# datasheet's headline is with 2:4 sparsity, and a dense MFU against it reads half (torchtitan
+# #1393 made that mistake with B200's); TF32 is half of bf16, so a bf16 case measured against it
+# reads double (torchtitan #668), which is why the peak follows the precision the math ran in.
 PEAK_FLOPS: tuple[tuple[str, dict[str, float]], ...] = (
     ("H100 PCIe", {"bf16": 756.5e12, "fp16": 756.5e12, "tf32": 378e12, "fp32": 51e12}),
     ("H100 NVL", {"bf16": 835.5e12, "fp16": 835.5e12, "tf32": 417.5e12, "fp32": 60e12}),
     ("H100", {"bf16": 989.4e12, "fp16": 989.4e12, "tf32": 494.7e12, "fp32": 66.9e12}),
+    ("H200 NVL", {"bf16": 835.5e12, "fp16": 835.5e12, "tf32": 417.5e12, "fp32": 60e12}),
     ("H200", {"bf16": 989.4e12, "fp16": 989.4e12, "tf32": 494.7e12, "fp32": 66.9e12}),
     ("A100", {"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12}),
     ("V100-PCIE", {"fp16": 112e12, "fp32": 14e12}),
@@ -26,11 +30,22 @@ PEAK_FLOPS: tuple[tuple[str, dict[str, float]], ...] = (
 _DTYPE_PRECISION = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 
 
+OVERRIDE = "--dlperf-peak-flops"
+
+
 @dataclass(frozen=True)
 class Peak:
     device: str  # the device name it was found for, or "--dlperf-peak-flops"
     precision: str  # "bf16" | "fp16" | "tf32" | "fp32"
     flops_per_s: float
+
+    @property
+    def source(self) -> str:
+        """Where the figure came from, in words a user can act on."""
+        if self.device == OVERRIDE:
+            return OVERRIDE
+        return (f"pytest-dlperf's table of dense peaks (pytest_dlperf.verdict.mfu.PEAK_FLOPS) "
+                f"for {self.device!r}")
 
     def to_json(self) -> dict[str, Any]:
         return {"device": self.device, "precision": self.precision,
@@ -53,7 +68,7 @@ def peak_for(device_name: str | None, precision: str,
     user's ``--dlperf-peak-flops``) wins. None: not known (every CPU, an unlisted GPU, a
     precision the device lacks)."""
     if override is not None:
-        return Peak("--dlperf-peak-flops", precision, override)
+        return Peak(OVERRIDE, precision, override)
     if not device_name:
         return None
     for pattern, peaks in PEAK_FLOPS:
@@ -70,7 +85,41 @@ class FlopsCount:
     per_sample: float | None
     source: str  # "FlopCounterMode (meta)", "FlopCounterMode (cpu, batch 1)", "workload", ...
     problem: str | None = None
+    # Units (tokens) a sample holds, and their name: throughput is in units/s ("tokens/s"), so
+    # the FLOPs a unit takes are what multiplies it.
+    units_per_sample: int = 1
+    unit: str = "samples"
+
+    @property
+    def per_unit(self) -> float | None:
+        """FLOPs of one unit of the throughput (a token of a language model, else a sample)."""
+        return None if self.per_sample is None else self.per_sample / self.units_per_sample
 
     def to_json(self) -> dict[str, Any]:
         return {"flops_per_sample": self.per_sample, "source": self.source,
-                "problem": self.problem}
+                "problem": self.problem, "units_per_sample": self.units_per_sample,
+                "unit": self.unit}
+
+
+class ImpossibleMFU(ValueError):
+    """An MFU above 100%: no device computes above its peak, so the peak (or the FLOPs per
+    sample) is wrong, and the figure is refused rather than shown."""
+
+
+def model_flops_utilization(achieved_flops_per_s: float, peak: Peak, flops: FlopsCount,
+                            per_device_rate: float) -> float:
+    """Achieved FLOP/s per device over the peak; an ``ImpossibleMFU`` naming the peak, its
+    source and precision where that is above 1 (torchtitan users were shown 152% and 563%)."""
+    mfu = achieved_flops_per_s / peak.flops_per_s
+    if mfu <= 1.0:
+        return mfu
+    unit = flops.unit
+    per = unit[:-1] if unit.endswith("s") else unit
+    raise ImpossibleMFU(
+        f"MFU {mfu:.1%} is above 100%: {achieved_flops_per_s:.4g} FLOP/s per device achieved "
+        f"({flops.per_unit:.4g} FLOP per {per} ({flops.source}) x {per_device_rate:,.2f} "
+        f"{unit}/s per device) against a peak of {peak.flops_per_s:.4g} FLOP/s at "
+        f"{peak.precision} from {peak.source}. No device computes above its dense peak, so "
+        f"the peak is wrong for this device and precision (a sparsity figure, another card's, "
+        f"the TF32 figure for {peak.precision} math?) or the workload's FLOPs per sample are: "
+        f"give the device's dense {peak.precision} peak with {OVERRIDE}")
