@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from ..core.workload import Workload
 from .bert import WORKLOAD as BERT_BASE
+from .gpt import WORKLOAD as GPT
 from .resnet50 import WORKLOAD as RESNET50
 
-__all__ = ["BERT_BASE", "BUILTIN", "RESNET50", "builtin", "with_recipe"]
+__all__ = ["BERT_BASE", "BUILTIN", "GPT", "RESNET50", "builtin", "with_recipe"]
 
-BUILTIN: dict[str, Workload] = {w.name: w for w in (RESNET50, BERT_BASE)}
+BUILTIN: dict[str, Workload] = {w.name: w for w in (RESNET50, BERT_BASE, GPT)}
 
 
 def with_recipe(key: str) -> list[str]:
