@@ -1,0 +1,238 @@
+"""The built-in GPT: its parameter counts (GPT-2 124M, Llama 3 8B on the meta device), its FLOPs
+per token by formula against a hand computation and against FlopCounterMode, its tensor-parallel
+plan on two CPU ranks against the unsharded model, its pipeline split, a CPU training case
+through the plain torch adapter, and an MFU above 100% failing the case naming the peak."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_dlperf.core.parallel import Layout
+from pytest_dlperf.core.protocol import QUICK
+from pytest_dlperf.core.spec import spec_for
+from pytest_dlperf.core.workload import BuildContext, Workload, WorkloadError
+from pytest_dlperf.models import BUILTIN, gpt
+from pytest_dlperf.plugin import flops as pytest_flops
+from pytest_dlperf.rank import flops as rank_flops
+from pytest_dlperf.verdict import mfu
+
+# At import, before any pytester snapshot of sys.modules (tests/test_own_model.py says why).
+torch = pytest.importorskip("torch")
+
+
+def built(sizes: dict[str, Any]) -> int:
+    model = gpt.torch_model(gpt.GPTShape.of(sizes), "meta")
+    return sum(p.numel() for p in model.parameters())
+
+
+def context(sizes: dict[str, Any], device: str = "cpu", batch: int = 2,
+            layout: Layout | None = None, rank: int = 0) -> BuildContext:
+    return BuildContext("torch", "cpu", device, batch, sizes, "fp32", "float32", False, 0, rank,
+                        layout.world_size if layout else 1, rank, layout=layout)
+
+
+def test_gpt2_124m_has_124_475_904_parameters() -> None:
+    assert BUILTIN["gpt"] is gpt.WORKLOAD
+    assert gpt.WORKLOAD.sizes_for("cuda", "fp32") == gpt.GPT2_124M
+    # wte 50,304 x 768 (tied: the head's too) + wpe 1,024 x 768 + 12 blocks of 7,087,872 (LN
+    # 1,536, Q/K/V 1,771,776, out 590,592, LN 1,536, MLP 2,362,368 + 2,360,064) + LN_f 1,536.
+    assert built(gpt.GPT2_124M) == gpt.parameter_count(gpt.GPT2_124M) == 124_475_904
+    # Unpadded: transformers' gpt2, 124,439,808.
+    assert built({**gpt.GPT2_124M, "vocab_size": 50257}) == 124_439_808
+    assert built(gpt.CPU_SIZES) == gpt.parameter_count(gpt.CPU_SIZES) == 867_072
+
+
+def test_llama3_8b_has_8_030_261_248_parameters() -> None:
+    # Embedding and head 128,256 x 4,096 each, 32 blocks of 218,112,000 (Q, O 4,096^2; K, V
+    # 4,096 x 1,024; w1, w2, w3 4,096 x 14,336; two RMSNorms), the final RMSNorm.
+    assert built(gpt.LLAMA3_8B) == gpt.parameter_count(gpt.LLAMA3_8B) == 8_030_261_248
+
+
+def test_flops_per_token_are_6n_plus_12lhqt() -> None:
+    # GPT-2 124M: N = 124,475,904 - the 786,432 learned positions (the tied embedding is the
+    # head's matrix and stays in); 12 L H Q T = 12 x 12 x 12 x 64 x 1,024.
+    n = 124_475_904 - 1024 * 768
+    assert gpt.GPTShape.of(gpt.GPT2_124M).flops_per_token() == 6 * n + 113_246_208 == 855_383_040
+    assert gpt.flops_per_sequence(gpt.GPT2_124M) == 1024 * 855_383_040
+    # Llama 3 8B: N = 8,030,261,248 - the 525,336,576 of the (untied) token embedding.
+    n = 8_030_261_248 - 128_256 * 4096
+    per_token = 6 * n + 12 * 32 * 32 * 128 * 8192
+    assert gpt.GPTShape.of(gpt.LLAMA3_8B).flops_per_token() == per_token == 57_914_449_920
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_flop_counter_mode_agrees_with_the_formula_but_for_the_vectors(arch: str) -> None:
+    """FlopCounterMode counts the products only: the formula's 6N less the 1-D parameters
+    (biases, norms), and the same attention, with the rank's counting path ignoring the case's
+    layout (8 pipeline stages of a 4-layer model would be refused by the recipe)."""
+    sizes = {**gpt.CPU_SIZES, "arch": arch, "num_kv_heads": 2 if arch == "llama" else 4}
+    workload = Workload("gpt_small", gpt.WORKLOAD.recipes, sizes=sizes,
+                        units_per_sample="seq_length", layouts=("dp", "fsdp", "tp", "pp"))
+    spec = spec_for("torch", workload, protocol=QUICK, device_type="cpu", batch_size=2,
+                    layout=Layout(pp=8))
+    with pytest.raises(WorkloadError, match="8 pipeline stages"):
+        gpt.torch_recipe(spec.context(0, 8, 0, "meta"))
+    counted = rank_flops.count(spec)
+    assert counted["source"] == "FlopCounterMode (meta)"
+    model = gpt.torch_model(gpt.GPTShape.of(sizes), "meta")
+    vectors = sum(p.numel() for p in model.parameters() if p.dim() == 1)
+    seq = int(sizes["seq_length"])
+    assert counted["flops_per_sample"] == gpt.flops_per_sequence(sizes) - 6 * vectors * seq
+
+
+def test_the_formula_is_the_case_count_and_mfu_is_per_token() -> None:
+    sized = gpt.WORKLOAD.sizes_for("cpu", "fp32")
+    from pytest_dlperf.core.workload import CaseWorkload
+
+    case = CaseWorkload.of(gpt.WORKLOAD, "cpu", "fp32")
+    assert case.units_per_sample == 64 and case.unit == "tokens"
+    count = pytest_flops.flops_per_sample(gpt.WORKLOAD, case, QUICK, "cpu", None, Path("."))
+    assert count.source == "workload" and count.per_sample == gpt.flops_per_sequence(sized)
+    assert count.per_unit == gpt.GPTShape.of(sized).flops_per_token() == 5_546_496
+    # 10,000 tokens/s per device against a 1 PFLOP/s peak.
+    used = pytest_flops.utilization(count, 10_000.0, "float32", {}, None, 1e15)
+    assert used.achieved_flops_per_s == 10_000 * 5_546_496
+    assert used.mfu == pytest.approx(10_000 * 5_546_496 / 1e15)
+
+
+def test_a_formula_that_fails_is_a_problem_not_a_crash() -> None:
+    def broken(sizes: Any) -> float:
+        raise KeyError("hidden")
+
+    workload = Workload("w", {"torch": "m:f"}, flops_per_sample=broken)
+    from pytest_dlperf.core.workload import CaseWorkload
+
+    count = pytest_flops.flops_per_sample(workload, CaseWorkload.of(workload, "cpu", "fp32"),
+                                          QUICK, "cpu", None, Path("."))
+    assert count.per_sample is None and "KeyError" in str(count.problem)
+    with pytest.raises(WorkloadError, match="function of the case's sizes"):
+        Workload("w", {"torch": "m:f"}, flops_per_sample=-1.0)
+
+
+def test_an_mfu_above_100_percent_is_an_error_naming_the_peak() -> None:
+    count = mfu.FlopsCount(1024 * 855_383_040.0, "workload", units_per_sample=1024,
+                           unit="tokens")
+    peak = mfu.peak_for("NVIDIA H100 80GB HBM3", "tf32")
+    assert peak is not None
+    achieved = 855_383_040 * 1e6  # 1M tokens/s per device: 855 TFLOP/s, above TF32's 494.7
+    with pytest.raises(mfu.ImpossibleMFU) as raised:
+        mfu.model_flops_utilization(achieved, peak, count, 1e6)
+    text = str(raised.value)
+    assert "MFU 172.9% is above 100%" in text
+    assert "4.947e+14 FLOP/s at tf32 from pytest-dlperf's table of dense peaks" in text
+    assert "'NVIDIA H100 80GB HBM3'" in text and "8.554e+08 FLOP per token" in text
+    assert "--dlperf-peak-flops" in text
+    bf16 = mfu.peak_for("NVIDIA H100 80GB HBM3", "bf16")
+    assert bf16 is not None and bf16.flops_per_s == 989.4e12  # dense; 1,979 is with sparsity
+    assert mfu.model_flops_utilization(achieved, bf16, count, 1e6) == pytest.approx(0.8646,
+                                                                                     abs=1e-4)
+    nvl = mfu.peak_for("NVIDIA H200 NVL", "bf16")
+    assert nvl is not None and nvl.flops_per_s == 835.5e12
+
+
+def test_the_tp_plan_and_pipeline_split_name_the_model() -> None:
+    shape = gpt.GPTShape.of({**gpt.CPU_SIZES, "arch": "llama", "num_kv_heads": 2})
+    model = gpt.torch_model(shape, "meta")
+    names = {name for name, _ in model.named_modules()}
+    plan = gpt.tp_plan(shape)
+    assert set(plan) <= names and "output" in plan and "layers.3.feed_forward.w3" in plan
+    assert "output" not in gpt.tp_plan(gpt.GPTShape.of(gpt.CPU_SIZES))  # tied: follows wte
+    assert gpt.pipeline_split(shape, 2) == ["layers.2"]
+    assert gpt.pipeline_split(gpt.GPTShape.of(gpt.GPT2_124M), 4) == [
+        "layers.3", "layers.6", "layers.9"]
+    parts = gpt.torch_recipe(context(dict(gpt.CPU_SIZES), "meta", layout=Layout(pp=2)))
+    assert parts.tp_plan is None and parts.pipeline_split == ["layers.2"]
+    interleaved = Layout(pp=2, schedule="interleaved1f1b")
+    parts = gpt.torch_recipe(context(dict(gpt.CPU_SIZES), "meta", layout=interleaved))
+    assert parts.pipeline_split == ["layers.1", "layers.2", "layers.3"]
+    assert gpt.torch_recipe(context(dict(gpt.CPU_SIZES), "meta")).tp_plan is None
+    with pytest.raises(WorkloadError, match="num_heads"):
+        gpt.torch_recipe(context(dict(gpt.CPU_SIZES), "meta", layout=Layout(tp=8)))
+
+
+def _tp_rank(rank: int, port: int, out: str) -> None:
+    """One of two gloo ranks: each architecture's model sharded by its plan against the same
+    model unsharded, on the same tokens."""
+    import os
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.set_num_threads(1)
+    mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("tp",))
+    found = {}
+    for arch in ("gpt2", "llama"):
+        sizes = {**gpt.CPU_SIZES, "arch": arch, "num_kv_heads": 2 if arch == "llama" else 4}
+        torch.manual_seed(rank)  # as the adapter seeds ranks: the weights must not follow
+        parts = gpt.torch_recipe(context(sizes, layout=Layout(tp=2), rank=rank))
+        whole = gpt.torch_model(gpt.GPTShape.of(sizes))
+        whole.load_state_dict(parts.model.state_dict())
+        targets = parts.targets().clone()
+        sharded = parallelize_module(parts.model, mesh["tp"], parts.tp_plan)
+        loss = parts.loss(sharded(parts.inputs), targets)
+        loss.backward()
+        grad = sharded.layers[0].attention.wq.weight.grad.full_tensor()
+        found[arch] = {"loss": loss.item(), "tokens": parts.inputs.sum().item(),
+                       "grad": grad.norm().item()}
+        if rank == 0:
+            want = parts.loss(whole(parts.inputs), targets)
+            want.backward()
+            found[arch].update(want=want.item(),
+                               want_grad=whole.layers[0].attention.wq.weight.grad.norm().item())
+    Path(out, f"{rank}.json").write_text(json.dumps(found))
+    dist.destroy_process_group()
+
+
+def test_two_tensor_parallel_ranks_train_what_one_process_trains(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    torch.multiprocessing.spawn(_tp_rank, args=(port, str(tmp_path)), nprocs=2)
+    ranks = [json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1)]
+    for arch in ("gpt2", "llama"):
+        zero, one = ranks[0][arch], ranks[1][arch]
+        assert zero["tokens"] == one["tokens"]  # one replica: the same tokens on both
+        assert zero["loss"] == pytest.approx(one["loss"], rel=1e-6)
+        assert zero["loss"] == pytest.approx(zero["want"], rel=1e-5)
+        assert zero["grad"] == pytest.approx(zero["want_grad"], rel=1e-4)
+
+
+PERF = """
+def test_gpt(throughput_meter):
+    report = throughput_meter.measure("torch", "gpt")
+    assert report.environment.parameters == 867_072
+"""
+RUN = ("-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--dlperf-unstable-cv", "50",
+       "--devices-per-node", "1", "--dlperf-baselines", "bl", "--dlperf-update-baselines")
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_the_small_gpt_trains_on_the_cpu_in_tokens_per_second(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_perf=PERF)
+    result = pytester.runpytest_subprocess(*RUN, "--dlperf-json", "r.json", timeout=300)
+    result.assert_outcomes(passed=1)  # a loss that is not finite fails the case
+    (info,) = (b["extra_info"] for b in json.loads((pytester.path / "r.json").read_text())[
+        "benchmarks"])
+    assert info["flops_source"] == "workload"
+    assert info["flops_per_sample"] == 64 * 5_546_496
+    assert info["mfu"] is None  # a CPU: no peak
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_an_mfu_above_100_percent_fails_the_case_naming_the_peak(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_perf=PERF)
+    result = pytester.runpytest_subprocess(*RUN, "--dlperf-peak-flops", "1e6", timeout=300)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*pytest-dlperf: MFU *% is above 100%: * FLOP/s per device achieved (5.546e+06 FLOP "
+        "per token (workload) x * tokens/s per device) against a peak of 1e+06 FLOP/s at fp32 "
+        "from --dlperf-peak-flops.*give the device's dense fp32 peak with --dlperf-peak-flops*"])
