@@ -6,7 +6,8 @@ The public API for your own models is the workload (``Workload``, ``Parts``, ``B
 training ranks, possibly under another Python, and must not pull in pytest.
 """
 
+from .core.parallel import Layout
 from .core.workload import SGD, AdamW, BuildContext, Parts, Workload, WorkloadError
 
-__all__ = ["SGD", "AdamW", "BuildContext", "Parts", "Workload", "WorkloadError"]
+__all__ = ["SGD", "AdamW", "BuildContext", "Layout", "Parts", "Workload", "WorkloadError"]
 __version__ = "0.1.0"

@@ -165,6 +165,8 @@ class ThroughputMeter:
                      if self.cluster.world_size > 1 else None)
         result, verdicts = self._verdicts(launches, measured, baseline, reference, policy,
                                           baselines.machine_drift(case, fp))
+        # Before anything is recorded: an MFU above 100% (a wrong peak) fails the case here.
+        used = self._utilization(flops, measured, result)
         devices = self.cluster.world_size
         metrics = case_metrics(result, sized.unit, devices, reference)
         cv = coefficient_of_variation(result.samples_per_s)
@@ -188,7 +190,6 @@ class ThroughputMeter:
                 self.node.warn(DLPerfWarning(history.unread))
         elsewhere = baselines.elsewhere(case, fp) if baseline is None else None
         speedup = result.median / reference if reference is not None else None
-        used = self._utilization(flops, measured, result)
         report = CaseReport(
             **case.identity(version, env, sized, fp), result=result,
             verdict=verdicts[0], efficiency_verdict=verdicts[1], memory_verdict=verdicts[2],

@@ -356,12 +356,14 @@ def stragglers(case: str, ranks: Sequence[RankFigures], threshold: float) -> lis
 
 def min_mfu_message(report: CaseReport, minimum: float) -> str:
     peak, flops = report.peak, report.flops
-    assert peak is not None and report.mfu is not None and flops and flops.per_sample
+    assert peak is not None and report.mfu is not None and flops and flops.per_unit
     per_device = report.result.median / report.topology.world_size
+    one = "sample" if report.workload.units_per_sample == 1 else \
+        report.workload.unit.removesuffix("s")
     return (f"pytest-dlperf: MFU BELOW MINIMUM in {report.case}: MFU {report.mfu:.1%} is below "
             f"min_mfu {minimum:.1%} (@pytest.mark.dlperf): "
             f"{format_flops(report.achieved_flops_per_s)} per device achieved "
-            f"({format_flops(flops.per_sample, '')} per sample x {per_device:,.2f} "
+            f"({format_flops(flops.per_unit, '')} per {one} x {per_device:,.2f} "
             f"{report.workload.unit}/s per device) of {peak.device}'s "
             f"{format_flops(peak.flops_per_s)} {peak.precision} dense peak")
 
