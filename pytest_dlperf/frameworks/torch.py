@@ -1,4 +1,5 @@
-"""PyTorch: a workload's ``nn.Module`` under DistributedDataParallel.
+"""PyTorch: a workload's ``nn.Module`` under DistributedDataParallel, or sharded as the case's
+layout says (FSDP2, tensor and pipeline parallelism: ``_torch_parallel``).
 
 Runs inside a worker rank. ``torch`` is imported in ``build_trainer`` only, so that the plugin can
 read ``DISTRIBUTION`` without paying for a torch import.
@@ -12,6 +13,7 @@ from typing import Any
 from ..core.spec import OptimizerSpec, RankSpec
 from ..core.workload import BuildContext, Parts
 from . import Batches, DeviceUnavailable, DistEnv, fresh, map_batch, require_parameters
+from . import _torch_parallel as parallel
 
 DISTRIBUTION = "torch"
 RECIPE_FOR = "torch"
@@ -40,43 +42,70 @@ class TorchTrainer:
             torch.backends.cudnn.benchmark = True
         else:
             self.device = torch.device("cpu")
-        if dist.world_size > 1:
-            torch.distributed.init_process_group(backend="nccl" if self.cuda else "gloo")
-        torch.manual_seed(spec.seed + dist.rank)  # DDP broadcasts rank 0's weights
+        self.layout = spec.parallel(dist.world_size)
+        if self.layout.is_data_parallel:
+            if dist.world_size > 1:
+                torch.distributed.init_process_group(backend="nccl" if self.cuda else "gloo")
+            mesh = None
+            torch.manual_seed(spec.seed + dist.rank)  # DDP broadcasts rank 0's weights
+        else:
+            mesh = self._mesh(spec, dist)
+            # Seeded by the replica, so that the recipe's synthetic batch is its replica's (the
+            # batch DDP's rank of that index would train on); rank 0's weights are then given
+            # to every rank before sharding (parallel.same_weights).
+            torch.manual_seed(spec.seed + self.layout.data_rank(dist.rank))
 
         parts = recipe(spec.context(dist.rank, dist.world_size, dist.local_rank,
-                                    str(self.device)))
+                                    str(self.device), mesh=mesh))
         model = parts.model.to(self.device)  # keeps the recipe's memory format
         self.parameters = sum(p.numel() for p in model.parameters())
         require_parameters(sum(p.numel() for p in model.parameters() if p.requires_grad), recipe)
-        if dist.world_size > 1:
+        self.criterion = parts.loss or cross_entropy
+        self.sharded: parallel.Sharded | None = None
+        if not self.layout.is_data_parallel:
+            if not parts.parallelized:
+                parallel.same_weights(torch, model)
+            example = (fresh(parts.inputs) if parts.data is None
+                       else next(iter(parts.data))[0])  # what a pipeline is traced with
+            self.sharded = parallel.shard(torch, model, parts, self._to_device(example),
+                                          self.layout, mesh, spec, self.device,
+                                          self._pipeline_loss(spec))
+            self.model_parts = self.sharded.modules
+        elif dist.world_size > 1:
+            self.model_parts = [model]
             # Gradients as views into the all-reduce buckets: no copy in and out of them.
             model = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[dist.local_rank] if self.cuda else None,
                 gradient_as_bucket_view=True,
             )
+        else:
+            self.model_parts = [model]
         self.model = model
         self.compiled = spec.compiled
         # torch.compile (inductor) of the whole model, DDP included (its graph breaks at the
         # all-reduce buckets): the first step traces and compiles, the warm-up absorbs it.
-        self.forward = torch.compile(model) if self.compiled else model
+        # Under a layout, each block was compiled before sharding (parallel.compile_units).
+        self.forward = (torch.compile(model) if self.compiled and self.sharded is None
+                        else model)
         # Fused on CUDA: one kernel for the whole update, and GradScaler hands it the inf check
         # on the device (an unfused optimizer makes GradScaler.step read found_inf on the host:
         # a device sync in every AMP step).
-        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.params = ([p for p in model.parameters() if p.requires_grad]
+                       if self.sharded is None else self.sharded.parameters())
         self.optimizer = make_optimizer(torch, self.params, spec.optimizer, fused=self.cuda)
         self.clip_norm = spec.optimizer.clip_norm
-        self.criterion = parts.loss or torch.nn.functional.cross_entropy
         # Synthetic data resident on the device, as DLPerf's synthetic-data runs; or the
         # workload's own iterator, moved batch by batch inside the timed step.
         self.inputs = self._to_device(parts.inputs)
         self.targets = self._to_device(parts.targets)
         self.batches = Batches(parts.data) if parts.data is not None else None
 
-        self.amp = spec.precision.enabled
+        # FSDP's mixed-precision policy casts its parameters itself: no autocast around it.
+        self.amp = spec.precision.enabled and not (self.sharded is not None
+                                                   and self.sharded.mixed_precision)
         self.amp_dtype = getattr(torch, spec.precision.dtype)
         self.scaler = torch.amp.GradScaler("cuda", enabled=spec.precision.loss_scaling)
-        self._loss = torch.zeros((), device=self.device)
+        self._loss: Any = torch.zeros((), device=self.device)
 
     def _to_device(self, value: Any) -> Any:
         tensor = self._torch.Tensor
@@ -93,21 +122,40 @@ class TorchTrainer:
         torch = self._torch
         inputs, targets = self._next_batch()
         self.optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp):
-            outputs = self.forward(*inputs) if isinstance(inputs, tuple) else self.forward(inputs)
-            loss = self.criterion(outputs, targets)
-        self.scaler.scale(loss).backward()
+        sharded = self.sharded
+        if sharded is not None and sharded.pipeline is not None:
+            with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp):
+                loss = sharded.pipeline.step(torch, inputs, targets)  # backward included
+            if loss is not None:  # the last stage's, unscaled for the record
+                loss = loss / self.scaler.get_scale() if self.scaler.is_enabled() else loss
+        else:
+            with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp):
+                outputs = (self.forward(*inputs) if isinstance(inputs, tuple)
+                           else self.forward(inputs))
+                loss = self.criterion(outputs, targets)
+            self.scaler.scale(loss).backward()
+        if sharded is not None:
+            sharded.average_gradients(torch)
         if self.clip_norm is not None:
             # On the all-reduced gradients (DDP averaged them in backward), unscaled first. No
             # host sync: the clip coefficient is applied on the device, and GradScaler skips
             # the step where the unscaled gradients hold an inf.
             self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.params, self.clip_norm)
+            if sharded is None:
+                torch.nn.utils.clip_grad_norm_(self.params, self.clip_norm)
+            else:  # the norm over every shard and stage
+                sharded.clip(torch, self.clip_norm)
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        self._loss = loss.detach()
+        self._loss = loss.detach() if loss is not None else None
 
-    def local_step(self) -> None:
+    @property
+    def local_step(self) -> Callable[[], None] | None:
+        """The straggler check's step, under plain data parallelism only: a sharded replica's
+        ranks cannot step alone (every forward gathers, or waits for another stage)."""
+        return self._local_step if self.sharded is None else None
+
+    def _local_step(self) -> None:
         """Forward and backward on this rank alone, no all-reduce (DDP's ``no_sync``) and no
         update: the straggler check's measure of the rank's own speed. Eager, also in a
         compiled case (what is compared is one rank against the others)."""
@@ -123,6 +171,24 @@ class TorchTrainer:
                 loss = self.criterion(outputs, targets)
             loss.backward()
         self.optimizer.zero_grad(set_to_none=True)
+
+    def _mesh(self, spec: RankSpec, dist: DistEnv) -> Any:
+        """The process group (of one rank too: FSDP's code named on one device) and the
+        layout's device mesh."""
+        torch = self._torch
+        backend = "nccl" if self.cuda else "gloo"
+        if dist.world_size > 1:
+            torch.distributed.init_process_group(backend=backend)
+        else:
+            torch.distributed.init_process_group(
+                backend=backend, store=torch.distributed.HashStore(), rank=0, world_size=1)
+        return parallel.device_mesh(self.layout, spec.device_type)
+
+    def _pipeline_loss(self, spec: RankSpec) -> Callable[[Any, Any], Any]:
+        """The loss a pipeline's last stage backpropagates: scaled where AMP scales losses."""
+        if not spec.precision.loss_scaling:
+            return self.criterion
+        return lambda outputs, targets: self.scaler.scale(self.criterion(outputs, targets))
 
     def reset_peak_memory(self) -> None:
         if self.cuda:
@@ -142,7 +208,16 @@ class TorchTrainer:
             self._torch.cuda.synchronize(self.device)
 
     def loss(self) -> float:
-        return float(self._loss.float().item())
+        """The last step's loss. A pipeline's exists on its last stage only: every rank gets
+        the mean over the last stages (one per replica; a collective, outside the timing)."""
+        sharded = self.sharded
+        if sharded is None or sharded.pipeline is None:
+            return float(self._loss.float().item())
+        torch = self._torch
+        value = (self._loss.float() if self._loss is not None
+                 else torch.zeros((), dtype=torch.float32, device=self.device))
+        torch.distributed.all_reduce(value)
+        return float(value.item()) * self.layout.pp / self.dist.world_size
 
     def environment(self) -> dict[str, Any]:
         torch = self._torch
@@ -156,6 +231,9 @@ class TorchTrainer:
             "data_parallel_ranks": (torch.distributed.get_world_size()
                                     if torch.distributed.is_initialized() else 1),
         }
+        if self.sharded is not None:
+            env.update(data_parallel_ranks=self.layout.data_parallel, layout=self.layout.id,
+                       parameter_bytes_per_rank=self.sharded.parameter_bytes(torch))
         if self.cuda:
             images = self.inputs if isinstance(self.inputs, torch.Tensor) else None
             env.update(
@@ -182,8 +260,9 @@ class TorchTrainer:
 def make_optimizer(torch: Any, params: list[Any], opt: OptimizerSpec, fused: bool) -> Any:
     """The workload's optimizer over ``params``; ``fused``: the single-kernel CUDA version."""
     if opt.kind == "sgd":
-        return torch.optim.SGD(params, lr=opt.lr, momentum=opt.momentum,
-                               weight_decay=opt.weight_decay, fused=fused or None)
+        return torch.optim.SGD(by_kind([{"params": params}]), lr=opt.lr,
+                               momentum=opt.momentum, weight_decay=opt.weight_decay,
+                               fused=fused or None)
     if opt.kind == "adamw":
         decay = [p for p in params if opt.decays(p.shape)]
         groups = [{"params": decay, "weight_decay": opt.weight_decay},
@@ -191,9 +270,39 @@ def make_optimizer(torch: Any, params: list[Any], opt: OptimizerSpec, fused: boo
                    "weight_decay": 0.0}]
         # Fused on CPU too (torch >= 2.4): the for-loop version took 0.5 s of BERT-base's
         # 0.87 s CPU step, the fused one 0.1 s (measured here, batch 2, sequence 32).
-        return torch.optim.AdamW([g for g in groups if g["params"]], lr=opt.lr,
+        return torch.optim.AdamW(by_kind([g for g in groups if g["params"]]), lr=opt.lr,
                                  betas=opt.betas, eps=opt.eps, fused=True)
     raise ValueError(f"the torch adapter has no optimizer {opt.kind!r} (has: sgd, adamw)")
+
+
+def by_kind(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each parameter group split by tensor class: a fused kernel takes one group's tensors at
+    once and refuses DTensors beside plain tensors (tensor parallelism leaves the parameters
+    outside its plan plain). Plain data parallelism's groups come back as they were."""
+    split: list[dict[str, Any]] = []
+    for group in groups:
+        kinds: dict[type, list[Any]] = {}
+        for param in group["params"]:
+            kinds.setdefault(type(param.data), []).append(param)
+        split.extend({**group, "params": members} for members in kinds.values())
+    return split
+
+
+def cross_entropy(outputs: Any, targets: Any) -> Any:
+    """The default loss: cross-entropy of class logits against integer labels, ``[B, C]``
+    against ``[B]`` (or ``[B, C, ...]`` against ``[B, ...]``), and of a language model's
+    ``[B, T, V]`` logits against ``[B, T]`` tokens, the mean over every token."""
+    from torch.nn import functional
+
+    if outputs.dim() == 3 and targets.dim() == 2 and outputs.shape[:2] == targets.shape:
+        return functional.cross_entropy(outputs.flatten(0, 1), targets.flatten())
+    return functional.cross_entropy(outputs, targets)
+
+
+def layout_unavailable(kinds: tuple[str, ...], device_type: str) -> str | None:
+    """Why a layout of these kinds (``Layout.kinds``) cannot run on ``device_type`` here, or
+    None."""
+    return parallel.unavailable(kinds, device_type)
 
 
 def compile_unavailable(device_type: str) -> str | None:

@@ -1,0 +1,309 @@
+"""The torch adapter's layouts beyond plain data parallelism: one small function per strategy.
+
+``frameworks/torch.py`` keeps DDP; a case whose layout (``pytest_dlperf.core.parallel``) shards
+a replica comes here. ``shard`` applies the strategies to a recipe's whole model in the one
+order that works (torchtitan's): pipeline split, tensor parallelism, ``torch.compile`` of each
+block, FSDP2 of each block and then of each root. What the step needs afterwards (this rank's
+modules, a pipeline schedule, the groups gradients and norms are reduced over) is a ``Sharded``.
+
+Runs inside a rank; torch is passed in or imported inside the functions, never at module level
+(the leading underscore keeps ``frameworks.known_frameworks`` from taking it for an adapter).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.parallel import MESH_ORDER, Layout
+from ..core.spec import RankSpec
+from ..core.workload import Parts, WorkloadError
+
+
+def unavailable(kinds: tuple[str, ...], device_type: str) -> str | None:
+    """Why the torch adapter cannot run a layout of these kinds on ``device_type``, or None."""
+    unknown = [kind for kind in kinds if kind not in MESH_ORDER]
+    if unknown:
+        # Context parallelism, say: no sharding strategy for its attention kernels on CPU, and
+        # no layout kind for it yet.
+        return f"the torch adapter has no {', '.join(unknown)} layout"
+    if "pp" in kinds and "tp" in kinds:
+        return ("pipeline x tensor parallelism: the torch adapter cuts pipelines by tracing "
+                "(torch.distributed.pipelining.pipeline), and a traced stage holds no nn.Linear "
+                "for a tensor-parallel plan to shard")
+    return None
+
+
+def mesh_dims(layout: Layout) -> list[tuple[str, int]]:
+    """The mesh's dimensions: those of more than one rank, and a kind named on one rank (FSDP's
+    code on a mesh of one, so that its id says what ran)."""
+    return [(kind, getattr(layout, kind)) for kind in MESH_ORDER
+            if getattr(layout, kind) > 1 or kind in layout.named]
+
+
+def device_mesh(layout: Layout, device_type: str) -> Any:
+    """The layout's named DeviceMesh. The device type is always named: on a GPU host a gloo
+    group let fully_shard move a CPU model to CUDA and crash (pytorch#132471)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    names, shape = zip(*mesh_dims(layout))
+    return init_device_mesh(device_type, tuple(shape), mesh_dim_names=tuple(names))
+
+
+def same_weights(torch: Any, model: Any) -> None:
+    """Every rank takes global rank 0's parameters and buffers. Each rank built the model under
+    the seed plus its replica's index, so that its synthetic batch is its replica's (the batch
+    DDP's rank of that index trains on: a layout and plain data parallelism see the same global
+    batch); the weights must be one model's, and rank 0's are the ones DDP would broadcast."""
+    dist = torch.distributed
+    if dist.get_world_size() == 1:
+        return
+    with torch.no_grad():
+        for tensor in [*model.parameters(), *model.buffers()]:
+            dist.broadcast(tensor.data, src=0)
+
+
+def fsdp_unit_names(torch: Any, model: Any, parts: Parts) -> list[str]:
+    """``Parts.fsdp_units``, or every module of every ``ModuleList`` (a transformer's blocks)."""
+    if parts.fsdp_units is not None:
+        return list(parts.fsdp_units)
+    return [f"{name}.{index}" if name else str(index)
+            for name, module in model.named_modules()
+            if isinstance(module, torch.nn.ModuleList) for index in range(len(module))]
+
+
+def _has(module: Any, name: str) -> bool:
+    try:
+        module.get_submodule(name)
+    except AttributeError:
+        return False
+    return True
+
+
+def _replace(module: Any, name: str, new: Any) -> None:
+    parent, _, child = name.rpartition(".")
+    module.get_submodule(parent).register_module(child, new)
+
+
+# -- one function per strategy ----------------------------------------------------------------
+
+def apply_tp(model: Any, mesh: Any, parts: Parts) -> None:
+    """Megatron-style tensor parallelism: the recipe's plan on the mesh's ``tp`` dimension."""
+    if not parts.tp_plan:
+        raise WorkloadError("a tensor-parallel layout needs the recipe's Parts.tp_plan (module "
+                            "name -> ColwiseParallel / RowwiseParallel ...), or a recipe that "
+                            "shards the model itself on ctx.mesh (Parts.parallelized=True)")
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    parallelize_module(model, mesh["tp"], dict(parts.tp_plan))
+
+
+def compile_units(torch: Any, model: Any, units: Sequence[str]) -> None:
+    """``torch.compile`` of each block, before FSDP wraps it (torchtitan's order): its hooks
+    stay outside the compiled graph. Parameter names gain ``_orig_mod.``."""
+    for name in units:
+        _replace(model, name, torch.compile(model.get_submodule(name), fullgraph=True))
+
+
+def apply_fsdp(torch: Any, model: Any, mesh: Any, units: Sequence[str], layout: Layout,
+               spec: RankSpec) -> None:
+    """FSDP2: each unit sharded on its own (gathered for its own forward and backward), then
+    the root. ``dp x fsdp`` is HSDP (replicated over ``dp``, sharded over ``fsdp``). AMP is
+    FSDP's mixed-precision policy: parameters gathered in the autocast dtype, gradients reduced
+    in fp32."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    data_mesh = mesh["dp", "fsdp"] if layout.dp > 1 else mesh["fsdp"]
+    policy = MixedPrecisionPolicy()
+    if spec.precision.enabled:
+        policy = MixedPrecisionPolicy(param_dtype=getattr(torch, spec.precision.dtype),
+                                      reduce_dtype=torch.float32)
+    for name in units:
+        fully_shard(model.get_submodule(name), mesh=data_mesh, mp_policy=policy)
+    fully_shard(model, mesh=data_mesh, mp_policy=policy)
+
+
+@dataclass
+class Pipeline:
+    """This rank's pipeline stages and their schedule (``torch.distributed.pipelining``)."""
+
+    stages: list[Any]
+    schedule: Any
+    first: bool  # holds the first stage: takes the inputs
+    last: bool  # holds the last stage: takes the targets, has the loss
+
+    def step(self, torch: Any, inputs: Any, targets: Any) -> Any:
+        """Forward and backward of one batch, micro-batch by micro-batch: the mean of the
+        micro-batches' losses on the last stage (the batch's mean loss), zero elsewhere."""
+        args = (inputs if isinstance(inputs, tuple) else (inputs,)) if self.first else ()
+        losses: list[Any] = []
+        if self.last:
+            self.schedule.step(*args, target=targets, losses=losses)
+            return torch.stack([loss.detach() for loss in losses]).mean()
+        self.schedule.step(*args)
+        return None
+
+
+def split_points(layout: Layout, parts: Parts) -> list[str]:
+    """The module names where stages 1.. begin: ``pp - 1`` of the recipe's for one stage per
+    rank (every k-th where it gives more), all of them for an interleaved schedule's virtual
+    stages (a multiple of ``pp`` stages, two or more per rank)."""
+    names = list(parts.pipeline_split or ())
+    if not names:
+        raise WorkloadError("a pipeline layout needs the recipe's Parts.pipeline_split: the "
+                            "names of the modules where stages after the first begin "
+                            "(['layers.2'] for two stages)")
+    stages = len(names) + 1
+    if stages % layout.pp:
+        raise WorkloadError(f"Parts.pipeline_split gives {stages} stages, not a multiple of "
+                            f"the layout's {layout.pp} pipeline ranks")
+    if layout.schedule == "interleaved1f1b":
+        if stages < 2 * layout.pp:
+            raise WorkloadError(f"an interleaved schedule needs two or more stages per rank: "
+                                f"Parts.pipeline_split gives {stages} stages for {layout.pp} "
+                                f"ranks; give at least {2 * layout.pp - 1} split points")
+        return names
+    every = stages // layout.pp
+    return names[every - 1::every]
+
+
+def build_pipeline(torch: Any, model: Any, inputs: Any, layout: Layout, mesh: Any,
+                   parts: Parts, device: Any, loss: Callable[[Any, Any], Any],
+                   shard_stage: Callable[[Any], None]) -> Pipeline:
+    """Traced by ``pipeline()`` at the recipe's split points, this rank's stages (stage ``s``
+    on pipeline rank ``s % pp``) sharded by ``shard_stage``, under the layout's schedule.
+    Pipelining scales gradients by the micro-batches: with a mean loss, the global batch's."""
+    from torch.distributed import pipelining
+
+    names = split_points(layout, parts)
+    micro = layout.stage_microbatches
+    batch = inputs if isinstance(inputs, tuple) else (inputs,)
+    size = batch[0].shape[0]
+    if size % micro:
+        raise WorkloadError(f"a pipeline of {micro} micro-batches needs a per-replica batch "
+                            f"divisible by {micro}; it is {size}: change the batch size or "
+                            "the micro-batches (pp2-mb<N>)")
+    example = tuple(t.tensor_split(micro)[0] if isinstance(t, torch.Tensor) else t
+                    for t in batch)
+    pipe = pipelining.pipeline(model, example, split_spec={
+        name: pipelining.SplitPoint.BEGINNING for name in names})
+    group = mesh["pp"].get_group()
+    rank = mesh["pp"].get_local_rank()
+    indices = list(range(rank, pipe.num_stages, layout.pp))
+    stages: list[Any] = []
+    for index in indices:
+        shard_stage(pipe.get_stage_module(index))
+        stages.append(pipe.build_stage(index, device, group=group))
+    del pipe  # the other ranks' stage modules can be freed
+    schedule: Any
+    if layout.schedule == "interleaved1f1b":
+        schedule = pipelining.ScheduleInterleaved1F1B(stages, micro, loss_fn=loss)
+    else:
+        kind = (pipelining.ScheduleGPipe if layout.schedule == "gpipe"
+                else pipelining.Schedule1F1B)
+        schedule = kind(stages[0], micro, loss_fn=loss)
+    last = len(names)
+    return Pipeline(stages, schedule, first=0 in indices, last=last in indices)
+
+
+# -- what the step needs ------------------------------------------------------------------------
+
+@dataclass
+class Sharded:
+    """A sharded replica as this rank holds it."""
+
+    modules: list[Any]  # this rank's part of the model (the stages it holds, or the model)
+    pipeline: Pipeline | None = None
+    # Replicas not averaged by FSDP (``dp`` beside tensor or pipeline parallelism only): the
+    # group their gradients are averaged over after backward.
+    replica_group: Any = None
+    stage_group: Any = None  # the pipeline's group: the gradient norm spans its stages
+    mixed_precision: bool = False  # FSDP's policy casts: no autocast around it
+    units: list[str] = field(default_factory=list)
+
+    def parameters(self) -> list[Any]:
+        return [p for module in self.modules for p in module.parameters() if p.requires_grad]
+
+    def average_gradients(self, torch: Any) -> None:
+        """Data parallelism beside tensor or pipeline parallelism without FSDP: the replicas'
+        gradients averaged (after backward, not overlapped with it as DDP's buckets are)."""
+        if self.replica_group is None:
+            return
+        dist = torch.distributed
+        size = dist.get_world_size(self.replica_group)
+        for param in self.parameters():
+            if param.grad is not None:
+                grad = local(torch, param.grad)
+                dist.all_reduce(grad, group=self.replica_group)
+                grad.div_(size)
+
+    def clip(self, torch: Any, max_norm: float) -> Any:
+        """The global gradient norm over every shard and stage, clipped to ``max_norm``."""
+        from torch.distributed.tensor import DTensor
+
+        params = [p for p in self.parameters() if p.grad is not None]
+        squares = torch.zeros((), dtype=torch.float32, device=params[0].grad.device
+                              if params else None)
+        groups = ([p for p in params if isinstance(p.grad, DTensor)],
+                  [p for p in params if not isinstance(p.grad, DTensor)])
+        for group in groups:
+            if group:
+                norm = torch.nn.utils.get_total_norm([p.grad for p in group])
+                if isinstance(norm, DTensor):  # the sum over its shards
+                    norm = norm.full_tensor()
+                squares = squares + norm.float() ** 2
+        if self.stage_group is not None:
+            torch.distributed.all_reduce(squares, group=self.stage_group)
+        total = squares.sqrt()
+        for group in groups:
+            if group:
+                torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)
+        return total
+
+    def parameter_bytes(self, torch: Any) -> int:
+        """Bytes of the parameters this rank holds (its shards, its stages)."""
+        return sum(local(torch, p).numel() * p.element_size()
+                   for module in self.modules for p in module.parameters())
+
+
+def local(torch: Any, tensor: Any) -> Any:
+    """A DTensor's shard on this rank (the tensor itself otherwise)."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+def shard(torch: Any, model: Any, parts: Parts, inputs: Any, layout: Layout, mesh: Any,
+          spec: RankSpec, device: Any, loss: Callable[[Any, Any], Any]) -> Sharded:
+    """The recipe's whole model, sharded as the layout says."""
+    if parts.parallelized:
+        if layout.uses("pp"):
+            raise WorkloadError("Parts.parallelized with a pipeline layout: the adapter cuts "
+                                "the pipeline itself; return the unsharded model with "
+                                "Parts.pipeline_split")
+        return Sharded([model])
+    units = fsdp_unit_names(torch, model, parts)
+
+    def shard_part(part: Any) -> None:
+        if layout.uses("tp"):
+            apply_tp(part, mesh, parts)
+        held = [name for name in units if _has(part, name)]
+        if spec.compiled:
+            compile_units(torch, part, held)
+        if layout.uses("fsdp"):
+            apply_fsdp(torch, part, mesh, held, layout, spec)
+
+    if layout.uses("pp"):
+        pipeline = build_pipeline(torch, model, inputs, layout, mesh, parts, device, loss,
+                                  shard_part)
+        modules = [stage.submod for stage in pipeline.stages]
+    else:
+        pipeline = None
+        shard_part(model)
+        modules = [model]
+    replicas = mesh["dp"].get_group() if layout.dp > 1 and not layout.uses("fsdp") else None
+    return Sharded(modules, pipeline, replica_group=replicas,
+                   stage_group=mesh["pp"].get_group() if layout.uses("pp") else None,
+                   mixed_precision=layout.uses("fsdp") and spec.precision.enabled,
+                   units=units)
