@@ -87,7 +87,8 @@ def batch() -> tuple[torch.Tensor, torch.Tensor]:
 def recipe(ctx: Any) -> Any:
     from pytest_dlperf.core.workload import Parts
 
-    torch.set_default_dtype(torch.float64)
+    # float64: "the same" is exact but for reduction order; AMP's cases are float32 models.
+    torch.set_default_dtype(torch.float32 if ctx.precision == "amp" else torch.float64)
     model = TinyGPT()
     if ctx.sizes.get("wrong_split"):
         torch.manual_seed(ctx.seed)  # every replica takes replica 0's batch: a wrong split
@@ -98,13 +99,14 @@ def recipe(ctx: Any) -> Any:
 
 
 def spec_for(layout: Any, clip: float | None = None, sgd: bool = False,
-             compiled: bool = False, **sizes: Any) -> Any:
+             compiled: bool = False, amp: bool = False, **sizes: Any) -> Any:
     from pytest_dlperf.core.protocol import Protocol
-    from pytest_dlperf.core.spec import RankSpec
+    from pytest_dlperf.core.spec import PrecisionSpec, RankSpec
 
     return RankSpec(framework="torch", model="tinygpt", protocol=Protocol(0, 3, 1),
                     batch_size=BATCH, optimizer=optimizer(clip, sgd), sizes=sizes, seed=SEED,
                     compiler="compiled" if compiled else "eager",
+                    precision=PrecisionSpec("amp", "bfloat16") if amp else PrecisionSpec(),
                     layout=None if layout is None else layout.to_json())
 
 
@@ -187,7 +189,10 @@ def reference(replicas: int, clip: float | None, sgd: bool) -> dict[str, Any]:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         adamw.step()
     return {"params": {n: p.detach().clone() for n, p in model.named_parameters()},
-            "loss": float(loss)}
+            "loss": float(loss), "losses": [
+                float(F.cross_entropy(logits[r * BATCH:(r + 1) * BATCH].flatten(0, 1),
+                                      y[r * BATCH:(r + 1) * BATCH].flatten()))
+                for r in range(replicas)]}
 
 
 def reference_name(run: dict[str, Any]) -> str:

@@ -21,8 +21,9 @@ from ..core.spec import RankSpec
 from ..core.workload import Parts, WorkloadError
 
 
-def unavailable(kinds: tuple[str, ...], device_type: str) -> str | None:
-    """Why the torch adapter cannot run a layout of these kinds on ``device_type``, or None."""
+def unavailable(kinds: tuple[str, ...], device_type: str, compiled: bool = False) -> str | None:
+    """Why the torch adapter cannot run a layout of these kinds on ``device_type`` (compiled:
+    under torch.compile), or None."""
     unknown = [kind for kind in kinds if kind not in MESH_ORDER]
     if unknown:
         # Context parallelism, say: no sharding strategy for its attention kernels on CPU, and
@@ -32,6 +33,12 @@ def unavailable(kinds: tuple[str, ...], device_type: str) -> str | None:
         return ("pipeline x tensor parallelism: the torch adapter cuts pipelines by tracing "
                 "(torch.distributed.pipelining.pipeline), and a traced stage holds no nn.Linear "
                 "for a tensor-parallel plan to shard")
+    if compiled and "tp" in kinds:
+        # torch 2.14.1 on CPU, blocks compiled after parallelize_module (wrapped or in place):
+        # backward fails in DTensor's redistribute ("'Tensor' object has no attribute
+        # '_local_tensor'").
+        return ("torch.compile with tensor parallelism: its backward fails in DTensor's "
+                "redistribute here (a plain tensor where a DTensor was expected)")
     return None
 
 
@@ -283,6 +290,9 @@ def shard(torch: Any, model: Any, parts: Parts, inputs: Any, layout: Layout, mes
                                 "the pipeline itself; return the unsharded model with "
                                 "Parts.pipeline_split")
         return Sharded([model])
+    reason = spec.compiled and unavailable(layout.kinds, spec.device_type, compiled=True)
+    if reason:
+        raise WorkloadError(f"layout {layout.id}: {reason}")
     units = fsdp_unit_names(torch, model, parts)
 
     def shard_part(part: Any) -> None:

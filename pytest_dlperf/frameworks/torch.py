@@ -299,10 +299,11 @@ def cross_entropy(outputs: Any, targets: Any) -> Any:
     return functional.cross_entropy(outputs, targets)
 
 
-def layout_unavailable(kinds: tuple[str, ...], device_type: str) -> str | None:
-    """Why a layout of these kinds (``Layout.kinds``) cannot run on ``device_type`` here, or
-    None."""
-    return parallel.unavailable(kinds, device_type)
+def layout_unavailable(kinds: tuple[str, ...], device_type: str,
+                       compiled: bool = False) -> str | None:
+    """Why a layout of these kinds (``Layout.kinds``) cannot run on ``device_type`` here
+    (``compiled``: under torch.compile), or None."""
+    return parallel.unavailable(kinds, device_type, compiled)
 
 
 def compile_unavailable(device_type: str) -> str | None:
