@@ -153,7 +153,8 @@ def train(layout_text: str | None, world: int, options: dict[str, Any]) -> dict[
             torch.distributed.all_gather_object(gathered, mine)
         else:
             gathered = [mine]
-        env = trainer.environment()
+        # The straggler check's own step: DDP's only (the worker skips it where None).
+        env = {**trainer.environment(), "local_step": trainer.local_step is not None}
     finally:
         trainer.close()
     merged: dict[str, torch.Tensor] = {}
