@@ -157,7 +157,7 @@ def split_points(layout: Layout, parts: Parts) -> list[str]:
     rank (every k-th where it gives more), all of them for an interleaved schedule's virtual
     stages (a multiple of ``pp`` stages, two or more per rank)."""
     names = list(parts.pipeline_split or ())
-    if not names:
+    if parts.pipeline_split is None or (not names and layout.pp > 1):  # pp1: one stage, []
         raise WorkloadError("a pipeline layout needs the recipe's Parts.pipeline_split: the "
                             "names of the modules where stages after the first begin "
                             "(['layers.2'] for two stages)")

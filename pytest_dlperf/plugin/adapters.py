@@ -7,6 +7,7 @@ module is looked up once per case (``Adapter.resolve``) and asked everything fro
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 import subprocess
 from dataclasses import dataclass
 from types import ModuleType
@@ -100,15 +101,19 @@ class Adapter:
         check = getattr(self.module, f"{mode}_unavailable", None)
         return check(device_type) if check is not None else None
 
-    def layout_unavailable(self, kinds: tuple[str, ...], device_type: str) -> str | None:
+    def layout_unavailable(self, kinds: tuple[str, ...], device_type: str,
+                           compiled: bool = False) -> str | None:
         """Why a layout of ``kinds`` (``Layout.kinds``: "fsdp", "tp", "pp") cannot run on
-        ``device_type``, as the adapter's optional ``layout_unavailable`` says; an adapter
-        without it runs plain data parallelism only."""
+        ``device_type`` (``compiled``: under the adapter's compiler), as the adapter's optional
+        ``layout_unavailable(kinds, device_type[, compiled])`` says; an adapter without it runs
+        plain data parallelism only."""
         check = getattr(self.module, "layout_unavailable", None)
         if check is None:
             return (f"the {self.name} adapter runs data parallelism only (it defines no "
                     "layout_unavailable: docs/adding-a-framework.md)")
-        reason = check(tuple(kinds), device_type)
+        takes_compiled = "compiled" in inspect.signature(check).parameters
+        reason = (check(tuple(kinds), device_type, compiled=compiled) if takes_compiled
+                  else check(tuple(kinds), device_type))
         return str(reason) if reason else None
 
 

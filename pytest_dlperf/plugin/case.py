@@ -84,10 +84,13 @@ class Case:
                         f"(layout {layout.id}; its layouts: {', '.join(workload.layouts)}): "
                         "a recipe that gives Parts.tp_plan / Parts.pipeline_split says so "
                         "with Workload(layouts=...)")
-        reason = self.adapter.layout_unavailable(layout.kinds, self.cluster.device_type)
+        compiled = self.compiler != "eager"
+        reason = self.adapter.layout_unavailable(layout.kinds, self.cluster.device_type,
+                                                 compiled)
         if reason:
             pytest.skip(f"{self.framework} cannot run layout {layout.id} on "
-                        f"{self.cluster.device_type}: {reason}")
+                        f"{self.cluster.device_type}{' compiled' if compiled else ''}: "
+                        f"{reason}")
 
     def fail(self, message: str) -> Any:
         fail(f"pytest-dlperf: {self.node.nodeid}: {message}")
