@@ -22,7 +22,8 @@ def test_gpt(cluster, layout, amp, compiler, throughput_meter):
 
 
 @pytest.mark.multinode
-def test_gpt_scaling(cluster, amp, compiler, throughput_meter):
+@pytest.mark.layouts("dp", "fsdp", "tp", "pp")
+def test_gpt_scaling(cluster, layout, amp, compiler, throughput_meter):
+    # 2n1d-fsdp2: the shards' all-gathers and reduce-scatters cross the nodes' link.
     report = throughput_meter.measure(FRAMEWORK, "gpt")
-    # Every rank joined one data-parallel group (a rank training alone would still report).
-    assert report.environment.data_parallel_ranks == cluster.world_size
+    assert report.environment.data_parallel_ranks == layout.data_parallel

@@ -84,6 +84,46 @@ def test_the_readme_example_records_then_compares_on_one_and_two_ranks(
     second.assert_outcomes(passed=2 - regressions, failed=regressions)
 
 
+def sharded_example() -> str:
+    """The Python block of docs/own-model.md's "A sharded model" section."""
+    text = (README.parent / "docs" / "own-model.md").read_text()
+    section = text[text.index("\n## A sharded model: FSDP and tensor parallel\n"):]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match is not None, "no python block in own-model.md's 'A sharded model' section"
+    return match.group(1)
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_the_docs_sharded_example_trains_data_parallel_fsdp2_and_tensor_parallel(
+        pytester: pytest.Pytester) -> None:
+    """Issue 40: a user's own language model under FSDP2 and tensor parallel, as the docs give
+    it: the recipe returns the whole model and a tensor-parallel plan, the adapter shards it,
+    throughput is in tokens/s, and each layout's baseline is its own."""
+    (pytester.path / "test_my_lm.py").write_text(sharded_example())
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--dlperf-launches", "1",
+        "--dlperf-unstable-cv", "100", "--devices-per-node", "2", "--dlperf-update-baselines",
+        "--dlperf-json", "r.json", timeout=600)
+    result.assert_outcomes(passed=6)
+    cases = benches(pytester.path / "r.json")
+    assert sorted(cases) == sorted(f"test_lm[{c}]" for c in ("1n1d", "1n1d-fsdp1", "1n1d-tp1",
+                                                             "1n2d", "1n2d-fsdp2", "1n2d-tp2"))
+    sequence = 32
+    for name, info in cases.items():
+        assert info["unit"] == "tokens" and info["units_per_sample"] == sequence, name
+        # tokens a step: 4 sequences per replica; tensor-parallel ranks share one replica's.
+        replicas = 1 if "tp" in name or "1n1d" in name else 2
+        assert info["global_batch"] == 4 * replicas * sequence, name
+        assert info["fingerprint"].get("layout") == (name[8:-1].split("-", 1)[1]
+                                                     if "-" in name else None), name
+    # The plain data-parallel cases' fingerprints have no layout: as before layouts existed.
+    files = {p.parent.name: json.loads(p.read_text())["fingerprint"]
+             for p in (pytester.path / "baselines").rglob("*.json")}
+    assert sorted(files) == sorted(f"test_lm-{name[8:-1]}" for name in cases)
+    assert "layout" not in files["test_lm-1n2d"] and files["test_lm-1n2d-tp2"]["layout"] == "tp2"
+    result.stdout.fnmatch_lines(["*test_lm[[]1n2d-fsdp2[]]*1 x 2*tokens/s*recorded*"])
+
+
 @pytest.mark.usefixtures("subprocess_env")
 def test_the_readme_examples_first_recording_run_records_as_a_new_user_runs_it(
         pytester: pytest.Pytester) -> None:
