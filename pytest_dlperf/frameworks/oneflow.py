@@ -22,8 +22,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.spec import OptimizerSpec, RankSpec
-from ..core.workload import BuildContext, Parts
+from ..core.workload import BuildContext, Parts, WorkloadError
 from . import Batches, DeviceUnavailable, DistEnv, map_batch, require_parameters
+from ._oneflow_parallel import Sharding
 
 DISTRIBUTION = "oneflow"
 INSTALL_HINT = ("OneFlow 0.9.0 needs Python 3.10: create its worker interpreter with "
@@ -80,22 +81,34 @@ class OneFlowTrainer:
         model = parts.model
         self.parameters = sum(p.numel() for p in model.parameters())
         require_parameters(sum(p.numel() for p in model.parameters() if p.requires_grad), recipe)
-        flow.manual_seed(spec.seed + dist.rank)
+        # The ranks of one replica (tensor- and pipeline-parallel) draw the same data.
+        layout = spec.parallel(dist.world_size)
+        flow.manual_seed(spec.seed + layout.data_rank(dist.rank))
         self.graph = spec.compiled
         self.amp = spec.precision.enabled
         # fp16 needs loss scaling; bf16 (the CPU's AMP) has fp32's exponent range.
         self.amp_dtype = getattr(flow, spec.precision.dtype)
         opt = spec.optimizer
 
-        if self.graph and dist.world_size > 1:
+        why = (None if layout.is_data_parallel else
+               layout_unavailable(layout.kinds, spec.device_type, self.graph))
+        if why:
+            raise WorkloadError(f"layout {layout.id}: {why}")
+        self.sharding = None if layout.is_data_parallel else Sharding(flow, layout, parts,
+                                                                      spec.device_type)
+        self.target_placement = self.placement = None
+        if self.sharding is not None:
+            model = self.sharding.place(model)
+            self.placement, self.target_placement = self.sharding.stages[0], self.sharding.stages[-1]
+        elif self.graph and dist.world_size > 1:
             # nn.Graph is data-parallel through global tensors: parameters broadcast, the batch
             # split along dim 0 (each rank's own per-device batch); OneFlow inserts the
             # gradient all-reduce itself.
             self.placement = flow.placement("cuda" if self.cuda else "cpu",
                                             ranks=list(range(dist.world_size)))
+            self.target_placement = self.placement
             model = model.to_global(placement=self.placement, sbp=flow.sbp.broadcast)
         else:
-            self.placement = None
             model = model.to(self.device)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(flow, self.params, opt, graph=self.graph)
@@ -104,7 +117,7 @@ class OneFlowTrainer:
         # Synthetic data resident on the device, as DLPerf's synthetic-data runs; or the
         # workload's own iterator, moved batch by batch inside the timed step.
         self.inputs = self._place(parts.inputs)
-        self.targets = self._place(parts.targets)
+        self.targets = self._place(parts.targets, self.target_placement)
         self.batches = Batches(parts.data) if parts.data is not None else None
         # OneFlow 0.9.0's GradScaler configures nn.Graph only; eager steps get their own.
         self.scaler = (flow.amp.GradScaler(init_scale=2.0 ** 16)
@@ -115,31 +128,34 @@ class OneFlowTrainer:
         if self.graph:
             self.train_step = self._graph_step(model)
         else:
-            if dist.world_size > 1:
+            if dist.world_size > 1 and self.sharding is None:
                 model = flow.nn.parallel.DistributedDataParallel(model)
             self.model = model
             self.train_step = self._eager_step
         self._loss = None
 
-    def _place(self, value: Any) -> Any:
+    def _place(self, value: Any, placement: Any = None) -> Any:
         """On this rank's device (a callable is placed as it is called), then global for a
-        data-parallel graph."""
+        data-parallel graph or a layout (targets on the last pipeline stage)."""
         return map_batch(value, lambda v: v if callable(v) or v is None
-                         else self._batch(v.to(self.device)))
+                         else self._batch(v.to(self.device), placement or self.placement))
 
     def _next_batch(self) -> tuple[Any, Any]:
         if self.batches is None:
             inputs, targets = self.inputs, self.targets
             # Fresh values each step are drawn locally, then placed like the resident ones.
             return (self._place(inputs()) if callable(inputs) else inputs,
-                    self._place(targets()) if callable(targets) else targets)
+                    self._place(targets(), self.target_placement) if callable(targets)
+                    else targets)
         inputs, targets = self.batches.next()
-        return self._place(inputs), self._place(targets)
+        return self._place(inputs), self._place(targets, self.target_placement)
 
-    def _batch(self, local: Any) -> Any:
-        if self.placement is None:
+    def _batch(self, local: Any, placement: Any) -> Any:
+        if placement is None:
             return local
-        return local.to_global(placement=self.placement, sbp=self._flow.sbp.split(0))
+        sbp = (self._flow.sbp.split(0) if self.sharding is None
+               else self.sharding.sbp(None, data=True))
+        return local.to_global(placement=placement, sbp=sbp)
 
     def _graph_step(self, model: Any) -> Any:
         flow, trainer = self._flow, self
@@ -154,13 +170,18 @@ class OneFlowTrainer:
                     self.config.enable_amp(True, dtype=trainer.amp_dtype)
                 if trainer.scaler is not None:
                     self.set_grad_scaler(trainer.scaler)
+                if trainer.sharding is not None:
+                    trainer.sharding.configure(self)
 
             def build(self, inputs: Any, targets: Any) -> Any:
                 outputs = (self.model(*inputs) if isinstance(inputs, tuple)
                            else self.model(inputs))
                 loss = self.criterion(outputs, targets)
                 loss.backward()
-                return loss
+                if trainer.sharding is None:
+                    return loss
+                return loss.to_global(placement=trainer.sharding.everyone,
+                                      sbp=flow.sbp.broadcast)
 
         return TrainGraph()
 
@@ -232,7 +253,7 @@ class OneFlowTrainer:
         loss = self._loss
         if self.placement is not None:
             loss = loss.to_local()
-        return float(loss.float().item())
+        return float(loss.float().mean().item())  # a pipeline's: one per micro-batch
 
     def environment(self) -> dict[str, Any]:
         flow = self._flow
@@ -242,7 +263,8 @@ class OneFlowTrainer:
             "threads": self.threads,
             "parameters": self.parameters,
             "compiled": self.graph,
-            "data_parallel_ranks": flow.env.get_world_size(),
+            "data_parallel_ranks": (flow.env.get_world_size() if self.sharding is None
+                                    else self.sharding.layout.data_parallel),
         }
         if self.cuda:
             import oneflow.sysconfig
@@ -340,6 +362,22 @@ def amp_unavailable(device_type: str) -> str | None:
     if device_type == "cpu":
         return ("OneFlow 0.9.0 has no CPU mixed precision (eager autocast('cpu') disables "
                 "itself; nn.Graph's AMP leaves CPU kernels in fp32)")
+    return None
+
+
+def layout_unavailable(kinds: tuple[str, ...], device_type: str,
+                       compiled: bool = False) -> str | None:
+    """Tensor parallelism runs eagerly and in nn.Graph; pipelines in nn.Graph only (eager
+    global tensors would run the stages one after the other). ZeRO (fsdp) is nn.Graph's
+    ``enable_zero``, which aborts on CPU; on CUDA it is untried here, and not combined with
+    the others (measured 2026-11-25, OneFlow 0.9.0 on 2 CPU processes)."""
+    if "fsdp" in kinds and (device_type == "cpu" or len(kinds) > 1):
+        return ("OneFlow 0.9's ZeRO (nn.Graph enable_zero, stages 1-3) aborts on CPU once a "
+                "tensor is sharded: 'register.cpp:75 Check failed: separated_header_mem_ptr()'"
+                if device_type == "cpu" else "OneFlow's ZeRO beside tp or pp is not ported")
+    if not compiled and ("pp" in kinds or "fsdp" in kinds):
+        return ("OneFlow 0.9 runs pipelines (set_stage) and ZeRO (enable_zero) in nn.Graph "
+                "only: run the compiled case")
     return None
 
 

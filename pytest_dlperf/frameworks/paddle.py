@@ -21,8 +21,9 @@ import os
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
+from ..core.parallel import Layout
 from ..core.spec import OptimizerSpec, RankSpec
-from ..core.workload import BuildContext, Parts
+from ..core.workload import BuildContext, Parts, WorkloadError
 from . import Batches, DeviceUnavailable, DistEnv, fresh, map_batch, require_parameters
 
 # The CPU wheel and the CUDA one are different distributions; either provides ``paddle``.
@@ -103,16 +104,23 @@ class PaddleTrainer:
                                     self.device.replace("gpu", "cuda")))
         model = parts.model
         # BatchNorm's running statistics are parameters with stop_gradient in Paddle.
-        self.params = [p for p in model.parameters() if not p.stop_gradient]
-        self.parameters = sum(math.prod(p.shape) for p in self.params)
+        self.parameters = sum(math.prod(p.shape) for p in model.parameters()
+                              if not p.stop_gradient)
         require_parameters(self.parameters, recipe)
-        paddle.seed(spec.seed + dist.rank)
+        layout = spec.parallel(dist.world_size)
+        self.tensor_parallel = not layout.is_data_parallel
+        if self.tensor_parallel:
+            model = shard_model(paddle, model, parts, layout, spec)
+        self.params = [p for p in model.parameters() if not p.stop_gradient]
+        # The ranks of one replica (tensor-parallel) draw the same data.
+        paddle.seed(spec.seed + layout.data_rank(dist.rank))
         self.compiled = spec.compiled
         # to_static turns the forward into one static program (Paddle's PIR) the first time it
         # runs, which the warm-up absorbs; backward and the update stay eager, as for torch.
         if self.compiled:
             model = paddle.jit.to_static(model, full_graph=True, backend=None)
-        self.model = paddle.DataParallel(model) if dist.world_size > 1 else model
+        self.model = (paddle.DataParallel(model) if dist.world_size > 1
+                      and not self.tensor_parallel else model)
         self.optimizer = make_optimizer(paddle, self.params, spec.optimizer)
         self.criterion = parts.loss or paddle.nn.functional.cross_entropy
         self.inputs, self.targets = parts.inputs, parts.targets
@@ -194,7 +202,10 @@ class PaddleTrainer:
             self._paddle.device.synchronize(self.device)
 
     def loss(self) -> float:
-        return 0.0 if self._loss is None else float(self._loss.astype("float32").item())
+        if self._loss is None:
+            return 0.0
+        loss = self._loss._local_value() if self._loss.is_dist() else self._loss
+        return float(loss.astype("float32").item())
 
     def environment(self) -> dict[str, Any]:
         paddle = self._paddle
@@ -206,7 +217,8 @@ class PaddleTrainer:
             "compiled": self.compiled,
             # The ranks the process group really joined (get_world_size alone falls back to
             # PADDLE_TRAINERS_NUM, which the adapter set itself).
-            "data_parallel_ranks": (paddle.distributed.get_world_size()
+            "data_parallel_ranks": (1 if self.tensor_parallel else
+                                    paddle.distributed.get_world_size()
                                     if paddle.distributed.is_initialized() else 1),
         }
         if self.cuda:
@@ -222,6 +234,61 @@ class PaddleTrainer:
 
     def close(self) -> None:
         pass  # Paddle's gloo and NCCL groups are torn down at interpreter exit
+
+
+def shard_model(paddle: Any, model: Any, parts: Parts, layout: Layout, spec: RankSpec) -> Any:
+    """Tensor parallelism through Paddle's auto-parallel API (``fleet``'s hybrid parallelism
+    does not run on CPU: ``layout_unavailable``). ``Parts.tp_plan`` maps sublayer names to
+    ``"colwise"`` / ``"rowwise"`` (torch's words: one plan reads the same in both recipes) or
+    to ``{parameter name: dist placement}``. Paddle keeps a Linear's weight ``[in, out]``, so
+    column-parallel is ``Shard(1)`` with the bias ``Shard(0)``; row-parallel ``Shard(0)`` with
+    the bias replicated; parameters the plan leaves out are replicated (``shard_layer``), and
+    Paddle inserts the collectives from the placements. On CPU only plans whose collectives
+    are all-reduces run (Megatron's column-then-row pairs): a split output consumed whole
+    needs a reduce-scatter in backward, which has no CPU kernel."""
+    why = layout_unavailable(layout.kinds, spec.device_type, spec.compiled)
+    if why or layout.tp != layout.world_size:
+        raise WorkloadError(why or f"layout {layout.id}: the paddle adapter runs tensor "
+                            "parallelism over every rank (no data-parallel dimension beside it)")
+    dist = paddle.distributed
+    styles = {"colwise": {"weight": dist.Shard(1), "bias": dist.Shard(0)},
+              "rowwise": {"weight": dist.Shard(0), "bias": dist.Replicate()}}
+    plan = dict(parts.tp_plan or {})
+    unknown = sorted(set(plan) - {name for name, _ in model.named_sublayers()})
+    if unknown:
+        raise WorkloadError(f"tp_plan names no sublayer {', '.join(unknown)} of the model")
+
+    def shard(name: str, layer: Any, mesh: Any) -> None:
+        style = plan.get(name)
+        placements = styles[style] if isinstance(style, str) and style in styles else style
+        for key, placement in dict(placements or {}).items():
+            if getattr(layer, key, None) is not None:
+                layer._parameters[key] = dist.shard_tensor(getattr(layer, key), mesh,
+                                                           [placement])
+
+    return dist.shard_layer(model, dist.ProcessMesh(list(range(layout.world_size))), shard)
+
+
+def layout_unavailable(kinds: tuple[str, ...], device_type: str,
+                       compiled: bool = False) -> str | None:
+    """What Paddle 3.3.1 ran on CPU (measured 2026-11-25): tensor parallelism through the
+    auto-parallel API, eagerly; ``fleet``'s hybrid parallelism refuses the CPU ("Only support
+    xpu, gpu and custom_device"), its pipeline needs gloo's send. On CUDA these are fleet's,
+    not ported."""
+    if device_type != "cpu":
+        return ("not ported: on CUDA Paddle's layouts are fleet's hybrid parallelism, which "
+                "the adapter does not set up (it ran the auto-parallel API on CPU only)")
+    if "pp" in kinds:
+        return ("Paddle's pipeline (fleet PipelineLayer) needs send/recv, and gloo 'does not "
+                "support send with sync_op and use_calc_stream' on CPU")
+    if "fsdp" in kinds:
+        return ("Paddle's sharding (auto-parallel ShardingStage3) reduce-scatters the "
+                "gradients, and its CPU kernel is missing: 'Unimplemented cpu kernel for "
+                "CReduceScatterOp'")
+    if compiled:
+        return ("to_static of a model of dist tensors (the auto-parallel API) aborted its "
+                "ranks on CPU: 'terminate called after throwing std::exception'")
+    return None
 
 
 def make_optimizer(paddle: Any, params: list[Any], opt: OptimizerSpec) -> Any:

@@ -340,6 +340,20 @@ def _cross_entropy(logits: Any, labels: Any) -> Any:
     return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
 
 
+def layout_unavailable(kinds: tuple[str, ...], device_type: str,
+                       compiled: bool = False) -> str | None:
+    """Not ported, for what the installed stack offers (read 2026-11-25 in TensorFlow 2.21 and
+    Keras 3.15.1): TensorFlow's sharding API is DTensor (``tf.experimental.dtensor``, parts of
+    it deprecated), which shards variables created with DTensor layouts; the recipes return
+    Keras 3 models, and Keras 3's distribution API (``ModelParallel``, ``LayoutMap``) has no
+    TensorFlow implementation (its TF backend module says "DO NOT USE ... just a prototype" and
+    defines no ``distribute_variable``). Keras 2 (``tf_keras``), whose layout maps did, is not
+    installed. Pipelines have no TensorFlow API at all."""
+    return ("TensorFlow's layouts are DTensor's, and Keras 3 (the recipes' models) does not "
+            "shard variables with it: its TensorFlow distribution backend is an unfinished "
+            "prototype ('DO NOT USE'); not ported")
+
+
 def build_trainer(spec: RankSpec, dist: DistEnv,
                   recipe: Callable[[BuildContext], Parts] | None) -> TensorFlowTrainer:
     if recipe is None:
