@@ -82,7 +82,7 @@ def hand_worker(args: argparse.Namespace) -> int:
         logits = model(tokens)
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(),
                                                  targets.flatten())
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
 

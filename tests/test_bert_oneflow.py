@@ -92,7 +92,7 @@ from pytest_dlperf.frameworks import DistEnv, load
 from pytest_dlperf.models import BERT_BASE
 from pytest_dlperf.core.protocol import QUICK
 from pytest_dlperf.core.spec import spec_for
-from pytest_dlperf.core.workload import load_recipe
+from pytest_dlperf.core.recipes import load_recipe
 losses = {}
 for mode in ("eager", "compiled"):
     spec = spec_for("oneflow", BERT_BASE, protocol=QUICK, device_type="cpu", compiler=mode,

@@ -196,12 +196,16 @@ LONG_FUNCTIONS = {
     # list of small layer classes, not one long procedure.
     "pytest_dlperf/models/bert_oneflow.py::_modules",
     "pytest_dlperf/models/bert_keras.py::_layer_classes",
+    "pytest_dlperf/models/gpt.py::_torch_classes",
     # One dict literal: the results entry's fields, one a line.
     "pytest_dlperf/report/results.py::benchmark_entry",
     # The adapters' trainers set up a framework in one visible sequence (process group, device,
     # model, optimizer, compiler); split, the order between the steps would hide.
     "pytest_dlperf/frameworks/tensorflow.py::__init__",
     "pytest_dlperf/frameworks/oneflow.py::__init__",
+    # torch's too, since layouts (issue 40): the data-parallel and the sharded set-up side by
+    # side, the strategies themselves in frameworks/_torch_parallel.py.
+    "pytest_dlperf/frameworks/torch.py::__init__",
 }
 
 

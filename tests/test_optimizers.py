@@ -23,7 +23,7 @@ from pytest_dlperf import SGD, AdamW, Workload
 from pytest_dlperf.frameworks import DistEnv, load
 from pytest_dlperf.core.protocol import QUICK
 from pytest_dlperf.core.spec import spec_for
-from pytest_dlperf.core.workload import load_recipe
+from pytest_dlperf.core.recipes import load_recipe
 OPTIMIZERS = {"sgd-clip": SGD(lr_per_256=0.5 * 256 / 4, momentum=0.0, clip_norm=0.01),
               "adamw-decay": AdamW(lr=0.1, weight_decay=0.5),
               "sgd-momentum-decay": SGD(lr_per_256=0.1 * 256 / 4, momentum=0.9,

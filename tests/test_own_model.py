@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_dlperf.core.workload import CaseWorkload, Workload, WorkloadError, recipe_reference
+from pytest_dlperf.core.recipes import recipe_reference
+from pytest_dlperf.core.workload import CaseWorkload, Workload, WorkloadError
 from pytest_dlperf.plugin.settings import default_machine
 
 # At import, before any pytester snapshot of sys.modules: a torch imported inside a pytester

@@ -106,7 +106,7 @@ from pytest_dlperf import SGD, Workload
 from pytest_dlperf.frameworks import DistEnv, load
 from pytest_dlperf.core.protocol import QUICK
 from pytest_dlperf.core.spec import spec_for
-from pytest_dlperf.core.workload import load_recipe
+from pytest_dlperf.core.recipes import load_recipe
 workload = Workload("linear", recipes={"paddle": "optimizer_recipes:paddle_random"},
                     batch_size={"cpu": 4}, sizes={"data_rank": RANK},
                     optimizer=SGD(lr_per_256=0.1 * 256 / 4, momentum=0.0))
@@ -175,7 +175,7 @@ from pytest_dlperf import SGD, Workload
 from pytest_dlperf.frameworks import DistEnv, load
 from pytest_dlperf.core.protocol import QUICK
 from pytest_dlperf.core.spec import spec_for
-from pytest_dlperf.core.workload import load_recipe
+from pytest_dlperf.core.recipes import load_recipe
 workload = Workload("loader", recipes={"paddle": "optimizer_recipes:paddle_loader"},
                     batch_size={"cpu": 4}, optimizer=SGD(lr_per_256=1.0))
 spec = spec_for("paddle", workload, protocol=QUICK, device_type="cpu")

@@ -193,7 +193,7 @@ from pytest_dlperf import SGD, Workload
 from pytest_dlperf.frameworks import DistEnv, load
 from pytest_dlperf.core.protocol import QUICK
 from pytest_dlperf.core.spec import spec_for
-from pytest_dlperf.core.workload import load_recipe
+from pytest_dlperf.core.recipes import load_recipe
 workload = Workload("linear", recipes={"tensorflow": "data_rank_recipe:build"},
                     batch_size={"cpu": 4}, sizes={"data_rank": RANK},
                     optimizer=SGD(lr_per_256=0.1 * 256 / 4, momentum=0.0))
@@ -256,7 +256,8 @@ from pytest_dlperf import Parts, Workload
 from pytest_dlperf.frameworks import DistEnv, load
 from pytest_dlperf.core.protocol import QUICK
 from pytest_dlperf.core.spec import spec_for
-from pytest_dlperf.core.workload import WorkloadError, load_recipe
+from pytest_dlperf.core.workload import WorkloadError
+from pytest_dlperf.core.recipes import load_recipe
 workload = Workload("flat", recipes={"tensorflow": "tf_flat:build"}, batch_size={"cpu": 4})
 spec = spec_for("tensorflow", workload, protocol=QUICK, device_type="cpu")
 try:

@@ -10,16 +10,15 @@ from typing import Any
 
 from .parallel import Layout
 from .protocol import Protocol
+from .recipes import RecipeReference, recipe_reference
 from .workload import (
     AdamW,
     BuildContext,
     CaseWorkload,
     Optimizer,
     Precision,
-    RecipeReference,
     SizeValue,
     Workload,
-    recipe_reference,
 )
 
 

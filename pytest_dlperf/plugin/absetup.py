@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ..core import worktrees
+from ..core.recipes import RecipeReference
 from ..core.spec import RankSpec
-from ..core.workload import RecipeReference
 from ..launch import Cluster
 from .outcome import fail
 

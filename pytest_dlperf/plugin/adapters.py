@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from .. import frameworks
-from ..core.workload import RecipeReference, Workload, WorkloadError, import_root, recipe_reference
+from ..core.recipes import RecipeReference, import_root, recipe_reference
+from ..core.workload import Workload, WorkloadError
 from ..models import with_recipe
 
 # Prints the version of the first of its arguments that is installed, in another interpreter.

@@ -16,12 +16,12 @@ import pytest
 from ..core.facts import Facts
 from ..core.parallel import Layout, LayoutSpelling
 from ..core.protocol import Protocol, launch_size
+from ..core.recipes import RecipeReference
 from ..core.spec import RankSpec, spec_for
 from ..core.topology import Topology, fingerprint, python_minor
 from ..core.workload import (
     CaseWorkload,
     Precision,
-    RecipeReference,
     SizeValue,
     Workload,
     WorkloadError,

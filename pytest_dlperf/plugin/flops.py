@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from ..core.protocol import Protocol
+from ..core.recipes import recipe_reference
 from ..core.spec import RankSpec, spec_for
-from ..core.workload import CaseWorkload, SizeValue, Workload, WorkloadError, recipe_reference
+from ..core.workload import CaseWorkload, SizeValue, Workload, WorkloadError
 from ..verdict.mfu import (
     FlopsCount,
     ImpossibleMFU,

@@ -15,9 +15,10 @@ import pytest
 from ..core.batchsearch import BatchSearchError, Search
 from ..core.parallel import DATA_PARALLEL
 from ..core.protocol import Result
+from ..core.recipes import RecipeReference
 from ..core.spec import RankSpec
 from ..core.topology import make_topology
-from ..core.workload import CaseWorkload, Precision, RecipeReference, SizeValue, Workload
+from ..core.workload import CaseWorkload, Precision, SizeValue, Workload
 from ..launch import Cluster
 from ..verdict import busy as busy_text
 from ..verdict import decide, unstable

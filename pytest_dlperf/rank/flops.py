@@ -50,7 +50,7 @@ def _count_step(spec: Any, device: str) -> float:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from ..core.workload import load_recipe
+    from ..core.recipes import load_recipe
 
     recipe = load_recipe(spec.recipe)
     # The whole model, unsharded, whatever the case's layout: no mesh exists here, and model

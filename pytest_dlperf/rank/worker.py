@@ -23,8 +23,9 @@ from .. import frameworks
 from ..core.cgroup import apply_limit
 from ..core.jsonio import write_json_atomic
 from ..core.lifeline import die_with_parent, expected_parent
+from ..core.recipes import load_recipe
 from ..core.spec import RankSpec
-from ..core.workload import WorkloadError, load_recipe
+from ..core.workload import WorkloadError
 from ..frameworks import DeviceUnavailable, DistEnv, Trainer
 from . import barrier as barriers
 from .memory import WindowMemory, is_out_of_memory
