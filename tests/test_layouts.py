@@ -161,3 +161,19 @@ def test_a_layout_the_workload_or_adapter_cannot_run_skips_saying_why(
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*workload 'mlp' does not support tp (layout tp2; its "
                                  "layouts: dp, fsdp)*Workload(layouts=...)*"])
+
+
+def test_a_tests_own_parameter_called_layout_is_left_alone(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_models=PERF + '''
+
+@pytest.mark.parametrize("layout", ["grid", "flex"])
+def test_css(layout):
+    assert layout in ("grid", "flex")
+
+
+@pytest.mark.parametrize(("layout", "size"), [("dp", 1)])
+def test_own_axis(cluster, layout, size):
+    assert layout == "dp"
+''')
+    result = pytester.runpytest("-q", "--devices-per-node", "2", "-k", "css or own_axis")
+    result.assert_outcomes(passed=4)  # grid, flex; dp on 1n1d and 1n2d

@@ -151,7 +151,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     spellings, pairs = None, None
     multinode = metafunc.definition.get_closest_marker("multinode") is not None
     try:  # a usage error, raised once collection is done (here pytest would call it an error)
-        if "layout" in named:
+        if layouts.wanted(metafunc, named):
             spellings = layouts.asked(metafunc.definition, state.settings.layouts)
             if "cluster" in named:
                 pairs = layouts.pairs(metafunc.definition.nodeid, state.ladder(multinode),

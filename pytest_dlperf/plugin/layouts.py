@@ -4,7 +4,7 @@ each resolves, and the case ids they give (``1n2d-fsdp2``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pytest
 
@@ -12,6 +12,22 @@ from ..core.parallel import Layout, LayoutError, LayoutSpelling, parse_layout
 from ..core.topology import Topology
 
 MARKER = "layouts"
+
+
+def wanted(metafunc: pytest.Metafunc, named: Mapping[str, object]) -> bool:
+    """Whether the plugin parametrizes this test's ``layout``: a perf case that asks for the
+    fixture (which needs ``cluster``), not a test whose own parameter is called so."""
+    if "layout" not in named or "cluster" not in metafunc.fixturenames:
+        return False
+    return not any("layout" in _argnames(marker)
+                   for marker in metafunc.definition.iter_markers("parametrize"))
+
+
+def _argnames(marker: pytest.Mark) -> list[str]:
+    names = marker.args[0] if marker.args else marker.kwargs.get("argnames", "")
+    if isinstance(names, str):
+        return [name.strip() for name in names.split(",")]
+    return [str(name) for name in names]
 
 
 def asked(definition: pytest.Item, option: Sequence[str] | None) -> list[LayoutSpelling]:
