@@ -250,6 +250,13 @@ class Sharded:
         from torch.distributed.tensor import DTensor
 
         params = [p for p in self.parameters() if p.grad is not None]
+        if self.stage_group is None and (all(isinstance(p.grad, DTensor) for p in params)
+                                         or not any(isinstance(p.grad, DTensor)
+                                                    for p in params)):
+            # One kind of gradient and no stages: torch's own clip takes the norm over the
+            # shards (a DTensor's norm reduces them), as a hand-written FSDP2 loop does; the
+            # general path below cost ~2% of a small GPT's FSDP2 step here in Python alone.
+            return torch.nn.utils.clip_grad_norm_(params, max_norm)
         squares = torch.zeros((), dtype=torch.float32, device=params[0].grad.device
                               if params else None)
         groups = ([p for p in params if isinstance(p.grad, DTensor)],
