@@ -65,7 +65,7 @@ FRAMEWORK = "torch"
 
 
 @pytest.mark.multinode
-def test_scale(cluster, throughput_meter):
+def test_scale(cluster, layout, throughput_meter):
     report = throughput_meter.measure(FRAMEWORK, MLP)
     assert report.environment["data_parallel_ranks"] == cluster.world_size
     print("LAUNCHER", report.launcher, cluster.topology.id, report.result.global_batch)

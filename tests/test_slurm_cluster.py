@@ -120,7 +120,7 @@ from mlp_recipes import MLP
 
 
 @pytest.mark.multinode
-def test_scale(cluster, throughput_meter):
+def test_scale(cluster, layout, throughput_meter):
     Path(os.environ["RANKS_WHERE"], "pytest.pid").write_text(str(os.getpid()))
     print("PYTEST ON", socket.gethostname())
     report = throughput_meter.measure(FRAMEWORK, MLP)
@@ -250,14 +250,17 @@ def framework_args(framework: str, request: pytest.FixtureRequest) -> list[str]:
 
 
 @pytest.mark.usefixtures("subprocess_env")
-@pytest.mark.parametrize("framework, how", [("torch", "sbatch"), ("tensorflow", "salloc"),
-                                            ("oneflow", "salloc"), ("paddle", "salloc")])
+@pytest.mark.parametrize("framework, how, layout", [
+    ("torch", "sbatch", "dp"), ("tensorflow", "salloc", "dp"), ("oneflow", "salloc", "dp"),
+    ("paddle", "salloc", "dp"),
+    # Issue 40: FSDP2 over two Slurm nodes, its all-gathers between their namespaces.
+    ("torch", "salloc", "fsdp")])
 def test_a_two_node_job_trains_one_rank_on_each_node(
         slurm: LocalSlurm, pytester: pytest.Pytester, request: pytest.FixtureRequest,
-        framework: str, how: str) -> None:
+        framework: str, how: str, layout: str) -> None:
     job = Job(slurm, pytester.path, framework,
-              ["--dlperf-steps", "2", "--dlperf-timeout", "120", *framework_args(framework,
-                                                                               request)])
+              ["--dlperf-steps", "2", "--dlperf-timeout", "120", "--dlperf-layouts", layout,
+               *framework_args(framework, request)])
     began = time.monotonic()
     done = job.start(how).wait(timeout=400)
     print(f"\n{framework} through {how}: {time.monotonic() - began:.1f} s")
@@ -266,6 +269,7 @@ def test_a_two_node_job_trains_one_rank_on_each_node(
     assert f"PYTEST ON {'node1' if how == 'sbatch' else 'ctl'}" in job.text()
     case = job.case()
     assert case["launcher"] == "slurm" and case["framework"] == framework
+    assert case["layout"] == {"dp": "dp", "fsdp": "fsdp2"}[layout]
     assert case["topology"]["world_size"] == 2 and case["environment"]["data_parallel_ranks"] == 2
     assert sorted(r["host"] for r in case["peak_memory_per_rank"]) == ["node1", "node2"]
     ranks = job.ranks(timeout_s=0)
