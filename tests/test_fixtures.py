@@ -167,7 +167,8 @@ def test_gpu_host_can_be_told_to_use_cpu(pytester: pytest.Pytester,
 @pytest.mark.parametrize("gpus, args, message", [
     ((A100,) * 2, ["--devices-per-node", "8"],
      "*--devices-per-node=8, but this host has 2 NVIDIA GPUs; pass --devices-per-node 2 or less*"),
-    ((), ["--devices-per-node", "3"], "*--devices-per-node=3, but this host has 2 usable CPU cores*"),
+    ((), ["--devices-per-node", "3"], "*--devices-per-node=3, but this host has 2 usable CPU "
+     "cores*or --dlperf-oversubscribe to run more ranks than cores anyway*"),
     ((), ["--dlperf-device", "cuda"], "*--dlperf-device=cuda, but no NVIDIA GPU was found*"),
 ])
 def test_device_counts_the_host_lacks_are_usage_errors(

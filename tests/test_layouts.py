@@ -5,6 +5,8 @@ and the fingerprint that keeps one layout's baseline from judging another."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from pytest_dlperf.core.parallel import Layout, LayoutError, parse_layout
@@ -177,3 +179,16 @@ def test_own_axis(cluster, layout, size):
 ''')
     result = pytester.runpytest("-q", "--devices-per-node", "2", "-k", "css or own_axis")
     result.assert_outcomes(passed=4)  # grid, flex; dp on 1n1d and 1n2d
+
+
+def test_a_four_rank_layout_runs_on_two_cores_only_when_oversubscribing(
+        pytester: pytest.Pytester, fake_hardware: Callable[..., object]) -> None:
+    fake_hardware(cpu_count=2)
+    pytester.makepyfile(test_models=PERF)
+    args = ("--collect-only", "-q", "--devices-per-node", "4", "--dlperf-layouts", "fsdp2xtp2")
+    refused = pytester.runpytest(*args)
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["*--devices-per-node=4, but this host has 2 usable CPU cores*"])
+    allowed = pytester.runpytest(*args, "--dlperf-oversubscribe")
+    allowed.stdout.fnmatch_lines(["test_models.py::test_mlp[[]1n4d-fsdp2xtp2[]]",
+                                  "1 test collected*"])

@@ -29,12 +29,16 @@ CLIPPED = {"clip": 0.05, "sgd": True}  # SGD: AdamW's update hides a wrongly sca
 # first; then two pairs of processes, each its own world, running two-rank runs side by side.
 RUNS: dict[str, tuple[str | None, int, int, int, dict[str, Any]]] = {
     "fsdp2xtp2": ("fsdp2xtp2", 4, 0, 2, {}),
+    # Gradients on two meshes (the norms' on fsdp, the matrices' on fsdp x tp): the norm taken
+    # a mesh at a time (one stack of them across meshes failed the built-in GPT's 2-D case).
+    "fsdp2xtp2-clipped": ("fsdp2xtp2", 4, 0, 2, CLIPPED),
     "fsdp2xpp2-clipped": ("fsdp2xpp2", 4, 0, 2, CLIPPED),
     "dp2xtp2-clipped": ("dp2xtp2", 4, 0, 2, CLIPPED),
     "dp2xpp2": ("dp2xpp2", 4, 0, 2, {}),
     "dp2xfsdp2": ("dp2xfsdp2", 4, 0, 4, {}),
     "ddp2": (None, 2, 0, 2, {}),
     "fsdp2": ("fsdp2", 2, 0, 2, {}),
+    "fsdp2-clipped": ("fsdp2", 2, 0, 2, CLIPPED),  # torch's own clip over one mesh
     "tp2-clipped": ("tp2", 2, 0, 1, CLIPPED),
     "pp2-interleaved1f1b": ("pp2-interleaved1f1b", 2, 0, 1,
                             {"split": "blocks.1,blocks.2,blocks.3"}),

@@ -132,10 +132,14 @@ class SessionState:
             if sharing is None:
                 sharing = self.settings.nodes if launcher.all_nodes_here else 1
             return max(1, min(2, have // sharing))
-        if wanted > have:
+        # --dlperf-oversubscribe: CPU ranks sharing cores anyway (the path, not a figure: a
+        # 4-rank layout on a 2-core machine).
+        if wanted > have and not (device_type == "cpu" and self.settings.oversubscribe):
+            more = (" (or --dlperf-oversubscribe to run more ranks than cores anyway)"
+                    if device_type == "cpu" else "")
             raise pytest.UsageError(
                 f"pytest-dlperf: --devices-per-node={wanted}, but this host has {have} {what}; "
-                f"pass --devices-per-node {have} or less")
+                f"pass --devices-per-node {have} or less{more}")
         return wanted
 
     def _check_nodes(self, launcher: Launcher) -> None:
