@@ -99,3 +99,30 @@ def test_a_framework_on_another_interpreter_is_refused_saying_which_launchers_ca
     with pytest.raises(LaunchError, match=r"oneflow is set to run under /opt/of/bin/python "
                                           r"\(--dlperf-python\).*local or slurm launcher"):
         launcher.run(spec, None, tmp_path, 10)  # type: ignore[arg-type]  # refused before use
+
+
+LAYOUT_TEST = """
+import pytest
+
+@pytest.mark.multinode
+@pytest.mark.layouts("fsdp")
+def test_s(cluster, layout, throughput_meter):
+    report = throughput_meter.measure("torch", "gpt")
+    print("RESULT", report.launcher, cluster.topology.id, layout.id, report.result.global_batch,
+          report.environment.data_parallel_ranks)
+"""
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_a_layout_runs_on_the_ranks_an_outside_launcher_started(
+        pytester: pytest.Pytester) -> None:
+    """Issue 40: FSDP2 over the job torchrun started (the built-in GPT's small sizes): both
+    ranks shard one model, each a replica of 4 sequences of 64 tokens."""
+    pytester.makepyfile(test_s=LAYOUT_TEST)
+    codes, (rank0, rank1) = launch_pytest_on_two_ranks(pytester.path, "layout")
+    assert codes == [0, 0], (rank0, rank1)
+    for text in (rank0, rank1):
+        assert "RESULT external 2n1d fsdp2 512 2" in text, text
+    (bench,) = json.loads((pytester.path / "layout.json").read_text())["benchmarks"]
+    assert bench["extra_info"]["layout"] == "fsdp2"
+    assert bench["extra_info"]["fingerprint"]["layout"] == "fsdp2"
