@@ -53,6 +53,9 @@ class Layout:
     pp: int = 1
     schedule: str = DEFAULT_SCHEDULE  # pipeline schedule (pp > 1 only)
     microbatches: int = 0  # pipeline micro-batches per step; 0: two per stage
+    # A layout asked for by name on one rank (``fsdp`` on 1n1d: FSDP's code on a mesh of one)
+    # keeps its name, so that its id says what ran.
+    named: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for kind in KINDS:
@@ -99,11 +102,6 @@ class Layout:
     def units_per_step(self, batch_per_replica: int, units_per_sample: int = 1) -> int:
         """Units (tokens of a language model, else samples) one step trains on."""
         return self.global_batch(batch_per_replica) * units_per_sample
-
-    def batch_ratio(self, other: Layout) -> float:
-        """This layout's global batch over ``other``'s at one per-replica batch: what SGD's
-        learning rate scales by between them."""
-        return self.data_parallel / other.data_parallel
 
     def mesh(self) -> list[tuple[str, int]]:
         """The device mesh's named dimensions of more than one rank, outermost first; empty
@@ -154,10 +152,6 @@ class Layout:
                     term += f"-mb{self.microbatches}"
             terms.append(term)
         return "x".join(terms)
-
-    # A layout asked for by name on one rank (``fsdp`` on 1n1d: FSDP's code on a mesh of one)
-    # keeps its name, so that its id says what ran.
-    named: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
