@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .interference import Interference
+from .phases import PhaseSamples
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,8 @@ class Result:
     ranks: list[RankFigures] = field(default_factory=list)
     # What each launch ran beside (one entry per launch, in run order; empty: not measured).
     interference: list[Interference] = field(default_factory=list)
+    # The diagnostic steps' phases, every launch's (None: none ran, or --dlperf-phases off).
+    phases: PhaseSamples | None = None
 
     def __post_init__(self) -> None:
         if self.launch_windows and sum(self.launch_windows) != len(self.samples_per_s):
@@ -243,7 +246,9 @@ class Result:
                       first_step_s=self.first_step_s,
                       launch_windows=self.windows_per_launch + more.windows_per_launch,
                       memory_bytes=self.memory_bytes + more.memory_bytes if both else [],
-                      ranks=ranks, interference=self.interference + more.interference)
+                      ranks=ranks, interference=self.interference + more.interference,
+                      phases=self.phases.extended(more.phases) if self.phases is not None
+                      else more.phases)
 
     @property
     def memory_launches(self) -> list[list[float]]:
@@ -287,4 +292,4 @@ def aggregate(rank_results: list[dict[str, Any]], per_device_batch: int, wall_s:
                   warmup_s=max(r["warmup_s"] for r in rank_results), wall_s=wall_s,
                   timed_from=max(r.get("timed_from", 0.0) for r in rank_results),
                   first_step_s=max(r.get("first_step_s", 0.0) for r in rank_results),
-                  memory_bytes=memory, ranks=ranks)
+                  memory_bytes=memory, ranks=ranks, phases=PhaseSamples.of(rank_results))

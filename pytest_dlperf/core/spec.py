@@ -112,6 +112,9 @@ class RankSpec:
     # plain data parallelism over the world, as before layouts.
     layout: dict[str, Any] | None = None
     units_per_sample: int = 1  # units (tokens) of one sample; throughput counts units
+    # Diagnostic steps after the timed windows, the step cut into phases (rank.phases);
+    # 0: none (--dlperf-phases off).
+    phase_steps: int = 0
 
     def parallel(self, world_size: int) -> Layout:
         """The case's layout on ``world_size`` ranks (plain data parallelism where none)."""

@@ -22,6 +22,10 @@ and optionally:
 - ``compile_unavailable(device_type) -> str | None``: why its ``compiled`` mode cannot run here;
 - ``amp_unavailable(device_type) -> str | None``: why it has no mixed precision on that device.
 
+A trainer may also offer ``phase_plan() -> PhasePlan``: its step cut into phases, for the
+diagnostic steps after the timed windows (``pytest_dlperf.rank.phases``; without it a case
+reports no phases, saying so).
+
 A framework may run its ranks under another interpreter (``--dlperf-python``); the worker side
 (this package's ``worker``, ``meter``, ``protocol``, ``spec``, ``workload``, ``jsonio`` and this
 module) needs only the standard library, on Python 3.10 or later.
@@ -59,6 +63,31 @@ class Trainer(Protocol):
 
     def close(self) -> None:
         """Tear the process group down."""
+
+
+@dataclass
+class PhasePlan:
+    """A trainer's training step cut into phases, for the diagnostic steps after the timed
+    windows: run one after the other, ``phases`` are one whole training step (the phase names
+    of ``pytest_dlperf.core.phases``: data, forward, backward, optimizer; neighbours the
+    framework runs as one are merged under one name, ``"forward+backward+optimizer"``, and
+    ``note`` says why). Each phase keeps what the next needs on the trainer.
+
+    ``communicate(on)`` switches the gradient communication on or off for the steps that
+    follow (DDP: a comm hook that returns the bucket untouched); None where it cannot be
+    separated from the phases (a layout's collectives inside forward and backward).
+    ``all_reduce()`` all-reduces the gradients' bytes as training buckets them, alone;
+    ``ping()`` all-reduces one element (a barrier, and the per-collective latency). ``how``
+    says, for the results, how the communication was switched off and timed."""
+
+    phases: list[tuple[str, Callable[[], None]]]
+    communicate: Callable[[bool], None] | None = None
+    all_reduce: Callable[[], None] | None = None
+    ping: Callable[[], None] | None = None
+    gradient_bytes: int = 0
+    buckets: int = 0
+    how: str = ""
+    note: str = ""
 
 
 class DeviceUnavailable(RuntimeError):

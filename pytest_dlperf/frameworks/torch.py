@@ -12,8 +12,17 @@ from typing import Any
 
 from ..core.spec import OptimizerSpec, RankSpec
 from ..core.workload import BuildContext, Parts
-from . import Batches, DeviceUnavailable, DistEnv, fresh, map_batch, require_parameters
+from . import (
+    Batches,
+    DeviceUnavailable,
+    DistEnv,
+    PhasePlan,
+    fresh,
+    map_batch,
+    require_parameters,
+)
 from . import _torch_parallel as parallel
+from . import _torch_phases as phases
 
 DISTRIBUTION = "torch"
 RECIPE_FOR = "torch"
@@ -119,35 +128,51 @@ class TorchTrainer:
         return self._to_device(inputs), self._to_device(targets)
 
     def step(self) -> None:
-        torch = self._torch
         inputs, targets = self._next_batch()
+        self._backward(self._forward(inputs, targets))
+        self._update()
+
+    def _forward(self, inputs: Any, targets: Any) -> Any:
+        """The loss; under a pipeline, the whole schedule (its backward included) and the last
+        stage's loss, unscaled for the record (None on the other stages)."""
+        torch = self._torch
         self.optimizer.zero_grad(set_to_none=True)
         sharded = self.sharded
-        if sharded is not None and sharded.pipeline is not None:
-            with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp):
-                loss = sharded.pipeline.step(torch, inputs, targets)  # backward included
-            if loss is not None:  # the last stage's, unscaled for the record
-                loss = loss / self.scaler.get_scale() if self.scaler.is_enabled() else loss
-        else:
-            with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp):
-                outputs = (self.forward(*inputs) if isinstance(inputs, tuple)
-                           else self.forward(inputs))
-                loss = self.criterion(outputs, targets)
+        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp):
+            if sharded is not None and sharded.pipeline is not None:
+                loss = sharded.pipeline.step(torch, inputs, targets)
+                if loss is not None and self.scaler.is_enabled():
+                    loss = loss / self.scaler.get_scale()
+                return loss
+            outputs = (self.forward(*inputs) if isinstance(inputs, tuple)
+                       else self.forward(inputs))
+            return self.criterion(outputs, targets)
+
+    def _backward(self, loss: Any) -> None:
+        """Backward (DDP's all-reduce overlapping it), and a layout's gradient averaging."""
+        sharded = self.sharded
+        if sharded is None or sharded.pipeline is None:
             self.scaler.scale(loss).backward()
         if sharded is not None:
-            sharded.average_gradients(torch)
+            sharded.average_gradients(self._torch)
+        self._loss = loss.detach() if loss is not None else None
+
+    def _update(self) -> None:
         if self.clip_norm is not None:
             # On the all-reduced gradients (DDP averaged them in backward), unscaled first. No
             # host sync: the clip coefficient is applied on the device, and GradScaler skips
             # the step where the unscaled gradients hold an inf.
             self.scaler.unscale_(self.optimizer)
-            if sharded is None:
-                torch.nn.utils.clip_grad_norm_(self.params, self.clip_norm)
+            if self.sharded is None:
+                self._torch.nn.utils.clip_grad_norm_(self.params, self.clip_norm)
             else:  # the norm over every shard and stage
-                sharded.clip(torch, self.clip_norm)
+                self.sharded.clip(self._torch, self.clip_norm)
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        self._loss = loss.detach() if loss is not None else None
+
+    def phase_plan(self) -> PhasePlan:
+        """The step in phases (``_torch_phases``)."""
+        return phases.plan(self)
 
     @property
     def local_step(self) -> Callable[[], None] | None:

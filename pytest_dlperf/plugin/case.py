@@ -15,6 +15,7 @@ import pytest
 
 from ..core.facts import Facts
 from ..core.parallel import Layout, LayoutSpelling
+from ..core.phases import diagnostic_steps
 from ..core.protocol import Protocol, launch_size
 from ..core.recipes import RecipeReference
 from ..core.spec import RankSpec, spec_for
@@ -141,7 +142,15 @@ class Case:
                         compiler=self.compiler, world_size=self.cluster.world_size,
                         batch_size=sized.batch_size, sizes=dict(sized.sizes), recipe=recipe,
                         layout=self.layout).with_(memory_limit=self.state.settings.memory_limit,
-                                adapter_path=self.adapter.import_root)
+                                adapter_path=self.adapter.import_root,
+                                phase_steps=self.phase_steps)
+
+    @property
+    def phase_steps(self) -> int:
+        """Diagnostic steps per launch (``core.phases``); 0 with --dlperf-phases off."""
+        if self.state.settings.phases == "off":
+            return 0
+        return diagnostic_steps(self.protocol.steps)
 
     def fingerprint(self, topology: Topology, version: str, env: dict[str, Any],
                     sized: CaseWorkload, searched: bool,

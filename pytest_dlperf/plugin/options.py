@@ -132,6 +132,11 @@ OPTIONS: tuple[Option, ...] = (
            "time (forward and backward without the all-reduce) is more than this fraction "
            "slower than the median rank's. Default: 0.10.",
            parse_fraction, 0.10, metavar="FRACTION"),
+    Option("phases", "on: after its timed windows, each launch runs a few diagnostic steps "
+           "(a fifth of a window, 2 to 10) cut into phases (data, forward, backward, "
+           "optimizer, exposed communication), which the results, the baseline and a "
+           "regression's message report; off: none. Default: on.",
+           _choice("on", "off"), "on", metavar="on|off"),
     Option("peak_flops", "the device's dense peak FLOP/s for the precision the cases compute "
            "in (989.4T), for MFU on a device the built-in table lacks (every CPU, a GPU newer "
            "than this release); it replaces the table's figure. Default: the table's, by NVML "

@@ -27,6 +27,7 @@ class Settings:
     memory_tolerance: float
     straggler_threshold: float
     peak_flops: float | None
+    phases: str  # "on": diagnostic steps cut into phases after the windows; "off": none
     launches: int
     max_repeats: int
     unstable_cv: float

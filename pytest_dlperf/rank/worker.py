@@ -28,6 +28,7 @@ from ..core.spec import RankSpec
 from ..core.workload import WorkloadError
 from ..frameworks import DeviceUnavailable, DistEnv, Trainer
 from . import barrier as barriers
+from . import phases as phase_steps
 from .memory import WindowMemory, is_out_of_memory
 from .progress import RankProgress
 from .timing import measure
@@ -99,10 +100,7 @@ def run(spec: RankSpec | dict[str, Any], dist: DistEnv) -> dict[str, Any]:
                                                                 protocol.steps)))
         if duet is not None:  # no side's wind-down beside the other's last window
             duet.wait("end")
-        # The straggler check compares ranks that each run the whole model alone (DDP's
-        # no_sync); a rank of a sharded layout cannot run a step without the others.
-        local = (local_step_s(trainer, protocol.steps)
-                 if dist.world_size > 1 and layout.is_data_parallel else None)
+        local, phases = after_windows(trainer, spec, dist)
         # The rank's interpreter, which the fingerprint records (not pytest's: OneFlow's ranks
         # run under their own).
         environment = {"python": platform.python_version(), **trainer.environment()}
@@ -113,6 +111,7 @@ def run(spec: RankSpec | dict[str, Any], dist: DistEnv) -> dict[str, Any]:
     return {"rank": dist.rank, "node_rank": dist.node_rank, "local_rank": dist.local_rank,
             "world_size": dist.world_size, "host": platform.node(), "losses": losses,
             "memory": memory.to_json(), "local_step_s": local, "flops": flops,
+            "phases": phases,
             "environment": environment, **measurement.to_json()}
 
 
@@ -141,6 +140,27 @@ def local_step_s(trainer: Trainer, steps: int) -> float | None:
         synchronize()
         times.append(time.perf_counter() - begin)
     return sorted(times)[len(times) // 2]
+
+
+def after_windows(trainer: Trainer, spec: RankSpec, dist: DistEnv
+                  ) -> tuple[float | None, dict[str, Any] | None]:
+    """What runs after the timed windows: the straggler check's own steps, which compare ranks
+    that each run the whole model alone (DDP's no_sync; a rank of a sharded layout cannot run
+    a step without the others), then the phases' diagnostic steps."""
+    many = dist.world_size > 1
+    local = (local_step_s(trainer, spec.protocol.steps)
+             if many and spec.parallel(dist.world_size).is_data_parallel else None)
+    return local, diagnose_phases(trainer, spec.phase_steps, dist.world_size)
+
+
+def diagnose_phases(trainer: Trainer, steps: int, world_size: int) -> dict[str, Any] | None:
+    """The step cut into phases, after everything timed (docs/phases.md); None where the spec
+    asks for none or the adapter cannot cut its step."""
+    plan = getattr(trainer, "phase_plan", None)
+    if not steps or plan is None:
+        return None
+    return phase_steps.diagnose(plan(), trainer.synchronize, steps,
+                                communicating=world_size > 1)
 
 
 def error_text(exc: BaseException) -> str:

@@ -87,6 +87,12 @@ def benchmark_entry(report: CaseReport) -> dict[str, Any]:
             "mfu_peak": report.peak.to_json() if report.peak else None,
             "speedup": report.speedup,
             "scaling_efficiency": report.efficiency,
+            # Where a step's time went: the diagnostic steps after the windows (seconds per
+            # step of each phase; docs/phases.md), and the scaling model held against the
+            # efficiency (multi-device cases).
+            "phases": report.phases.to_json() if report.phases else None,
+            "scaling_model": (report.scaling_model.to_json() if report.scaling_model
+                              else None),
             "efficiency_verdict": (report.efficiency_verdict.to_json()
                                    if report.efficiency_verdict else None),
             "verdict": {**report.verdict.to_json(), "text": report.verdict_text},

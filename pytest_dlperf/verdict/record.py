@@ -12,12 +12,14 @@ from typing import Any
 from ..core.batchsearch import Search
 from ..core.facts import Facts
 from ..core.parallel import DATA_PARALLEL, Layout
+from ..core.phases import Phases
 from ..core.protocol import Protocol, Result, median_of_launches, split
 from ..core.topology import Topology
 from ..core.workload import CaseWorkload, Precision
 from ..store.baselines import EFFICIENCY, MEMORY, THROUGHPUT, Change, Metric
 from .changepoints import Step
 from .mfu import FlopsCount, Peak
+from .scaling import ScalingModel
 from .stats import Verdict
 
 
@@ -79,6 +81,15 @@ class CaseReport:
     # --dlperf-ab / --dlperf-ab-python: the base side, each side's figures, the pairs; the
     # verdict is then head against base (verdict.paired), and no baseline was read.
     ab: Facts = field(default_factory=Facts)
+    # The baseline's phases (what its recording run's diagnostic steps measured), and the
+    # scaling model held against this case's efficiency (verdict.scaling); None: none.
+    baseline_phases: Phases | None = None
+    scaling_model: ScalingModel | None = None
+
+    @property
+    def phases(self) -> Phases | None:
+        """Where this case's step time went (its diagnostic steps); None: none ran."""
+        return self.result.phases.figures() if self.result.phases is not None else None
 
     def __post_init__(self) -> None:
         # Built from plain dicts too (tests, a user's own tooling): one kind of field, always.
