@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 from test_own_model import readme_example
 
+from pytest_dlperf.core.phases import PhaseSamples
+from pytest_dlperf.core.protocol import Result
+
 # One window a launch, three pairs, one look (no extra pairs). Three pairs leave the t-test 2
 # degrees of freedom: with this VM's launch-to-launch noise a 3x change came out at p=0.011
 # once, so the slowed model below is ~6x slower. Windows of 300 steps (~0.6 s for the MLP, ~3 s
@@ -72,9 +75,12 @@ def test_a_slower_commit_fails_against_its_parent_and_is_an_improvement_the_othe
     result.stdout.fnmatch_lines(["*A/B REGRESSION in test_my_model.py::test_mlp[[]1n1d-fp32[]]*"
                                  "head * vs base * samples/s (HEAD~1 at *(the MLP)*",
                                  "*A/B, head against base (base: HEAD~1 at*",
-                                 "*test_mlp*regression*"])
+                                 "*test_mlp*regression  *backward *x*"])
     ab = ab_of(repo / "slow.json")
     assert ab["base_commit"] == fast and ab["outcome"] == "regression"
+    # each side's diagnostic steps over its launches: the wider layer's backward is slower
+    phases = {side: ab["phases"][side]["seconds_per_step"] for side in ("base", "head")}
+    assert phases["head"]["backward"] > phases["base"]["backward"]
     assert [p["first"] for p in ab["pairs"]][:3] == ["base", "head", "base"]
     assert ab["ratio_ci"][1] < 0.95 and ab["head_median"] < ab["base_median"]
     assert git(repo, "status", "--porcelain", "--untracked-files=no") == ""
@@ -317,3 +323,63 @@ def test_duet_a_side_that_fails_fails_the_case_naming_it_and_the_other_does_not_
     result.stdout.fnmatch_lines([f"*test_mlp[[]1n1d-fp32[]] (A/B base side: ranks under "
                                  f"{bare}/bin/python) failed*"])
     assert "never came" not in result.stdout.str()
+
+
+def launch_with_phases(backward: list[float] | None) -> Result:
+    """One launch's figures, its diagnostic steps' phases by hand (None: it ran none)."""
+    order = ["forward", "backward", "optimizer"]
+    phases = None if backward is None else PhaseSamples(
+        order=order, phases={"forward": [0.04] * len(backward), "backward": backward,
+                             "optimizer": [0.05] * len(backward), "rest": [0.001] * len(backward)},
+        step_with=[0.2] * len(backward), exposed=[0.02] * len(backward))
+    return Result(samples_per_s=[100.0], window_s=[1.0], steps=10, global_batch=10,
+                  warmup_s=0.1, wall_s=2.0, phases=phases)
+
+
+def test_each_sides_phases_over_its_launches_go_into_the_ab_facts() -> None:
+    from pytest_dlperf.plugin.ab import _joined, _phases_facts
+
+    base = _joined([launch_with_phases([0.10, 0.10]), launch_with_phases([0.10, 0.12])])
+    head = _joined([launch_with_phases([0.11, 0.12]), launch_with_phases([0.13, 0.14])])
+    facts = _phases_facts(base, head)
+    assert facts is not None
+    # every launch's steps pooled: the median over both launches of a side
+    assert facts["base"]["seconds_per_step"]["backward"] == pytest.approx(0.10)
+    assert facts["head"]["seconds_per_step"]["backward"] == pytest.approx(0.125)
+    assert facts["head"]["order"] == ["forward", "backward", "optimizer", "rest",
+                                      "exposed communication"]
+    assert json.loads(json.dumps(facts)) == facts  # as the results JSON keeps it
+    one_sided = _phases_facts(launch_with_phases(None), head)
+    assert one_sided is not None and one_sided["base"] is None
+    assert _phases_facts(launch_with_phases(None), launch_with_phases(None)) is None
+
+
+def ab_entry(phases: dict[str, object] | None) -> dict[str, object]:
+    ab = {"base": "HEAD~1", "head": "HEAD", "base_median": 100.0, "head_median": 90.0,
+          "ratio": 0.9, "ratio_ci": [0.85, 0.95], "pairs": [{}] * 3, "p_worse": 0.01,
+          "p_better": 0.99, "outcome": "regression", "efficiency": None, "phases": phases}
+    return {"extra_info": {"case": "test_my_model.py::test_mlp[1n1d-fp32]", "unit": "samples",
+                           "framework": "torch", "ab": ab}}
+
+
+def test_the_ab_table_gives_each_phases_ratio_head_over_base() -> None:
+    from pytest_dlperf.core.phases import Phases
+    from pytest_dlperf.report.tables import AB_HEADER, ab_rows, phase_ratios, text_table
+
+    order = ["forward", "backward", "optimizer", "rest", "exposed communication"]
+    base = Phases(dict(zip(order, [0.040, 0.100, 0.050, 0.002, 0.0])), order).to_json()
+    head = Phases(dict(zip(order, [0.040, 0.112, 0.045, 0.002, 0.01])), order).to_json()
+    sides, table = ab_rows([ab_entry({"base": base, "head": head}), ab_entry(None),
+                            ab_entry({"base": None, "head": head})])
+    assert sides == "base: HEAD~1; head: HEAD"
+    # a phase base measured at 0 has no ratio
+    assert [row[-1] for row in table] == [
+        "forward 1.00x, backward 1.12x, optimizer 0.90x, rest 1.00x", "-", "-"]
+    assert table[0][:-1] == ["test_my_model.py::test_mlp[1n1d-fp32]", "100.0 samples/s",
+                             "90.0 samples/s", "0.900", "[0.850, 0.950]", "3", "0.01", "-",
+                             "regression"]
+    lines = text_table(table, AB_HEADER)
+    assert lines[0].endswith("  verdict     phases head/base")
+    assert lines[2].endswith("regression  forward 1.00x, backward 1.12x, optimizer 0.90x, "
+                             "rest 1.00x")
+    assert phase_ratios({"base": base, "head": {**head, "seconds_per_step": {}}}) == "-"

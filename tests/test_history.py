@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_dlperf.core.phases import Phases
 from pytest_dlperf.store import history as history_mod
 from pytest_dlperf.store.history import History, HistoryError
 
@@ -307,6 +308,7 @@ def test_a_schema_1_store_gets_the_baseline_action_column_and_keeps_its_runs(
     with engine.begin() as conn:  # back to what schema 1 wrote
         conn.execute(sa.text("ALTER TABLE dlperf_cases DROP COLUMN baseline_action"))
         conn.execute(sa.text("ALTER TABLE dlperf_cases DROP COLUMN interference"))
+        conn.execute(sa.text("ALTER TABLE dlperf_cases DROP COLUMN phases"))
         conn.execute(sa.text("UPDATE dlperf_meta SET value = '1' WHERE key = 'schema_version'"))
     store = History.open(store_url)
     assert store.schema_version() == history_mod.SCHEMA_VERSION
@@ -314,3 +316,74 @@ def test_a_schema_1_store_gets_the_baseline_action_column_and_keeps_its_runs(
     points = store.series("test_w.py::test_mlp[1n1d]", "cpu__torch__abc")
     assert [(p.median, p.baseline_action, p.baseline_recorded) for p in points] == [
         (101.25, None, False), (91.25, "recorded", True)]
+
+
+def some_phases(backward: float = 0.106) -> Phases:
+    return Phases(seconds={"forward": 0.040, "backward": backward, "optimizer": 0.055,
+                           "rest": 0.002, "exposed communication": 0.092},
+                  order=["forward", "backward", "optimizer", "rest", "exposed communication"],
+                  step_s=0.3, communication_s=0.07, gradient_bytes=98_000_000, how="ddp",
+                  samples=4)
+
+
+def test_each_run_keeps_its_phases_beside_its_samples(store_url: str) -> None:
+    """A run's phases (Phases.to_json) read back with its point, as written; a run that ran
+    no diagnostic steps has none."""
+    store = History.open(store_url)
+    store.append(a_run(0), [{**a_case(100.0), "phases": some_phases().to_json()}])
+    store.append(a_run(1), [a_case(90.0)])
+    store.append(a_run(2), [{**a_case(95.0), "phases": some_phases(0.2).to_json()}])
+    points = store.series("test_w.py::test_mlp[1n1d]", "cpu__torch__abc")
+    assert [p.phases is not None for p in points] == [True, False, True]
+    assert points[0].phases == some_phases().to_json()
+    assert Phases.from_json(points[2].phases or {}).seconds["backward"] == 0.2
+    memory = store.series("test_w.py::test_mlp[1n1d]", "cpu__torch__abc", "peak_memory_bytes")
+    assert memory[0].phases == points[0].phases  # every metric's points carry them
+
+
+def test_a_schema_3_store_gets_the_phases_column_and_keeps_its_runs(store_url: str) -> None:
+    """The real migration 3 -> 4: a store as schema 3 made it (no phases column) opens, its
+    old runs have no phases, new ones keep theirs."""
+    import sqlalchemy as sa
+
+    History.open(store_url).append(a_run(0), [{**a_case(100.0), "baseline_action": "recorded",
+                                                "interference": [{"share": 0.1}]}])
+    engine = sa.create_engine(history_mod.engine_url(store_url))
+    with engine.begin() as conn:  # back to what schema 3 wrote
+        conn.execute(sa.text("ALTER TABLE dlperf_cases DROP COLUMN phases"))
+        conn.execute(sa.text("UPDATE dlperf_meta SET value = '3' WHERE key = 'schema_version'"))
+    store = History.open(store_url)
+    assert store.schema_version() == history_mod.SCHEMA_VERSION == 4
+    store.append(a_run(1), [{**a_case(90.0), "phases": some_phases().to_json()}])
+    points = store.series("test_w.py::test_mlp[1n1d]", "cpu__torch__abc")
+    assert [(p.median, p.baseline_action, p.phases) for p in points] == [
+        (101.25, "recorded", None), (91.25, None, some_phases().to_json())]
+
+
+def test_a_sessions_case_row_carries_its_phases_through_the_unsaved_file(
+        tmp_path: Path) -> None:
+    """What a session appends (case_row of its CaseReport), kept in the unsaved file when the
+    store failed and added later, keeps the case's phases."""
+    from types import SimpleNamespace
+
+    from pytest_dlperf.store.history_rows import case_row, load_unsaved, save_unsaved
+
+    fp = {"device_model": "cpu", "framework": "torch", "framework_version": "2.5",
+          "protocol": "quick", "model": "mlp"}
+
+    def report(phases: Phases | None) -> SimpleNamespace:
+        return SimpleNamespace(
+            case="test_w.py::test_mlp[1n1d]", fingerprint=fp, framework="torch",
+            workload=SimpleNamespace(unit="samples"), verdict=SimpleNamespace(outcome="pass"),
+            baseline_action=None, result=SimpleNamespace(interference=[]), phases=phases)
+
+    metrics = {"samples_per_s": SimpleNamespace(launches=[[10.0, 11.0]])}
+    rows = [case_row(report(some_phases()), metrics), case_row(report(None), metrics)]
+    assert rows[0]["phases"] == some_phases().to_json() and rows[1]["phases"] is None
+    save_unsaved(tmp_path / "unsaved.json", a_run(0), rows[:1])
+    run, cases = load_unsaved(tmp_path / "unsaved.json")
+    store = History.open(str(tmp_path / "history.db"))
+    store.append(run, cases)
+    (key,) = store.keys()
+    (point,) = store.series(key["case_key"], key["fingerprint_id"])
+    assert Phases.from_json(point.phases or {}) == some_phases()

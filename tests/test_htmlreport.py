@@ -262,3 +262,59 @@ def test_two_tests_of_one_workload_and_topology_each_get_their_line_and_bar(
         assert test in bars
     assert sorted(p.name for p in (out / "plots").glob("[sf]*.svg")) == [
         "frameworks-tiny-gpt.svg", "scaling-tiny-gpt-torch.svg"]
+
+
+def test_phases_keep_the_steps_order_over_runs_that_cut_the_step_differently() -> None:
+    from pytest_dlperf.core.phases import Phases
+    from pytest_dlperf.report.phaseplot import phase_order, stacks
+
+    eager = Phases({"data": 0.01, "forward": 0.04, "backward": 0.1, "rest": 0.002},
+                   ["data", "forward", "backward", "rest"])
+    compiled = Phases({"data": 0.01, "forward+backward": 0.12, "rest": 0.001,
+                       "exposed communication": 0.05},
+                      ["data", "forward+backward", "rest", "exposed communication"])
+    assert phase_order([eager, None, compiled]) == [
+        "data", "forward+backward", "forward", "backward", "rest", "exposed communication"]
+    assert stacks([eager, None, compiled]) == {
+        "data": [0.01, 0.0, 0.01], "forward+backward": [0.0, 0.0, 0.12],
+        "forward": [0.04, 0.0, 0.0], "backward": [0.1, 0.0, 0.0], "rest": [0.002, 0.0, 0.001],
+        "exposed communication": [0.0, 0.0, 0.05]}
+    assert phase_order([None, None]) == [] and stacks([]) == {}
+
+
+def test_the_page_stacks_each_runs_phases_where_any_run_of_a_case_has_them(
+        tmp_path: Path) -> None:
+    """A case whose runs ran diagnostic steps gets a stacked bar plot of them under its trend
+    (a bar per run, the phases in step order, in ms per step); a case none of whose runs did,
+    none."""
+    from pytest_dlperf.core.phases import Phases
+    from pytest_dlperf.report.page import write
+    from pytest_dlperf.report.series import load
+
+    store = two_tests_of_tiny_gpt(tmp_path)  # its one run: no phases
+    phased = "perf/test_gpt_torch.py::test_tiny_gpt[1n1d-fp32]"
+    (key,) = [k for k in store.keys() if k["case_key"] == phased]
+    order = ["data", "forward", "backward", "optimizer", "rest"]
+    for night, backward in ((1, 0.1), (2, 0.13)):
+        phases = Phases(dict(zip(order, [0.005, 0.04, backward, 0.03, 0.001])), order)
+        store.append({"started_at": dt.datetime(2026, 11, 25 + night, 3, tzinfo=dt.timezone.utc),
+                      "commit_id": f"{night}" * 40, "branch": "main", "dirty": False,
+                      "host": "runner-1", "machine": "box", "plugin_version": "0",
+                      "protocol": {"name": "quick"}},
+                     [{"case_key": phased, "fingerprint": key["fingerprint"],
+                       "fingerprint_id": key["fingerprint_id"], "framework": "torch",
+                       "model": "tiny_gpt", "unit": "tokens", "verdict": "pass",
+                       "phases": phases.to_json(), "metrics": {"samples_per_s": [[250.0]]}}])
+    (series,) = [s for s in load(store) if s.case == phased]
+    assert [p.seconds["backward"] if p else None for p in series.phases] == [None, 0.1, 0.13]
+    out = tmp_path / "page"
+    write(store, out)
+    (plot,) = (out / "plots").glob("phases-*.svg")
+    assert "test-tiny-gpt-1n1d-fp32" in plot.name
+    svg = plot.read_text()
+    assert "ms per step" in svg
+    legend = [svg.index(f">{name}<") for name in order]  # stacked in step order, bottom up
+    assert legend == sorted(legend, reverse=True)  # its legend top down, as the bars
+    page = (out / "index.html").read_text()
+    assert f'<img src="plots/{plot.name}" alt="phases of {phased} per run">' in page
+    assert page.count("alt=\"phases of") == 1

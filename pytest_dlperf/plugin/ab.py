@@ -4,7 +4,8 @@ alternately on a base side and on the head (this checkout, as it is), or with
 ``--dlperf-ab-mode duet`` on both at once on halves of the host (``duet``), and judged from the
 pairs (``verdict.paired``), with more of them for a slowdown every pair shows but nothing yet
 proves (``paired.more_pairs``). No baseline is read or written, and nothing goes to the
-history.
+history. Each side's phases (``core.phases``, over all its launches) are kept in the record's
+``ab`` beside its median: the A/B table's per-phase ratios.
 
 The base side differs from the head in what was asked: with ``--dlperf-ab``, its recipes and the
 user's model code come from a worktree of REV (the recipe's import root, mapped from this
@@ -205,6 +206,7 @@ def _report(case: Case, version: str, sized: CaseWorkload, pairs: list[tuple[Res
         "efficiency": ({side: base_or_head.median / ref / devices for side, base_or_head, ref in
                         (("base", base, references["base"]), ("head", head, references["head"]))
                         if ref} if devices > 1 else None),
+        "phases": _phases_facts(base, head),
     }
     speedup = head.median / references["head"] if references["head"] else None
     fp = case.fingerprint(case.cluster.topology, version, env, sized, False)
@@ -214,6 +216,14 @@ def _report(case: Case, version: str, sized: CaseWorkload, pairs: list[tuple[Res
         cv=coefficient_of_variation(head.samples_per_s),
         reference=references["head"], speedup=speedup,
         efficiency=speedup / devices if speedup is not None else None, ab=Facts(facts))
+
+
+def _phases_facts(base: Result, head: Result) -> dict[str, Any] | None:
+    """Each side's phases over all its launches (``Phases.to_json``; None for a side that ran
+    no diagnostic steps); None where neither did."""
+    sides = {side: result.phases.figures().to_json() if result.phases is not None else None
+             for side, result in (("base", base), ("head", head))}
+    return sides if any(sides.values()) else None
 
 
 def _pair_facts(index: int, base: Result, head: Result,

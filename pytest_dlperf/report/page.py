@@ -4,6 +4,8 @@ opens from disk (no server, nothing fetched at view time, no script).
 - **Trends**, per case and fingerprint: each run's median (the figure its verdict judged), the
   spread of its windows (min to max) and its launch medians, with the history's change points
   marked by their commit and size.
+- **Phases**, per case beside its trend where any of its runs ran diagnostic steps: a bar per run
+  of the seconds per step of each phase, stacked in the step's order (``phaseplot``).
 - **Scaling**, per model and framework: a line per test of the tables' speedups against devices
   with the ideal line, as DLPerf's figures draw it.
 - **Frameworks**, per model: bars of the newest median of each framework, row by row of the tables.
@@ -26,6 +28,7 @@ from typing import Any
 
 from ..store.history import History
 from ..verdict.changepoints import MAX_PVALUE, MIN_CHANGE, Step, blocking
+from .phaseplot import phase_plot, run_axis
 from .series import Series, load, single_of, table_rows, tests_of
 
 WORSE, BETTER, ACCEPTED = "#c0392b", "#1e8449", "#7f8c8d"
@@ -67,14 +70,8 @@ def trend_plot(plt: Any, series: Series, path: Path) -> None:
         commit = (step.first.commit_id or "")[:7] or "no commit"
         ax.annotate(f"{step.point.change:+.1%} at {commit}", (at, top), xytext=(3, -2),
                     textcoords="offset points", color=colour, fontsize=8, va="top")
-    ticks = xs if len(xs) <= 12 else xs[:: max(1, len(xs) // 10)]
-    ax.set_xticks(ticks)
-    span = series.points[-1].started_at - series.points[0].started_at
-    fmt = "%m-%d" if span > dt.timedelta(days=3) else "%m-%d\n%H:%M"
-    ax.set_xticklabels([series.points[i - 1].started_at.strftime(fmt) for i in ticks])
-    ax.set_xlabel("run (date)")
+    run_axis(ax, series.points)
     ax.set_ylabel(f"{series.unit}/s")
-    ax.set_xlim(0.5, len(xs) + 0.5)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
@@ -209,6 +206,9 @@ def _case_sections(plt: Any, all_series: list[Series], plots: Path) -> tuple[lis
     for n, s in enumerate(ordered, 1):
         name = f"trend-{n:03d}-{_slug(s.case)}.svg"
         trend_plot(plt, s, plots / name)
+        phased = f"phases-{n:03d}-{_slug(s.case)}.svg"
+        phases = (f'<img src="plots/{phased}" alt="phases of {html.escape(s.case)} per run">'
+                  if phase_plot(plt, s.points, s.phases, plots / phased) else "")
         step = blocking(s.steps, MIN_CHANGE)
         if step is not None:
             attention.append(f'<li><a href="#{_slug(s.case)}-{n}"><code>{html.escape(s.case)}'
@@ -226,7 +226,8 @@ def _case_sections(plt: Any, all_series: list[Series], plots: Path) -> tuple[lis
             f"{latest.median:,.2f} {html.escape(s.unit)}/s on "
             f"{latest.started_at.strftime('%Y-%m-%d %H:%M')} UTC "
             f"({html.escape((latest.commit_id or 'no commit')[:7])}); {status}</p>"
-            f'<img src="plots/{name}" alt="trend of {html.escape(s.case)}">{found}</section>')
+            f'<img src="plots/{name}" alt="trend of {html.escape(s.case)}">{phases}{found}'
+            "</section>")
     return cases, attention
 
 

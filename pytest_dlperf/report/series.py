@@ -1,7 +1,7 @@
 """The history's page reads a store as series: a case's runs in one fingerprint (``Series``,
-``load``), and the keys the page's Tables, Scaling lines and Frameworks bars share: a row of the
-tables (``table_rows``), a test as the page names it (``tests_of``) and the 1-device case a
-speedup is over (``single_of``)."""
+``load``; each run's samples and phases), and the keys the page's Tables, Scaling lines and
+Frameworks bars share: a row of the tables (``table_rows``), a test as the page names it
+(``tests_of``) and the 1-device case a speedup is over (``single_of``)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.phases import Phases
 from ..store.baselines import THROUGHPUT
 from ..store.history import History, Point
 from ..verdict.changepoints import MAX_PVALUE, Step, steps
@@ -33,6 +34,11 @@ class Series:
     @property
     def latest(self) -> Point:
         return self.points[-1]
+
+    @property
+    def phases(self) -> list[Phases | None]:
+        """Each run's phases, oldest first; None for a run that ran no diagnostic steps."""
+        return [Phases.from_json(p.phases) if p.phases else None for p in self.points]
 
     @property
     def devices(self) -> int:

@@ -163,12 +163,24 @@ def history_lines(benchmarks: list[dict[str, Any]]) -> list[str]:
 
 
 AB_HEADER = ["case", "base", "head", "head/base", "interval", "pairs", "p", "efficiency base -> head",
-             "verdict"]
+             "verdict", "phases head/base"]
+
+
+def phase_ratios(phases: dict[str, Any] | None) -> str:
+    """``backward 1.12x, forward 1.00x, ...``: each phase both sides measured, head's seconds
+    per step over base's, in head's step order; "-" where a side ran no diagnostic steps."""
+    base, head = (phases or {}).get("base"), (phases or {}).get("head")
+    if not base or not head:
+        return "-"
+    before, after = base["seconds_per_step"], head["seconds_per_step"]
+    order = head.get("order") or list(after)
+    return ", ".join(f"{name} {after[name] / before[name]:.2f}x" for name in order
+                     if name in after and before.get(name)) or "-"
 
 
 def ab_rows(benchmarks: list[dict[str, Any]]) -> tuple[str, list[list[str]]]:
     """The A/B table (--dlperf-ab, --dlperf-ab-python): each side's median, the paired ratio
-    with its interval, the pairs; and what the base side was."""
+    with its interval, the pairs, each phase's ratio; and what the base side was."""
     table, base = [], ""
     for bench in benchmarks:
         info = bench["extra_info"]
@@ -190,5 +202,5 @@ def ab_rows(benchmarks: list[dict[str, Any]]) -> tuple[str, list[list[str]]]:
             f"{p:.2g}" if p is not None else "-",
             (f"{efficiency['base']:.1%} -> {efficiency['head']:.1%}"
              if "base" in efficiency and "head" in efficiency else "-"),
-            ab["outcome"]])
+            ab["outcome"], phase_ratios(ab.get("phases"))])
     return base, table

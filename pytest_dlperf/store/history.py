@@ -1,5 +1,6 @@
 """The history store (``--dlperf-history URL``): every run appends each case's samples (every
-window of every metric, by launch), its fingerprint, and the run's commit, branch, date and host.
+window of every metric, by launch), its fingerprint, where its step's time went (its phases), and
+the run's commit, branch, date and host.
 
 One code path for two databases, through SQLAlchemy Core:
 
@@ -23,16 +24,16 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core.protocol import median_of_launches
+from .history_rows import ACCEPTING as ACCEPTING
+from .history_rows import Point as Point
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 BUSY_TIMEOUT_S = 60.0
 # The store's version; the tables it owns all start with the prefix, so a shared database's own
 # tables are never touched.
@@ -42,11 +43,6 @@ _LOCK_KEY = 0x646C70657266  # "dlperf": PostgreSQL's advisory lock for schema ch
 
 class HistoryError(Exception):
     """The history store cannot be used; the message names it and the problem."""
-
-
-# Baseline actions that accept what the run measured as the case's new level (``add`` only
-# grows an existing baseline with more launches; ``kept`` left it alone).
-ACCEPTING = ("recorded", "updated", "replaced-unreadable")
 
 
 def _v1_to_v2(conn: Connection) -> None:
@@ -61,9 +57,16 @@ def _v2_to_v3(conn: Connection) -> None:
     conn.exec_driver_sql(f"ALTER TABLE {PREFIX}cases ADD COLUMN interference TEXT")
 
 
+def _v3_to_v4(conn: Connection) -> None:
+    """Schema 4: each case row keeps where its step's time went (``Phases.to_json``; NULL in
+    older rows: no diagnostic steps ran)."""
+    conn.exec_driver_sql(f"ALTER TABLE {PREFIX}cases ADD COLUMN phases TEXT")
+
+
 # step -> the function that takes a store at schema ``step`` to ``step + 1`` (in the
 # transaction that records the new version).
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3,
+                                                       3: _v3_to_v4}
 
 
 def _sqlalchemy() -> Any:
@@ -110,6 +113,8 @@ def _tables(sa: Any) -> tuple[Any, ...]:
         sa.Column("baseline_action", sa.String(32)),
         # What each launch ran beside (JSON, one per launch; Interference.to_json).
         sa.Column("interference", sa.Text),
+        # Seconds per step of each phase of its diagnostic steps (JSON; Phases.to_json).
+        sa.Column("phases", sa.Text),
         sa.Index(f"{PREFIX}cases_series", "case_key", "fingerprint_id"))
     samples = sa.Table(
         f"{PREFIX}samples", meta,
@@ -141,34 +146,6 @@ def engine_url(raw: str, base: Path | None = None) -> str:
         return text
     raise HistoryError(f"--dlperf-history {text!r}: expected a path (an SQLite file) or a "
                        f"postgresql:// URL, not a {scheme}:// one")
-
-
-@dataclass
-class Point:
-    """One run of one case: its samples of one metric, by launch."""
-
-    run_id: int | None  # None: this session's run, not stored yet
-    started_at: dt.datetime
-    commit_id: str | None
-    branch: str | None
-    host: str
-    verdict: str | None
-    launches: list[list[float]] = field(default_factory=list)
-    baseline_action: str | None = None  # what the run did to the case's baseline
-
-    @property
-    def baseline_recorded(self) -> bool:
-        """The run recorded the case's baseline: what it measured is the accepted level."""
-        return self.baseline_action in ACCEPTING
-
-    @property
-    def median(self) -> float:
-        """The median of the launch medians: the figure the verdict judges."""
-        return median_of_launches(self.launches)
-
-    @property
-    def values(self) -> list[float]:
-        return [v for launch in self.launches for v in launch]
 
 
 class History:
@@ -295,8 +272,8 @@ class History:
         """One run and its cases in one transaction; the run's id. ``run``: started_at
         (aware datetime), commit_id, branch, dirty, host, machine, plugin_version, protocol
         (dict). Each case: case_key, fingerprint (dict), fingerprint_id, framework, model,
-        unit, verdict, baseline_action (optional), interference (optional: one dict per
-        launch), metrics ({name: launches of windows})."""
+        unit, verdict, baseline_action, interference (one dict per launch), phases
+        (``Phases.to_json``) (the last three optional), metrics ({name: launches of windows})."""
         sa = self._sa
         try:
             with self.engine.begin() as conn:
@@ -313,8 +290,8 @@ class History:
                         framework=case["framework"], model=case["model"], unit=case["unit"],
                         verdict=case.get("verdict"),
                         baseline_action=case.get("baseline_action"),
-                        interference=None if case.get("interference") is None else
-                        json.dumps(case["interference"], sort_keys=True))).inserted_primary_key
+                        interference=_json_or_none(case.get("interference")),
+                        phases=_json_or_none(case.get("phases")))).inserted_primary_key
                     assert key is not None
                     case_id = key[0]
                     rows = [{"case_id": case_id, "metric": metric, "launch": li, "window": wi,
@@ -337,7 +314,7 @@ class History:
         runs, cases, samples = self._runs, self._cases, self._samples
         query = (sa.select(runs.c.id, runs.c.started_at, runs.c.commit_id, runs.c.branch,
                            runs.c.host, cases.c.verdict, cases.c.baseline_action,
-                           samples.c.launch, samples.c.window,
+                           cases.c.phases, samples.c.launch, samples.c.window,
                            samples.c.value)
                  .join(cases, cases.c.run_id == runs.c.id)
                  .join(samples, samples.c.case_id == cases.c.id)
@@ -355,7 +332,8 @@ class History:
             if point is None:
                 point = points[row.id] = Point(row.id, _aware(row.started_at), row.commit_id,
                                                row.branch, row.host, row.verdict,
-                                               baseline_action=row.baseline_action)
+                                               baseline_action=row.baseline_action,
+                                               phases=_phases(row.phases))
             while len(point.launches) <= row.launch:
                 point.launches.append([])
             point.launches[row.launch].append(float(row.value))
@@ -396,3 +374,12 @@ class History:
 def _aware(value: dt.datetime) -> dt.datetime:
     """SQLite hands datetimes back naive; they were written in UTC."""
     return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+
+
+def _json_or_none(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, sort_keys=True)
+
+
+def _phases(text: str | None) -> dict[str, Any] | None:
+    loaded: dict[str, Any] | None = json.loads(text) if text else None
+    return loaded
