@@ -13,8 +13,11 @@ speedup over 1n1d and the scaling efficiency; the bytes each rank all-reduces pe
 model's parameters x 4 bytes, fp32 gradients); what the link measured (one TCP stream, node 0 to
 node 1); and the throughput the link rate allows if computing took no time: the global batch
 over the all-reduce's time at the rate asked (measured, unshaped), where a ring all-reduce over 2
-nodes sends and receives (2 - 1) / 2 x 2 = 1 x the gradient bytes per node. Prints a table;
-exits non-zero only if a session fails.
+nodes sends and receives (2 - 1) / 2 x 2 = 1 x the gradient bytes per node. Then the scaling
+model's figures of each 2n1d case (docs/phases.md, the results' ``scaling_model`` and
+``phases``): the efficiency it predicts from the 1n1d phases, the link and the measured overlap,
+measured over predicted, the overlap, and the exposed communication measured against the
+model's. Prints a table; exits non-zero only if a session fails.
 """
 
 from __future__ import annotations
@@ -67,9 +70,16 @@ def row(link: str, cases: list[dict[str, Any]], model: str) -> str | None:
     rate = measured if link == "unshaped" else _rate(link)
     predicted = 2 * two["batch_size"] / (grad_bytes * 8 / rate) if rate else None
     eff = two.get("scaling_efficiency")
+    model_fig = two.get("scaling_model") or {}
+    phases = two.get("phases") or {}
+    exposed = (phases.get("seconds_per_step") or {}).get("exposed communication")
     return (f"{model:<9} {link:>9} {two['samples_per_s']:>10.2f} {two['unit']:<9}"
             f" {two['speedup'] or 0:>7.2f} {100 * (eff or 0):>5.0f}% {grad_bytes / 2**20:>9.1f}"
-            f" {(measured or 0) / 1e9:>9.2f} {predicted or 0:>10.2f}")
+            f" {(measured or 0) / 1e9:>9.2f} {predicted or 0:>10.2f}"
+            f" {100 * model_fig.get('predicted_efficiency', 0):>6.0f}%"
+            f" {model_fig.get('measured_over_predicted') or 0:>9.2f}"
+            f" {100 * (phases.get('overlap') or 0):>7.0f}%"
+            f" {exposed or 0:>8.3f} {model_fig.get('exposed_s', 0):>8.3f}")
 
 
 def _rate(link: str) -> float | None:
@@ -102,7 +112,8 @@ def main(argv: list[str]) -> int:
     print(f"protocol: {args.warmup} warm-up, {args.steps} timed steps x {args.repeats} repeats, "
           "1 launch; CPU profile; 2 local nodes x 1 rank, each node a network namespace")
     print(f"{'model':<9} {'link':>9} {'2n1d':>10} {'unit':<9} {'speedup':>7} {'eff.':>6}"
-          f" {'MiB/step':>9} {'meas.Gb/s':>9} {'link bound':>10}")
+          f" {'MiB/step':>9} {'meas.Gb/s':>9} {'link bound':>10} {'model':>7}"
+          f" {'meas/pred':>9} {'overlap':>8} {'exposed':>8} {'model':>8}")
     for model in models:
         for link in links:
             line = row(link, results[link], model)

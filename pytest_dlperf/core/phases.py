@@ -28,10 +28,13 @@ EXPOSED = "exposed communication"
 # The phases of a step a framework can run apart, in the order a step runs them. An adapter
 # may merge neighbours into one (``"forward+backward+optimizer"``: a compiled whole-step graph).
 STANDARD = (DATA, FORWARD, BACKWARD, OPTIMIZER)
-# What a phase's change must reach before a verdict names it: a part of the phase itself and
-# of the whole step (a phase of 2 ms going to 3 ms is +50% and moves nothing).
+# What a phase's change must reach before a verdict names it: a part of the phase itself, of
+# the whole step (a phase of 2 ms going to 3 ms is +50% and moves nothing), and of the step's
+# own change (where backward took 100 ms more, forward's 3 ms of a busy host's noise is not
+# where the time went).
 MOVED_OF_PHASE = 0.10
 MOVED_OF_STEP = 0.03
+MOVED_OF_CHANGE = 0.20
 
 
 def diagnostic_steps(steps_per_window: int) -> int:

@@ -85,7 +85,8 @@ class _CommSwitch:
         # ``from __future__ import annotations`` are not dist.GradBucket to it.
         def hook(state, bucket):  # type: ignore[no-untyped-def]
             if self.on:
-                return default_hooks.allreduce_hook(None, bucket)
+                # None: the default process group, as DDP's own default hook.
+                return default_hooks.allreduce_hook(None, bucket)  # type: ignore[arg-type]
             future = self.torch.futures.Future()
             future.set_result(bucket.buffer())
             return future

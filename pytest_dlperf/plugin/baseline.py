@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.batchsearch import Search
+from ..core.phases import Phases
 from ..core.protocol import Protocol
 from ..store.baselines import EFFICIENCY, THROUGHPUT, Baseline, BaselineError, Change, Metric, Run
 from ..verdict import drift
@@ -61,28 +62,38 @@ def elsewhere(case: Case, fp: dict[str, Any]) -> Elsewhere:
                      case.display(unnamed) if unnamed else None)
 
 
-def reference_median(case: Case, other: str | None, fp: dict[str, Any]) -> float | None:
-    """The 1n1d median of test ``other`` (this test at 1n1d) from this session's cases, else
-    from its baseline; None where neither has it."""
+def reference_median(case: Case, other: str | None, fp: dict[str, Any]
+                     ) -> tuple[float, Phases | None] | None:
+    """The 1n1d median of test ``other`` (this test at 1n1d) and its phases, from this
+    session's cases, else from its baseline; None where neither has it."""
     state = case.state
     for report in state.reports:
         if report.case == other and report.fingerprint == fp:
-            return report.result.median
+            return report.result.median, report.phases
     if not other:
         return None
     try:
         baseline = state.store.load(other, fp, case.aliases(other, fp))
     except BaselineError:
         return None
-    return baseline.throughput.median if baseline is not None else None
+    return (baseline.throughput.median, recorded_phases(baseline)) if baseline is not None \
+        else None
+
+
+def recorded_phases(baseline: Baseline | None) -> Phases | None:
+    """The phases the baseline's recording run measured; None where it measured none."""
+    found = baseline.recorded.get("phases") if baseline is not None else None
+    return Phases.from_json(found) if found else None
 
 
 def recorded(environment: dict[str, Any], protocol: Protocol, batch_search: Search | None,
-             commit: dict[str, Any]) -> dict[str, Any]:
-    """What a baseline keeps about the run that recorded it."""
+             commit: dict[str, Any], phases: Phases | None = None) -> dict[str, Any]:
+    """What a baseline keeps about the run that recorded it (its phases: what a regression's
+    message compares against)."""
     search = {"batch_search": batch_search.to_json()} if batch_search else {}
     return {
         **search,
+        **({"phases": phases.to_json()} if phases is not None else {}),
         "datetime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "commit": commit.get("id"),
         "dirty": commit.get("dirty"),

@@ -172,10 +172,15 @@ class Launches:
         """Measure the 1n1d reference now (not reported): the same per-device batch, its
         learning rate scaled to the one device's global batch; on ``cluster``'s launcher and
         interpreters (default: the case's)."""
+        return self.reference_result(spec, topology, cluster).median
+
+    def reference_result(self, spec: RankSpec, topology: Topology,
+                         cluster: Cluster | None = None) -> Result:
+        """``reference``'s whole result (its phases too)."""
         # One device trains alone, whatever the case's layout: what one device does without
         # any parallel machinery (DLPerf's speedup's denominator).
         replicas = spec.parallel(self.case.cluster.world_size).data_parallel
         single = replace(spec, optimizer=spec.optimizer.for_batch_ratio(1 / replicas),
                          layout=None)
         return self.run((cluster or self.case.cluster).at(topology), single,
-                        label="1n1d reference")[0].median
+                        label="1n1d reference")[0]

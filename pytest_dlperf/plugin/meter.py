@@ -14,12 +14,14 @@ import pytest
 
 from ..core.batchsearch import BatchSearchError, Search
 from ..core.parallel import DATA_PARALLEL
+from ..core.phases import Phases
 from ..core.protocol import Result
 from ..core.recipes import RecipeReference
 from ..core.spec import RankSpec
 from ..core.topology import make_topology
 from ..core.workload import CaseWorkload, Precision, SizeValue, Workload
 from ..launch import Cluster
+from ..store.baselines import Change, Metric
 from ..verdict import busy as busy_text
 from ..verdict import decide, unstable
 from ..verdict.decide import Policy
@@ -27,10 +29,11 @@ from ..verdict.drift import Drift
 from ..verdict.mfu import FlopsCount
 from ..verdict.record import CaseReport, case_metrics
 from ..verdict.stats import Verdict, coefficient_of_variation, within_launch_cv
-from . import ab
+from . import ab, phases
 from . import baseline as baselines
 from .case import Case, Prepared, prepare
 from .flops import Utilization, flops_key, flops_per_sample, utilization
+from .history import Judged
 from .launches import Launches, MachineBusy, OutOfMemoryAtTheEdge
 from .outcome import MACHINE_BUSY, DLPerfWarning, NotJudged, conclude, follow_rank0, not_judged
 from .session import SessionState
@@ -162,8 +165,9 @@ class ThroughputMeter:
         fp = case.fingerprint(self.cluster.topology, version, env, sized, search is not None)
         baseline = baselines.load(case, fp)
         policy = case.policy(baseline)
-        reference = (self._reference(case, launches, measured, version, search is not None)
-                     if self.cluster.world_size > 1 else None)
+        reference, one_device = (
+            self._reference(case, launches, measured, version, search is not None)
+            if self.cluster.world_size > 1 else (None, None))
         result, verdicts = self._verdicts(launches, measured, baseline, reference, policy,
                                           baselines.machine_drift(case, fp))
         # Before anything is recorded: an MFU above 100% (a wrong peak) fails the case here.
@@ -179,18 +183,16 @@ class ThroughputMeter:
         # the case fails saying so (decide). Launches far apart are the drift the verdict models.
         refused = wants and unstable.too_unstable_to_record(within_cv, policy.unstable_cv)
         if wants and not refused:
-            recorded = baselines.recorded(env, case.protocol, search, self.state.commit)
+            recorded = baselines.recorded(env, case.protocol, search, self.state.commit,
+                                          phases.of(result))
             change = baselines.record(case, fp, metrics, recorded,
                                       len(result.windows_per_launch), policy.update,
                                       policy.keep_launches)
-        history = None
-        if reporter and self.state.history is not None:
-            history = self.state.history.judge(case.id, fp, metrics, verdicts[0].outcome,
-                                               change.action if change else None)
-            if history.unread:
-                self.node.warn(DLPerfWarning(history.unread))
+        history = (self._history(case, fp, metrics, verdicts[0], change)
+                   if reporter and self.state.history is not None else None)
         elsewhere = baselines.elsewhere(case, fp) if baseline is None else None
         speedup = result.median / reference if reference is not None else None
+        model = phases.scaling(self.cluster, one_device, result, speedup)
         report = CaseReport(
             **case.identity(version, env, sized, fp), result=result,
             verdict=verdicts[0], efficiency_verdict=verdicts[1], memory_verdict=verdicts[2],
@@ -205,8 +207,21 @@ class ThroughputMeter:
             mfu=used.mfu,
             history_runs=history.runs if history else None,
             history_steps=list(history.steps) if history else [],
-            history_blocking=history.blocking if history else None)
+            history_blocking=history.blocking if history else None,
+            baseline_phases=baselines.recorded_phases(baseline),
+            scaling_model=model.model if model else None,
+            scaling_warning=model.warning if model else None)
         return report, policy
+
+    def _history(self, case: Case, fp: dict[str, Any], metrics: dict[str, Metric],
+                 verdict: Verdict, change: Change | None) -> Judged:
+        """This run added to the history, judged by it (a step it sits after)."""
+        assert self.state.history is not None
+        history = self.state.history.judge(case.id, fp, metrics, verdict.outcome,
+                                           change.action if change else None)
+        if history.unread:
+            self.node.warn(DLPerfWarning(history.unread))
+        return history
 
     def _verdicts(self, launches: Launches, measured: Measured, baseline: Any,
                   reference: float | None, policy: Policy, drifts: dict[str, Drift]
@@ -235,10 +250,11 @@ class ThroughputMeter:
         return result, verdicts
 
     def _reference(self, case: Case, launches: Launches, measured: Measured,
-                   version: str, searched: bool) -> float | None:
-        """The 1n1d median for this test and precision, with the same per-device batch: from
-        this session, else from its baseline, else measured now (and not reported); None when
-        the launcher cannot run 1n1d (external mode) and nothing else has it."""
+                   version: str, searched: bool) -> tuple[float | None, Phases | None]:
+        """The 1n1d median for this test and precision, with the same per-device batch, and
+        its phases: from this session, else from its baseline, else measured now (and not
+        reported); None when the launcher cannot run 1n1d (external mode) and nothing else
+        has it."""
         topology = make_topology(self.state.hardware, 1, 1, self.cluster.device_type)
         # As the 1n1d case itself is filed: a searched batch's fingerprint says "max"; one
         # device trains alone, whatever this case's layout (DLPerf's speedup's denominator).
@@ -248,8 +264,9 @@ class ThroughputMeter:
         if found is not None:
             return found
         if not self.cluster.launcher.can_run(topology):
-            return None
-        return launches.reference(measured.spec, topology)
+            return None, None
+        single = launches.reference_result(measured.spec, topology)
+        return single.median, phases.of(single)
 
     def _count_flops(self, case: Case, launches: Launches, workload: Workload,
                      measured: Measured) -> FlopsCount:

@@ -25,10 +25,14 @@ def _count(info: dict[str, Any]) -> str:
     return str(windows) if launches == 1 else f"{windows}/{launches}L"
 
 
-def _speedup(speedup: float | None, efficiency: float | None) -> str:
+def _speedup(speedup: float | None, efficiency: float | None,
+             model: dict[str, Any] | None = None) -> str:
+    """Speedup (efficiency), and the scaling model's efficiency beside it where there is one
+    (docs/phases.md)."""
     if speedup is None or efficiency is None:
         return "-"
-    return f"{speedup:.2f} ({efficiency:.0%})"
+    predicted = f"; model {model['predicted_efficiency']:.0%}" if model else ""
+    return f"{speedup:.2f} ({efficiency:.0%}{predicted})"
 
 
 def _batch(info: dict[str, Any]) -> str:
@@ -62,7 +66,8 @@ def rows(benchmarks: list[dict[str, Any]]) -> list[list[str]]:
             f"{_fmt(info['samples_per_s_min'])}-{_fmt(info['samples_per_s_max'])}",
             "-" if info.get("samples_per_s_cv") is None else f"{info['samples_per_s_cv']:.1%}",
             _count(info),
-            _speedup(info.get("speedup"), info.get("scaling_efficiency")),
+            _speedup(info.get("speedup"), info.get("scaling_efficiency"),
+                     info.get("scaling_model")),
             format_bytes(info.get("peak_memory_bytes")),
             _utilization(info),
             _fmt(verdict.get("baseline")),

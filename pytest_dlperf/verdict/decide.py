@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from ..core.protocol import RankFigures, split
 from ..core.units import format_bytes, format_flops
 from ..store.baselines import EFFICIENCY, THROUGHPUT, Baseline
+from . import phases
 from .changepoints import Step
 from .drift import Drift
 from .levels import compare_runs
@@ -190,7 +191,7 @@ def decide(report: CaseReport, policy: Policy) -> Decision:
             f"{report.topology.world_size} devices) is below the threshold "
             f"{efficiency.threshold:.1%} (baseline {efficiency.baseline:.1%} from "
             f"{report.baseline_path}, tolerance {efficiency.tolerance:.1%}; "
-            f"{efficiency.evidence})")
+            f"{efficiency.evidence})" + phases.suffix(report.baseline_phases, report.phases))
         return decision
     memory = report.memory_verdict
     if memory is not None and memory.outcome == REGRESSION:
@@ -247,6 +248,8 @@ def without_baseline(report: CaseReport, policy: Policy) -> Decision:
     superlinear = superlinear_warning(report)
     if superlinear:
         decision.warnings.append(superlinear)
+    if report.scaling_warning:
+        decision.warnings.append(f"pytest-dlperf: {report.case}: {report.scaling_warning}")
     if report.record_refused:
         decision.failure = unrecorded_message(report, policy.unstable_cv)
     elif policy.min_mfu is not None:
@@ -291,7 +294,8 @@ def regression_message(report: CaseReport) -> str:
             f"median {v.measured:,.2f} (of {v.launches} launch medians) is below the threshold "
             f"{v.threshold:,.2f} (baseline median {v.baseline:,.2f} from {report.baseline_path}, "
             f"tolerance {v.tolerance:.1%}, delta "
-            f"{v.delta:+.1%}) and the drop is significant ({v.evidence}); windows by launch: {repeats}")
+            f"{v.delta:+.1%}) and the drop is significant ({v.evidence}); windows by launch: "
+            f"{repeats}" + phases.suffix(report.baseline_phases, report.phases))
 
 
 def inconclusive_message(report: CaseReport, what: str, v: Verdict, policy: Policy) -> str:

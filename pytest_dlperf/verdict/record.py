@@ -85,6 +85,7 @@ class CaseReport:
     # scaling model held against this case's efficiency (verdict.scaling); None: none.
     baseline_phases: Phases | None = None
     scaling_model: ScalingModel | None = None
+    scaling_warning: str | None = None  # the measured efficiency far below the model's
 
     @property
     def phases(self) -> Phases | None:
