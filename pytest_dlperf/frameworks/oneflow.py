@@ -23,7 +23,8 @@ from typing import Any
 
 from ..core.spec import OptimizerSpec, RankSpec
 from ..core.workload import BuildContext, Parts, WorkloadError
-from . import Batches, DeviceUnavailable, DistEnv, map_batch, require_parameters
+from . import Batches, DeviceUnavailable, DistEnv, PhasePlan, map_batch, require_parameters
+from . import _oneflow_phases as phases
 from ._oneflow_parallel import Sharding
 
 DISTRIBUTION = "oneflow"
@@ -186,29 +187,41 @@ class OneFlowTrainer:
         return TrainGraph()
 
     def _eager_step(self, inputs: Any, targets: Any) -> Any:
-        flow = self._flow
-        self.optimizer.zero_grad()
+        loss = self._forward(inputs, targets)
+        self._update(self._backward(loss))
+        return loss
+
+    def _autocast(self) -> Any:
         # Not even a disabled autocast on CPU: OneFlow warns about it at every step.
-        autocast = (flow.autocast(self.device.type, dtype=self.amp_dtype) if self.amp
-                    else contextlib.nullcontext())
-        with autocast:
+        return (self._flow.autocast(self.device.type, dtype=self.amp_dtype) if self.amp
+                else contextlib.nullcontext())
+
+    def _forward(self, inputs: Any, targets: Any) -> Any:
+        self.optimizer.zero_grad()
+        with self._autocast():
             outputs = (self.model(*inputs) if isinstance(inputs, tuple)
                        else self.model(inputs))
-            loss = self.criterion(outputs, targets)
-        if self.eager_scaler is not None:
-            self.eager_scaler.backward(loss)
-            finite = self.eager_scaler.unscale(self.params)
-        else:
+            return self.criterion(outputs, targets)
+
+    def _backward(self, loss: Any) -> bool:
+        """Backward (DDP all-reduces in its hooks); whether the gradients are all finite."""
+        if self.eager_scaler is None:
             loss.backward()
-            finite = True
+            return True
+        self.eager_scaler.backward(loss)
+        return self.eager_scaler.unscale(self.params)
+
+    def _update(self, finite: bool) -> None:
         if self.clip_norm is not None:  # on the all-reduced gradients (DDP's backward)
-            flow.nn.utils.clip_grad_norm_(self.params, self.clip_norm)
+            self._flow.nn.utils.clip_grad_norm_(self.params, self.clip_norm)
         if finite:
             self.optimizer.step()
-        return loss
 
     def step(self) -> None:
         self._loss = self.train_step(*self._next_batch())
+
+    def phase_plan(self) -> PhasePlan:  # the step in phases: _oneflow_phases
+        return phases.plan(self)
 
     def _on_device(self, value: Any) -> Any:
         """On this rank's device, local (a callable is placed as it is called)."""
@@ -219,7 +232,6 @@ class OneFlowTrainer:
         "Stragglers"). OneFlow's DDP all-reduces in hooks on every backward and a graph's
         parameters are global, so this runs a plain local copy of the model, built from the
         recipe on the first call (outside any timed window)."""
-        flow = self._flow
         if self._local is None:
             parts = self._recipe(self._context)
             model = parts.model.to(self.device)
@@ -231,9 +243,7 @@ class OneFlowTrainer:
         model, inputs, targets, criterion = self._local
         inputs = self._on_device(inputs()) if callable(inputs) else inputs
         targets = self._on_device(targets()) if callable(targets) else targets
-        autocast = (flow.autocast(self.device.type, dtype=self.amp_dtype) if self.amp
-                    else contextlib.nullcontext())
-        with autocast:
+        with self._autocast():
             outputs = model(*inputs) if isinstance(inputs, tuple) else model(inputs)
             loss = criterion(outputs, targets)
         loss.backward()
@@ -322,17 +332,14 @@ def make_optimizer(flow: Any, params: list[Any], opt: OptimizerSpec, graph: bool
 
 
 class EagerLossScaler:
-    """Dynamic loss scaling for eager fp16 steps, as torch's GradScaler (OneFlow 0.9.0's
-    GradScaler only configures nn.Graph): the loss is scaled up for backward, the gradients
-    scaled back down; a step whose gradients hold an inf or NaN is skipped and the scale
-    halved; after ``growth_interval`` clean steps it doubles. Checking for infs reads one
-    flag on the host every step (a sync torch avoids with its fused optimizer)."""
+    """Dynamic loss scaling for eager fp16 steps as torch's GradScaler (OneFlow 0.9.0's sets up
+    nn.Graph only): the loss scaled up for backward, the gradients back down; a step with an inf
+    or NaN gradient skipped and the scale halved, doubled after ``growth_interval`` clean steps.
+    Checking for infs reads a flag on the host each step (torch's fused optimizer avoids it)."""
 
     def __init__(self, flow: Any, scale: float = 2.0 ** 16, growth_interval: int = 2000) -> None:
-        self._flow = flow
-        self.scale = scale
-        self.growth_interval = growth_interval
-        self._clean_steps = 0
+        self._flow, self.scale, self.growth_interval, self._clean_steps = (
+            flow, scale, growth_interval, 0)
 
     def backward(self, loss: Any) -> None:
         (loss * self.scale).backward()

@@ -24,7 +24,8 @@ from typing import Any
 from ..core.parallel import Layout
 from ..core.spec import OptimizerSpec, RankSpec
 from ..core.workload import BuildContext, Parts, WorkloadError
-from . import Batches, DeviceUnavailable, DistEnv, fresh, map_batch, require_parameters
+from . import Batches, DeviceUnavailable, DistEnv, PhasePlan, fresh, map_batch, require_parameters
+from . import _paddle_phases as phases
 
 # The CPU wheel and the CUDA one are different distributions; either provides ``paddle``.
 DISTRIBUTION = ("paddlepaddle", "paddlepaddle-gpu")
@@ -152,33 +153,40 @@ class PaddleTrainer:
         return self._paddle.amp.auto_cast(enable=True, dtype=self.amp_dtype, level="O1")
 
     def step(self) -> None:
-        inputs, targets = self._next_batch()
+        loss = self._forward(*self._next_batch())
+        self._backward(loss)
+        self._update()
+        self._loss = loss
+
+    def _forward(self, inputs: Any, targets: Any) -> Any:
         with self._autocast():
             outputs = self.model(*inputs) if isinstance(inputs, tuple) else self.model(inputs)
-            loss = self.criterion(outputs, targets)
+            return self.criterion(outputs, targets)
+
+    def _backward(self, loss: Any) -> None:
+        # DataParallel all-reduces (averages) the gradients here, unless in no_sync.
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def _update(self) -> None:
         if self.scaler is not None:
             # Unscales, skips the step on an inf or NaN, and clips (the optimizer's grad_clip)
             # the unscaled gradients.
-            self.scaler.scale(loss).backward()
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
-            loss.backward()  # DataParallel all-reduces (averages) the gradients here
             self.optimizer.step()
         self.optimizer.clear_grad(set_to_zero=False)
-        self._loss = loss
+
+    def phase_plan(self) -> PhasePlan:
+        """The step in phases (``_paddle_phases``)."""
+        return phases.plan(self)
 
     def local_step(self) -> None:
         """Forward and backward on this rank alone, no all-reduce (DataParallel's ``no_sync``)
         and no update: the straggler check's measure of the rank's own speed."""
-        inputs, targets = self._next_batch()
         no_sync = getattr(self.model, "no_sync", None)
         with no_sync() if no_sync is not None else contextlib.nullcontext():
-            with self._autocast():
-                outputs = (self.model(*inputs) if isinstance(inputs, tuple)
-                           else self.model(inputs))
-                loss = self.criterion(outputs, targets)
-            loss.backward()
+            self._forward(*self._next_batch()).backward()
         self.optimizer.clear_grad(set_to_zero=False)
 
     def reset_peak_memory(self) -> None:

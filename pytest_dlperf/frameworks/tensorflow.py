@@ -19,7 +19,8 @@ from typing import Any
 
 from ..core.spec import OptimizerSpec, RankSpec
 from ..core.workload import BuildContext, Parts, WorkloadError
-from . import DeviceUnavailable, DistEnv, exchange, fresh, require_parameters
+from . import DeviceUnavailable, DistEnv, PhasePlan, exchange, fresh, require_parameters
+from . import _tensorflow_phases as phases
 
 # Either wheel provides the framework: "tensorflow" (CUDA) or "tensorflow-cpu".
 DISTRIBUTION = ("tensorflow", "tensorflow-cpu")
@@ -155,14 +156,10 @@ class TensorFlowTrainer:
         # the step on either side of the all-reduce; on CUDA and on one worker, all of it.
         self.xla_around_all_reduce = (self.jit and not self.cuda
                                       and self.strategy.num_replicas_in_sync > 1)
-        self._step: Callable[[], Any]
         if self.xla_around_all_reduce:
             self._gradients = tf.function(self._forward_backward, jit_compile=True)
             self._update = tf.function(self._apply, jit_compile=True)
-            self._step = tf.function(self._step_around_all_reduce)
-        else:
-            whole = tf.function(self._replica_step, jit_compile=self.jit)
-            self._step = lambda: self.strategy.run(whole)
+        self._step = self.traced_step()
         self._local = tf.function(self._replica_local, jit_compile=self.jit)
         self._loss: Any = None
         self._local_loss: Any = None
@@ -172,17 +169,30 @@ class TensorFlowTrainer:
             return value
         return self._tf.Variable(value, trainable=False)
 
-    def _replica_step(self) -> Any:
+    def traced_step(self, communicate: bool = True) -> Callable[[], Any]:
+        """The whole step, one ``tf.function``. Without ``communicate`` it is the same step
+        less the gradients' all-reduce, traced apart (the phases' steps without communication,
+        ``_tensorflow_phases``); the timed windows run only the one with it."""
+        tf = self._tf
+        if self.xla_around_all_reduce:
+            around: Callable[[], Any] = tf.function(
+                lambda: self._step_around_all_reduce(communicate))
+            return around
+        whole = tf.function(lambda: self._replica_step(communicate), jit_compile=self.jit)
+        return lambda: self.strategy.run(whole)
+
+    def _replica_step(self, communicate: bool = True) -> Any:
         loss, grads = self._forward_backward()
-        self._apply(self._all_reduce(grads))
+        self._apply(self._all_reduce(grads) if communicate else grads)
         return loss
 
-    def _step_around_all_reduce(self) -> Any:
+    def _step_around_all_reduce(self, communicate: bool = True) -> Any:
         """The step as three replica calls, the first and last compiled by XLA. The update is
         itself the function ``strategy.run`` calls: nested in another ``tf.function`` inside
         one, ``apply_gradients``' merge_call is refused."""
         loss, grads = self.strategy.run(self._gradients)
-        grads = self.strategy.run(self._all_reduce, args=(grads,))
+        if communicate:
+            grads = self.strategy.run(self._all_reduce, args=(grads,))
         self.strategy.run(self._update, args=(grads,))
         return loss
 
@@ -265,6 +275,10 @@ class TensorFlowTrainer:
         # The per-replica loss is kept as it is: reducing it here would add a cross-worker
         # all-reduce and a host round trip to every timed step. It is reduced only when read.
         self._loss = self._step()
+
+    def phase_plan(self) -> PhasePlan:
+        """The step in phases (``_tensorflow_phases``)."""
+        return phases.plan(self)
 
     def _reduced_loss(self) -> Any:
         return self.strategy.reduce(self._tf.distribute.ReduceOp.MEAN, self._loss, axis=None)
