@@ -273,6 +273,11 @@ def test_a_slower_link_behind_the_plugins_back_is_a_regression(
     assert len(reshaper.done) >= 2, reshaper.done  # both nodes' veths were slowed
     slowed.assert_outcomes(failed=1)
     slowed.stdout.fnmatch_lines([f"*REGRESSION in test_wide.py::test_wide[[]{ident}[]]*"])
+    if layout == "dp":  # issue 41: the message says where the time went
+        line = next(x for x in slowed.outlines if "REGRESSION in test_wide.py" in x)
+        moved, _, unchanged = line.split("Where the step's time went")[1].rpartition(";")
+        assert "exposed communication" in moved and "-> " in moved, line
+        assert "forward" in unchanged and "backward" in unchanged, line
 
     # Another link setting never shares the baseline recorded at 10 Gbit/s.
     # (one launch of one window: the verdict is what is checked, and it needs no figures)

@@ -90,6 +90,32 @@ class PhasePlan:
     note: str = ""
 
 
+# DDP's (and Paddle DataParallel's) bucket sizes: the first small, so that its all-reduce starts
+# early in backward, the rest 25 MiB.
+FIRST_BUCKET_BYTES = 1024 * 1024
+BUCKET_BYTES = 25 * 1024 * 1024
+
+
+def bucket_elements(gradients: list[tuple[int, int]]) -> list[int]:
+    """Elements per bucket of gradients given as ``(elements, bytes per element)`` in
+    parameter order, cut as DDP buckets them: in the order backward produces them (the
+    parameters reversed), 1 MiB first, then 25 MiB; a gradient larger than a bucket is a
+    bucket of its own."""
+    sizes: list[int] = []
+    limit, filled = FIRST_BUCKET_BYTES, 0
+    for elements, item in reversed(gradients):
+        size = elements * item
+        if sizes and filled + size <= limit:
+            sizes[-1] += elements
+            filled += size
+        else:
+            if sizes:
+                limit = BUCKET_BYTES
+            sizes.append(elements)
+            filled = size
+    return sizes
+
+
 class DeviceUnavailable(RuntimeError):
     """The framework, as installed, cannot use the device this case asked for (a CPU-only
     build on a GPU host, say). The rank reports the message alone: it is the reason, and a

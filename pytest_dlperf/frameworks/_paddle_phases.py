@@ -21,11 +21,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.phases import BACKWARD, DATA, FORWARD, OPTIMIZER
-from . import PhasePlan
+from . import PhasePlan, bucket_elements
 
 # DataParallel's buffer sizes: the last (first reduced) small, the others 25 MiB.
-FIRST_BUCKET_BYTES = 1024 * 1024
-BUCKET_BYTES = 25 * 1024 * 1024
 
 
 def plan(trainer: Any) -> PhasePlan:
@@ -54,7 +52,8 @@ def plan(trainer: Any) -> PhasePlan:
             "tensor parallel: the collectives Paddle inserts for its dist tensors run inside "
             "forward and backward; exposed communication is not separated"))
     params = trainer.params
-    buffers = [paddle.zeros([n], dtype=params[0].dtype) for n in _bucket_elements(params)]
+    buffers = [paddle.zeros([n], dtype=params[0].dtype) for n in bucket_elements(
+        [(math.prod(p.shape), p.element_size()) for p in params])]
     return PhasePlan(
         phases, communicate=_CommSwitch(trainer.model), all_reduce=_all_reduce(paddle, buffers),
         ping=ping, gradient_bytes=sum(math.prod(p.shape) * p.element_size() for p in params),
@@ -73,24 +72,6 @@ class _CommSwitch:
         self.off.close()
         if not on:
             self.off.enter_context(self.model.no_sync())
-
-
-def _bucket_elements(params: list[Any]) -> list[int]:
-    """The gradients' elements, cut as DataParallel buffers them (backward's order)."""
-    sizes: list[int] = []
-    limit, filled = FIRST_BUCKET_BYTES, 0
-    for param in reversed(params):
-        elements = math.prod(param.shape)
-        size = elements * param.element_size()
-        if sizes and filled + size <= limit:
-            sizes[-1] += elements
-            filled += size
-        else:
-            if sizes:
-                limit = BUCKET_BYTES
-            sizes.append(elements)
-            filled = size
-    return sizes
 
 
 def _all_reduce(paddle: Any, buffers: list[Any]) -> Callable[[], None]:

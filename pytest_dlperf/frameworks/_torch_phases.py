@@ -16,11 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.phases import BACKWARD, DATA, FORWARD, OPTIMIZER, merged
-from . import PhasePlan
-
-# DDP's bucket sizes: the first bucket small (its all-reduce starts early), the rest 25 MiB.
-FIRST_BUCKET_BYTES = 1024 * 1024
-BUCKET_BYTES = 25 * 1024 * 1024
+from . import PhasePlan, bucket_elements
 
 
 def plan(trainer: Any) -> PhasePlan:
@@ -96,20 +92,8 @@ class _CommSwitch:
 
 def _buckets(torch: Any, params: list[Any], device: Any) -> list[Any]:
     """Flat buffers of the gradients' bytes, cut as DDP buckets them."""
-    sizes: list[int] = []
-    limit, filled = FIRST_BUCKET_BYTES, 0
-    for param in reversed(params):  # DDP fills buckets in the order backward produces them
-        size = param.numel() * param.element_size()
-        if sizes and filled + size <= limit:
-            sizes[-1] += param.numel()
-            filled += size
-        else:
-            if sizes:
-                limit = BUCKET_BYTES
-            sizes.append(param.numel())
-            filled = size
-    dtype = params[0].dtype
-    return [torch.zeros(n, dtype=dtype, device=device) for n in sizes]
+    sizes = bucket_elements([(p.numel(), p.element_size()) for p in params])
+    return [torch.zeros(n, dtype=params[0].dtype, device=device) for n in sizes]
 
 
 def _all_reduce(torch: Any, buffers: list[Any]) -> None:
