@@ -80,7 +80,8 @@ def test_pairs_alternate_which_runs_first() -> None:
     assert switch is not None
     plan.communicate = lambda on: (seen.append(on), switch(on))[1]
     diagnose(plan, lambda: None, 4, communicating=True, clock=clock)
-    timed = seen[2:-1]  # after the two untimed steps; before switching back on
+    assert seen[0] is False  # the untimed step, without communication
+    timed = seen[1:-1]  # before switching back on
     assert timed == [True, False, False, True, True, False, False, True]
     assert seen[-1] is True  # training's own state again
 

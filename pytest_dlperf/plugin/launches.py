@@ -73,8 +73,11 @@ class Launches:
         env: dict[str, Any] = {}
         planned = planned or len(windows)
         for index, count in enumerate(windows):
+            # The phases' diagnostic steps in the run's first launch only: a case's wall time
+            # pays for them once (docs/phases.md).
             launched = replace(spec, protocol=replace(spec.protocol, repeats=count),
-                               count_flops=spec.count_flops and index == 0)
+                               count_flops=spec.count_flops and index == 0,
+                               phase_steps=spec.phase_steps if done + index == 0 else 0)
             number = done + index + 1
             label = (f"launch {number}/{planned}" if number <= planned
                      else f"extra launch {number - planned} (inconclusive after {planned})")
