@@ -30,12 +30,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = 0.10
 
 
-def run(phases: str, args: argparse.Namespace, out: Path) -> dict[str, dict]:
+def run(phases: str, args: argparse.Namespace, out: Path) -> dict[str, dict[str, Any]]:
     """One pytest session; each case's results entry by name."""
     results = out / f"{phases}-{time.time_ns()}.json"
     command = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:cacheprovider",
@@ -59,7 +60,7 @@ def main() -> int:
                                       "(1n1d or 1n2d)")
     args = parser.parse_args()
     walls: dict[str, dict[str, list[float]]] = {}
-    last: dict[str, dict] = {}
+    last: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for index in range(args.rounds):
             order = ("on", "off") if index % 2 == 0 else ("off", "on")

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
 
+from ..core.phases import BACKWARD, DATA, FORWARD, OPTIMIZER
 from ..core.workload import WorkloadError
 
 
@@ -88,6 +89,27 @@ class PhasePlan:
     buckets: int = 0
     how: str = ""
     note: str = ""
+
+
+def step_phases(next_batch: Callable[[], tuple[Any, Any]], forward: Callable[[Any, Any], Any],
+                backward: Callable[[Any], None], update: Callable[[], None]
+                ) -> list[tuple[str, Callable[[], None]]]:
+    """A trainer's step, written as its four methods (the batch, the loss from it, backward
+    from the loss, the update), as the four standard phases of a ``PhasePlan``: each phase
+    keeps what the next one needs."""
+    state: dict[str, Any] = {}
+
+    def data() -> None:
+        state["batch"] = next_batch()
+
+    def forward_phase() -> None:
+        state["loss"] = forward(*state.pop("batch"))
+
+    def backward_phase() -> None:
+        backward(state.pop("loss"))
+
+    return [(DATA, data), (FORWARD, forward_phase), (BACKWARD, backward_phase),
+            (OPTIMIZER, update)]
 
 
 # DDP's (and Paddle DataParallel's) bucket sizes: the first small, so that its all-reduce starts

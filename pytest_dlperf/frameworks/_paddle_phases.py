@@ -20,27 +20,16 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ..core.phases import BACKWARD, DATA, FORWARD, OPTIMIZER
-from . import PhasePlan, bucket_elements
-
-# DataParallel's buffer sizes: the last (first reduced) small, the others 25 MiB.
+from . import PhasePlan, bucket_elements, step_phases
 
 
 def plan(trainer: Any) -> PhasePlan:
     """``trainer`` (a ``PaddleTrainer``) cut into phases."""
-    state: dict[str, Any] = {}
+    def forward(inputs: Any, targets: Any) -> Any:  # kept where loss() reads it, as step's
+        trainer._loss = trainer._forward(inputs, targets)
+        return trainer._loss
 
-    def data() -> None:
-        state["batch"] = trainer._next_batch()
-
-    def forward() -> None:
-        trainer._loss = state["loss"] = trainer._forward(*state.pop("batch"))
-
-    def backward() -> None:
-        trainer._backward(state.pop("loss"))
-
-    phases = [(DATA, data), (FORWARD, forward), (BACKWARD, backward),
-              (OPTIMIZER, trainer._update)]
+    phases = step_phases(trainer._next_batch, forward, trainer._backward, trainer._update)
     note = ("forward: one static program (paddle.jit.to_static), backward its gradient "
             "program, the optimizer eager" if trainer.compiled else "")
     paddle = trainer._paddle

@@ -15,31 +15,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.phases import BACKWARD, DATA, FORWARD, OPTIMIZER, merged
-from . import PhasePlan, bucket_elements
+from ..core.phases import BACKWARD, FORWARD, merged
+from . import PhasePlan, bucket_elements, step_phases
 
 
 def plan(trainer: Any) -> PhasePlan:
     """``trainer`` (a ``TorchTrainer``) cut into phases."""
-    state: dict[str, Any] = {}
-
-    def data() -> None:
-        state["batch"] = trainer._next_batch()
-
-    def forward() -> None:
-        state["loss"] = trainer._forward(*state.pop("batch"))
-
-    def backward() -> None:
-        trainer._backward(state.pop("loss"))
-
-    def forward_backward() -> None:  # a pipeline's schedule runs both
-        trainer._backward(trainer._forward(*state.pop("batch")))
-
     sharded = trainer.sharded
     pipelined = sharded is not None and sharded.pipeline is not None
-    phases = ([(DATA, data), (merged((FORWARD, BACKWARD)), forward_backward)] if pipelined
-              else [(DATA, data), (FORWARD, forward), (BACKWARD, backward)])
-    phases.append((OPTIMIZER, trainer._update))
+    phases = step_phases(trainer._next_batch, trainer._forward, trainer._backward,
+                         trainer._update)
+    if pipelined:  # the schedule runs forward and backward (_forward's) together
+        (_, forward), (_, backward) = phases[1:3]
+
+        def forward_backward() -> None:
+            forward()
+            backward()
+
+        phases[1:3] = [(merged((FORWARD, BACKWARD)), forward_backward)]
     note = ("forward+backward: one pipeline schedule (its stages' sends and receives "
             "inside)" if pipelined else "")
     torch = trainer._torch

@@ -150,7 +150,8 @@ class Launches:
                                   name="probe")
 
         def fits(batch: int) -> Probe:
-            spec = replace(spec_at(batch), protocol=probe_protocol)
+            # A probe asks whether the batch trains; no diagnostic steps (docs/phases.md).
+            spec = replace(spec_at(batch), protocol=probe_protocol, phase_steps=0)
             started = time.perf_counter()
             try:
                 case.cluster.run(spec, self.watch(f"batch-size probe {batch}"))
