@@ -35,6 +35,11 @@ def weights(trainer):
     return [p.detach().numpy().tolist() for p in trainer.params]
 
 results = {}
+# Every trainer kept alive: with the earlier trainers freed, OneFlow's third nn.Graph refused
+# its own model.weight ("must be a variable created in nn.Graph: TrainGraph_2") once unrelated
+# imports had changed what was allocated where: something of a freed graph's (an id, likely)
+# was handed on to the next model's variables. One trainer a process (a rank) never meets it.
+kept = []
 for opt, loss, count in (("sgd-clip", "big", 1), ("adamw-decay", "zero", 1),
                          ("sgd-momentum-decay", "zero", 2)):
     workload = Workload("linear", recipes={FRAMEWORK: f"optimizer_recipes:{FRAMEWORK}"},
@@ -47,6 +52,7 @@ for opt, loss, count in (("sgd-clip", "big", 1), ("adamw-decay", "zero", 1),
         trainer.step()
     trainer.synchronize()
     results[opt] = {"before": before, "after": weights(trainer)}
+    kept.append(trainer)
 print(json.dumps(results))
 """
 

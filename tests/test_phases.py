@@ -239,3 +239,22 @@ def test_far_below_the_model_warns_naming_the_phase_out_of_line() -> None:
     assert warning is not None and "exposed communication 1.5 s/step" in warning
     close = scaling.predict(ONE, slow_link, 2, 1e9, "", measured_efficiency=0.5)
     assert close is not None and scaling.out_of_line(close, ONE, slow_link) is None
+
+
+def test_a_cpu_rank_with_half_the_threads_is_half_a_device() -> None:
+    """Two CPU ranks on the cores one 1n1d run had: each computes at half its speed, which
+    the model expects (compute_scale 2) and does not call out of line."""
+    halved = Phases(seconds={DATA: 0.0, FORWARD: 0.2, BACKWARD: 0.4, OPTIMIZER: 0.2,
+                             EXPOSED: 0.1},
+                    order=[DATA, FORWARD, BACKWARD, OPTIMIZER, EXPOSED], communication_s=0.4,
+                    latency_s=0.0, gradient_bytes=100_000_000, buckets=4)
+    model = scaling.predict(ONE, halved, 2, 1e9, "the link", measured_efficiency=0.4 / 1.0,
+                            compute_scale=2.0)
+    assert model is not None
+    assert model.predicted_step_s == pytest.approx(0.8 + 0.2)
+    assert model.predicted_efficiency == pytest.approx(0.4)
+    assert scaling.out_of_line(model, ONE, halved) is None
+    literal = scaling.predict(ONE, halved, 2, 1e9, "the link", measured_efficiency=0.4)
+    assert literal is not None
+    warning = scaling.out_of_line(literal, ONE, halved)
+    assert warning is not None and "backward 0.4 s/step on 2 devices against 0.2 on one" in warning

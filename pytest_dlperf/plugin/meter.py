@@ -192,7 +192,9 @@ class ThroughputMeter:
                    if reporter and self.state.history is not None else None)
         elsewhere = baselines.elsewhere(case, fp) if baseline is None else None
         speedup = result.median / reference if reference is not None else None
-        model = phases.scaling(self.cluster, one_device, result, speedup)
+        model = phases.scaling(self.cluster, one_device, result, speedup,
+                               make_topology(self.state.hardware, 1, 1,
+                                             self.cluster.device_type).threads_per_worker)
         report = CaseReport(
             **case.identity(version, env, sized, fp), result=result,
             verdict=verdicts[0], efficiency_verdict=verdicts[1], memory_verdict=verdicts[2],

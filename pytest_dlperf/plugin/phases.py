@@ -26,7 +26,7 @@ class Scaled:
 
 
 def scaling(cluster: Cluster, one_device: Phases | None, result: Result,
-            speedup: float | None) -> Scaled | None:
+            speedup: float | None, one_threads: int = 1) -> Scaled | None:
     """The model for this multi-device case (None: a single device, no 1n1d phases, or a
     layout whose communication is not separated) and its warning where the measured
     efficiency is far below it."""
@@ -36,10 +36,19 @@ def scaling(cluster: Cluster, one_device: Phases | None, result: Result,
         return None
     bandwidth, source = bandwidth_of(cluster, many, devices)
     efficiency = speedup / devices if speedup is not None else None
-    model = model_of.predict(one_device, many, devices, bandwidth, source, efficiency)
+    model = model_of.predict(one_device, many, devices, bandwidth, source, efficiency,
+                             compute_scale(cluster, one_threads))
     if model is None:
         return None
     return Scaled(model, model_of.out_of_line(model, one_device, many))
+
+
+def compute_scale(cluster: Cluster, one_threads: int) -> float:
+    """A rank's compute over one device's: on a CPU, the 1n1d run's threads over a rank's (the
+    harness gives each of N local ranks its share of the cores); 1 on GPUs."""
+    if cluster.device_type != "cpu":
+        return 1.0
+    return max(1.0, one_threads / max(1, cluster.topology.threads_per_worker))
 
 
 def bandwidth_of(cluster: Cluster, many: Phases, devices: int) -> tuple[float | None, str]:

@@ -6,7 +6,9 @@ per-collective latency L over K buckets, it takes ``2(N-1)/N x B / bandwidth + K
 part the step waits for is what the framework does not hide behind backward: the measured
 overlap (hidden / total communication, ``core.phases``) leaves ``(1 - overlap)`` of it
 exposed. The N-device step is then one device's step plus that, and the efficiency one
-device's step over it (the per-device batch is the same: DLPerf's weak scaling).
+device's step over it (the per-device batch is the same: DLPerf's weak scaling). On a CPU, a
+rank with fewer threads than the one-device run is a smaller device: its compute is taken as
+one device's times ``compute_scale`` (the threads' ratio).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class ScalingModel:
 
     devices: int
     one_device_step_s: float  # one device's phases, summed
+    compute_scale: float  # a rank's compute over one device's (CPU: the threads' ratio)
     gradient_bytes: int
     bandwidth_bps: float
     bandwidth_source: str  # "the link measured", "--dlperf-link", "the NIC", ...
@@ -65,8 +68,8 @@ class ScalingModel:
 
 
 def predict(one: Phases, many: Phases, devices: int, bandwidth_bps: float | None,
-            bandwidth_source: str, measured_efficiency: float | None = None
-            ) -> ScalingModel | None:
+            bandwidth_source: str, measured_efficiency: float | None = None,
+            compute_scale: float = 1.0) -> ScalingModel | None:
     """The model for ``devices`` devices from one device's phases (``one``) and the N-device
     run's gradient bytes, latency and overlap (``many``); None without a bandwidth, gradient
     bytes or an overlap (a sharded layout's communication is not separated)."""
@@ -77,8 +80,9 @@ def predict(one: Phases, many: Phases, devices: int, bandwidth_bps: float | None
     communication = ring_seconds(many.gradient_bytes, devices, bandwidth_bps,
                                  many.latency_s or 0.0, many.buckets)
     exposed = communication * (1 - overlap)
-    predicted = step_1 + exposed
-    return ScalingModel(devices, step_1, many.gradient_bytes, bandwidth_bps, bandwidth_source,
+    predicted = step_1 * compute_scale + exposed
+    return ScalingModel(devices, step_1, compute_scale, many.gradient_bytes, bandwidth_bps,
+                        bandwidth_source,
                         many.latency_s or 0.0, many.buckets, overlap, communication, exposed,
                         predicted, step_1 / predicted if predicted else 0.0,
                         measured_efficiency)
@@ -95,10 +99,13 @@ def out_of_line(model: ScalingModel, one: Phases, many: Phases) -> str | None:
     for name in many.order:
         if name in (REST, EXPOSED) or name not in one.seconds:
             continue
-        before, after = one.seconds[name], many.seconds[name]
+        before = one.seconds[name] * model.compute_scale
+        after = many.seconds[name]
         if after > before * PHASE_FACTOR and after - before > PHASE_OF_STEP * one.compute_s:
+            scaled = (f" x {model.compute_scale:.3g} (threads)"
+                      if model.compute_scale != 1 else "")
             grown.append(f"{name} {after:.3g} s/step on {model.devices} devices against "
-                         f"{before:.3g} on one ({after / before:.2f}x)")
+                         f"{one.seconds[name]:.3g}{scaled} on one ({after / before:.2f}x)")
     exposed = many.exposed_s
     if exposed is not None and exposed > model.exposed_s * PHASE_FACTOR and \
             exposed - model.exposed_s > PHASE_OF_STEP * one.compute_s:
