@@ -285,9 +285,18 @@ class TorchTrainer:
 def make_optimizer(torch: Any, params: list[Any], opt: OptimizerSpec, fused: bool) -> Any:
     """The workload's optimizer over ``params``; ``fused``: the single-kernel CUDA version."""
     if opt.kind == "sgd":
-        return torch.optim.SGD(by_kind([{"params": params}]), lr=opt.lr,
-                               momentum=opt.momentum, weight_decay=opt.weight_decay,
-                               fused=fused or None)
+        sgd = torch.optim.SGD(by_kind([{"params": params}]), lr=opt.lr,
+                              momentum=opt.momentum, weight_decay=opt.weight_decay,
+                              fused=fused or None)
+        if fused and opt.momentum:
+            # Fused SGD allocates its momentum uninitialized on its first step and keeps it so
+            # when GradScaler skips that step (an fp16 overflow at the initial scale): the next
+            # step added what the memory held (NaN on an H200). Zeros from the start step the
+            # same (no dampening: the first buffer is momentum x 0 + gradient, the gradient).
+            for param in params:
+                sgd.state[param]["momentum_buffer"] = torch.zeros_like(
+                    param, memory_format=torch.preserve_format)
+        return sgd
     if opt.kind == "adamw":
         decay = [p for p in params if opt.decays(p.shape)]
         groups = [{"params": decay, "weight_decay": opt.weight_decay},
