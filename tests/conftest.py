@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from snippets import oneflow_interpreter
+from snippets import mindspore_interpreter, oneflow_interpreter
 
 from pytest_dlperf.core import topology
 
@@ -157,6 +157,16 @@ def oneflow_python() -> str:
     path = oneflow_interpreter()
     if not os.access(path, os.X_OK):
         pytest.skip(f"no OneFlow interpreter at {path}: run scripts/setup-oneflow")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def mindspore_python() -> str:
+    """MindSpore's worker interpreter (scripts/setup-mindspore's, or
+    DLPERF_TEST_MINDSPORE_PYTHON); the test skips saying so without one."""
+    path = mindspore_interpreter()
+    if not os.access(path, os.X_OK):
+        pytest.skip(f"no MindSpore interpreter at {path}: run scripts/setup-mindspore")
     return str(path)
 
 

@@ -75,3 +75,10 @@ def oneflow_interpreter() -> Path:
     """OneFlow's worker interpreter: DLPERF_TEST_ONEFLOW_PYTHON, else scripts/setup-oneflow's."""
     return Path(os.environ.get("DLPERF_TEST_ONEFLOW_PYTHON")
                 or REPO / ".venv-oneflow" / "bin" / "dlperf-python")
+
+
+def mindspore_interpreter() -> Path:
+    """MindSpore's worker interpreter: DLPERF_TEST_MINDSPORE_PYTHON, else
+    scripts/setup-mindspore's."""
+    return Path(os.environ.get("DLPERF_TEST_MINDSPORE_PYTHON")
+                or REPO / ".venv-mindspore" / "bin" / "python")
