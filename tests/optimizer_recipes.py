@@ -75,3 +75,33 @@ def paddle_loader(ctx: BuildContext) -> Parts:
                                        paddle.randint(0, OUT, [3 * BATCH])])
     return Parts(model=paddle.nn.Linear(IN, OUT),
                  data=paddle.io.DataLoader(dataset, batch_size=BATCH, shuffle=True))
+
+
+def mindspore(ctx: BuildContext) -> Parts:
+    import mindspore as ms
+
+    model = ms.nn.Dense(IN, OUT)
+    factor = LOSS[str(ctx.sizes["loss"])]
+
+    class Loss(ms.nn.Cell):  # type: ignore[misc]
+        def construct(self, out: Any, _: Any) -> Any:  # GRAPH mode: a Cell, not a lambda
+            return (out * factor).sum()
+
+    return Parts(model=model, inputs=ms.ops.ones((BATCH, IN), ms.float32),
+                 targets=ms.ops.zeros((BATCH,), ms.float32), loss=Loss())
+
+
+def mindspore_random(ctx: BuildContext) -> Parts:
+    """``paddle_random`` in MindSpore: random data of its own per ``data_rank``."""
+    import mindspore as ms
+    import numpy as np
+
+    model = ms.nn.Dense(IN, OUT)
+    rng = np.random.default_rng(100 + int(ctx.sizes["data_rank"]))
+
+    class Loss(ms.nn.Cell):  # type: ignore[misc]
+        def construct(self, out: Any, target: Any) -> Any:
+            return ((out - target) ** 2).mean()
+
+    return Parts(model=model, inputs=ms.Tensor(rng.standard_normal((BATCH, IN), np.float32)),
+                 targets=ms.Tensor(rng.standard_normal((BATCH, OUT), np.float32)), loss=Loss())

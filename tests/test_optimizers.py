@@ -14,7 +14,7 @@ import os
 import sys
 
 import pytest
-from snippets import oneflow_interpreter, run_snippet
+from snippets import mindspore_interpreter, oneflow_interpreter, run_snippet
 
 STEP = """
 import json, sys
@@ -32,6 +32,8 @@ def weights(trainer):
     if FRAMEWORK == "tensorflow":
         return [w.numpy().T.tolist() if len(w.shape) == 2 else w.numpy().tolist()
                 for w in trainer.model.trainable_weights]
+    if FRAMEWORK == "mindspore":
+        return [p.asnumpy().tolist() for p in trainer.params]
     return [p.detach().numpy().tolist() for p in trainer.params]
 
 results = {}
@@ -78,17 +80,20 @@ def norm(values: list[float]) -> float:
 
 
 def interpreters() -> list[object]:
-    oneflow = str(oneflow_interpreter())
+    oneflow, mindspore = str(oneflow_interpreter()), str(mindspore_interpreter())
     cases = [("torch", sys.executable, "eager"), ("tensorflow", sys.executable, "eager"),
              ("tensorflow", sys.executable, "compiled"),
              ("oneflow", oneflow, "eager"), ("oneflow", oneflow, "compiled"),
-             ("paddle", sys.executable, "eager"), ("paddle", sys.executable, "compiled")]
+             ("paddle", sys.executable, "eager"), ("paddle", sys.executable, "compiled"),
+             ("mindspore", mindspore, "eager"), ("mindspore", mindspore, "compiled")]
     return [pytest.param(*case, id=f"{case[0]}-{case[2]}") for case in cases]
 
 
 def _need(framework: str, python: str) -> None:
     if framework == "oneflow" and not os.access(python, os.X_OK):
         pytest.skip(f"no OneFlow interpreter at {python}: run scripts/setup-oneflow")
+    if framework == "mindspore" and not os.access(python, os.X_OK):
+        pytest.skip(f"no MindSpore interpreter at {python}: run scripts/setup-mindspore")
     if framework == "tensorflow":
         pytest.importorskip("tensorflow")
     if framework == "paddle" and importlib.util.find_spec("paddle") is None:

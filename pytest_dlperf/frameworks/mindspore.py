@@ -1,0 +1,355 @@
+"""MindSpore: a workload's ``nn.Cell`` trained by ``mindspore.value_and_grad`` and an optimizer
+Cell, in PyNative mode (``eager``) or with the whole training step compiled by
+``mindspore.jit`` (``compiled``: GRAPH mode, what MindSpore's own training scripts run).
+
+MindSpore 2.10 needs numpy < 2, so its ranks usually run under their own interpreter
+(``--dlperf-python mindspore=PATH``; ``scripts/setup-mindspore`` makes one). They are started by
+the plugin's launchers like every framework's, not by ``msrun``: MindSpore's dynamic cluster
+takes its roles from environment variables (``MS_ROLE``, ``MS_SCHED_HOST``, ``MS_SCHED_PORT``,
+``MS_WORKER_NUM``, ``MS_NODE_ID``), which the adapter sets from the launcher's RANK /
+WORLD_SIZE / MASTER_ADDR before MindSpore is imported; the cluster's scheduler (``MS_SCHED``, a
+process that registers the workers and runs no training) is started by rank 0, on the first
+node, at the launcher's spare port (``DLPERF_FRAMEWORK_PORT``: torchrun's agent store holds
+MASTER_PORT), as ``msrun`` would start it. ``MS_NODE_ID`` is the launcher's rank, so MindSpore's
+rank ids are the launcher's. Gradients are averaged by ``nn.DistributedGradReducer`` (MindSpore's
+collectives: its own TCP-based ones on CPU, NCCL on GPU) after backward: the update is DDP's.
+
+MindSpore is asynchronous on CPU too: an operator or a compiled step returns once it is queued
+(a compiled ResNet-50 step returned after 3.3 s and finished at 7.2 s, issue 42), and
+``mindspore.runtime.synchronize`` does nothing on CPU ("CPU device is not supported"), so
+``synchronize`` waits on PyNative's executor queue and then reads the step's last outputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Callable, MutableMapping
+from typing import Any
+
+from ..core.spec import OptimizerSpec, RankSpec
+from ..core.workload import BuildContext, Parts, WorkloadError
+from . import Batches, DeviceUnavailable, DistEnv, PhasePlan, fresh, map_batch, require_parameters
+from . import _mindspore_phases as phases
+
+DISTRIBUTION = "mindspore"
+RECIPE_FOR = "mindspore"
+COMPILER = "mindspore.jit (GRAPH mode)"
+INSTALL_HINT = ("MindSpore 2.10 needs numpy<2: create its worker interpreter with "
+                "scripts/setup-mindspore (in pytest-dlperf's repository) and run with "
+                "--dlperf-python mindspore=$(scripts/setup-mindspore)")
+
+# The scheduler's whole program: MindSpore's init() in the MS_SCHED role serves the cluster's
+# registration and heartbeats and returns once every worker has gone.
+SCHEDULER = ("import mindspore as ms\nfrom mindspore.communication import init\n"
+             "ms.set_device('CPU')\ninit()\n")
+
+
+def prepare_environ(environ: MutableMapping[str, str], dist: DistEnv) -> None:
+    """What MindSpore's dynamic cluster reads, from the launcher's variables (before MindSpore
+    is imported). The scheduler listens on the launcher's spare port on the first node (under
+    torchrun, MASTER_PORT is the agent's store); ranks started with no agent and no spare port
+    (srun under ``--dlperf-launcher external``) use MASTER_PORT. MindSpore's workers retry their
+    registration every 3-5 s by default: 1 s here (a two-rank cluster formed in 8-10 s instead
+    of 17-20 s, measured on this 2-core VM)."""
+    port = environ.get("DLPERF_FRAMEWORK_PORT")
+    if not port:
+        if environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+            raise RuntimeError(
+                "MindSpore's scheduler needs a free port on the first node: torchrun's agent "
+                "holds MASTER_PORT and DLPERF_FRAMEWORK_PORT is not set; export "
+                "DLPERF_FRAMEWORK_PORT=<a free port on the first node> for every rank")
+        port = environ.get("MASTER_PORT", "0")
+    environ.update(MS_SCHED_HOST=environ.get("MASTER_ADDR", "127.0.0.1"), MS_SCHED_PORT=port,
+                   MS_WORKER_NUM=str(dist.world_size), MS_NODE_ID=str(dist.rank),
+                   MS_ROLE="MS_WORKER")
+    environ.setdefault("MS_RETRY_INTERVAL_LOWER", "1")
+    environ.setdefault("MS_RETRY_INTERVAL_UPPER", "1")
+
+
+def start_scheduler(environ: MutableMapping[str, str]) -> subprocess.Popen[bytes]:
+    """The cluster's scheduler, a child of rank 0 under this interpreter: in rank 0's process
+    group, so a launcher that stops the rank stops it too; it exits by itself once every worker
+    has unregistered."""
+    env = {**environ, "MS_ROLE": "MS_SCHED"}
+    env.pop("MS_NODE_ID", None)
+    return subprocess.Popen([sys.executable, "-c", SCHEDULER], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+class MindSporeTrainer:
+    def __init__(self, spec: RankSpec, dist: DistEnv,
+                 recipe: Callable[[BuildContext], Parts]) -> None:
+        # MindSpore logs every cluster and compile step at WARNING: errors only, unless asked.
+        os.environ.setdefault("GLOG_v", "3")
+        self.world_size = dist.world_size
+        self._scheduler: subprocess.Popen[bytes] | None = None
+        if dist.world_size > 1:
+            prepare_environ(os.environ, dist)
+            if dist.rank == 0:
+                self._scheduler = start_scheduler(os.environ)
+        import mindspore as ms
+
+        self._ms = ms
+        self.cuda = spec.device_type == "cuda"
+        self.threads = spec.threads
+        if self.cuda:
+            if not ms.device_context.gpu.is_available():  # the PyPI wheel: CPU and Ascend
+                raise DeviceUnavailable(
+                    f"the case runs on CUDA (NVML found GPUs) but MindSpore {ms.__version__} "
+                    "has no GPU backend here (the PyPI wheel is CPU and Ascend only): install "
+                    "a GPU build of MindSpore or run with --dlperf-device cpu")
+            ms.set_device("GPU", dist.local_rank)
+        else:
+            ms.set_device("CPU")
+            # The CPU kernels' thread pool: 25 threads by default, whatever the cores. Set once
+            # a process (MindSpore refuses a second setting: a second trainer keeps the first's).
+            with contextlib.suppress(RuntimeError):
+                ms.device_context.cpu.op_tuning.threads_num(self.threads)
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+        if dist.world_size > 1:
+            from mindspore.communication import init
+
+            init()
+        ms.set_seed(spec.seed)  # one model on every rank
+        parts = recipe(spec.context(dist.rank, dist.world_size, dist.local_rank,
+                                    f"cuda:{dist.local_rank}" if self.cuda else "cpu"))
+        model = parts.model
+        layout = spec.parallel(dist.world_size)
+        if not layout.is_data_parallel:
+            raise WorkloadError(f"layout {layout.id}: the MindSpore adapter runs data "
+                                "parallelism only (its semi-auto parallel modes are not ported "
+                                "to --dlperf-layouts)")
+        self.model = model
+        self.params = list(model.trainable_params())
+        self.parameters = sum(math.prod(p.shape) for p in self.params)
+        require_parameters(self.parameters, recipe)
+        ms.set_seed(spec.seed + layout.data_rank(dist.rank))  # each rank's own data
+        self.compiled = spec.compiled
+        self.amp = spec.precision.enabled
+        if self.amp:  # CUDA only (amp_unavailable): fp16 with dynamic loss scaling
+            model = ms.amp.auto_mixed_precision(model, "O2", dtype=ms.float16)
+        self.loss_scaler = (ms.amp.DynamicLossScaler(2.0 ** 16, 2, 2000)
+                            if spec.precision.loss_scaling else None)
+        self.optimizer = make_optimizer(ms, self.params, spec.optimizer)
+        self.clip_norm = spec.optimizer.clip_norm
+        self.criterion = parts.loss or cross_entropy(ms)
+        self.reducer = (ms.nn.DistributedGradReducer(self.optimizer.parameters, mean=True,
+                                                     degree=dist.world_size)
+                        if dist.world_size > 1 else None)
+        self.inputs, self.targets = parts.inputs, parts.targets
+        self.batches = Batches(parts.data) if parts.data is not None else None
+        criterion = self.criterion
+
+        def forward(inputs: Any, targets: Any) -> Any:
+            outputs = model(*inputs) if isinstance(inputs, tuple) else model(inputs)
+            loss = criterion(outputs, targets)
+            if self.loss_scaler is not None:
+                loss = self.loss_scaler.scale(loss)
+            return loss
+
+        self._grad = ms.value_and_grad(forward, None, self.optimizer.parameters)
+        self._step_fn = self._make_step(communicate=True)
+        self.train_step = ms.jit(self._step_fn) if self.compiled else self._step_fn
+        self._loss: Any = None
+
+    def _make_step(self, communicate: bool) -> Callable[[Any, Any], Any]:
+        """The training step as one function (what ``mindspore.jit`` compiles whole):
+        forward and backward, the gradients averaged over the ranks (``communicate``), clipped
+        by their global norm, the update."""
+        grad, update = self._grad, self._update_fn(communicate)
+
+        def train_step(inputs: Any, targets: Any) -> Any:
+            loss, grads = grad(inputs, targets)
+            return update(loss, grads)
+
+        return train_step
+
+    def _update_fn(self, communicate: bool) -> Callable[[Any, Any], Any]:
+        ms, optimizer, clip_norm = self._ms, self.optimizer, self.clip_norm
+        reducer = self.reducer if communicate else None
+        scaler = self.loss_scaler
+
+        def update(loss: Any, grads: Any) -> Any:
+            if reducer is not None:
+                grads = reducer(grads)
+            if scaler is not None:
+                loss = scaler.unscale(loss)
+                grads = scaler.unscale(grads)
+                finite = ms.amp.all_finite(grads)
+                scaler.adjust(finite)
+                if finite:
+                    if clip_norm is not None:
+                        grads = ms.ops.clip_by_global_norm(grads, clip_norm)
+                    optimizer(grads)
+                return loss
+            if clip_norm is not None:
+                grads = ms.ops.clip_by_global_norm(grads, clip_norm)
+            optimizer(grads)
+            return loss
+
+        return update
+
+    def _to_device(self, value: Any) -> Any:
+        """A batch of the workload's own iterator as MindSpore tensors (numpy arrays taken as
+        they are: MindSpore places its tensors itself)."""
+        tensor = self._ms.Tensor
+        return map_batch(value, lambda v: v if isinstance(v, tensor) or v is None
+                         else tensor(v))
+
+    def _next_batch(self) -> tuple[Any, Any]:
+        if self.batches is None:
+            return fresh(self.inputs), fresh(self.targets)
+        inputs, targets = self.batches.next()
+        return self._to_device(inputs), self._to_device(targets)
+
+    def step(self) -> None:
+        self._loss = self.train_step(*self._next_batch())
+
+    def phase_plan(self) -> PhasePlan:  # the step in phases: _mindspore_phases
+        return phases.plan(self)
+
+    def local_step(self) -> None:
+        """Forward and backward of this rank alone, no all-reduce and no update: the
+        straggler check's measure of the rank's own speed (eager, also in a compiled case)."""
+        inputs, targets = self._next_batch()
+        self._local = self._grad(inputs, targets)
+
+    def synchronize(self) -> None:
+        """Waits for everything queued: PyNative's executor (eager operators and compiled
+        steps alike are dispatched through it), then the device (GPU); reading the last step's
+        loss is the proof the work is done (``.asnumpy()`` waits for it)."""
+        from mindspore.common.api import _pynative_executor
+
+        _pynative_executor.sync()
+        if self.cuda:
+            self._ms.runtime.synchronize()
+        if self._loss is not None:
+            self._loss.asnumpy()
+
+    def loss(self) -> float:
+        if self._loss is None:
+            return 0.0
+        return float(self._loss.asnumpy().astype("float64").mean())
+
+    def environment(self) -> dict[str, Any]:
+        ms = self._ms
+        env: dict[str, Any] = {
+            "framework": "mindspore",
+            "framework_version": ms.__version__,
+            "threads": self.threads,
+            "parameters": self.parameters,
+            "compiled": self.compiled,
+            "data_parallel_ranks": self.world_size,
+        }
+        if self.cuda:
+            env["device_name"] = "GPU"
+        return env
+
+    def close(self) -> None:
+        # Nothing to wait for: each worker unregisters from the scheduler as its interpreter
+        # exits (MindSpore's own finalizer), and the scheduler then exits by itself. Waiting for
+        # it here would wait for this very rank's unregistering.
+        pass
+
+
+def cross_entropy(ms: Any) -> Any:
+    """The default loss: cross-entropy of class logits against integer labels, the mean over
+    the batch (and over every token of a language model's ``[B, T, V]`` logits)."""
+    loss = ms.nn.CrossEntropyLoss()
+
+    def criterion(outputs: Any, targets: Any) -> Any:
+        if len(outputs.shape) > 2:
+            outputs = outputs.reshape(-1, outputs.shape[-1])
+            targets = targets.reshape(-1)
+        return loss(outputs, targets)
+
+    return criterion
+
+
+def make_optimizer(ms: Any, params: list[Any], opt: OptimizerSpec) -> Any:
+    """The workload's optimizer: SGD with momentum and coupled weight decay is ``nn.Momentum``
+    (the decay added to the gradient before the momentum, as torch's SGD). AdamW is torch's
+    (bias-corrected, the decay decoupled), written here from MindSpore's operators
+    (``adamw``): ``nn.AdamWeightDecay`` has no bias correction, ``mint.optim.AdamW`` has no CPU
+    kernel ("Unsupported op [AdamW] on CPU") and ``experimental.optim.AdamW`` refuses to run
+    inside a ``mindspore.jit`` step. 1-D parameters go in a group without decay where the spec
+    says so."""
+    if opt.kind == "sgd":
+        return ms.nn.Momentum(params, learning_rate=opt.lr, momentum=opt.momentum,
+                              weight_decay=opt.weight_decay)
+    if opt.kind == "adamw":
+        decays = [opt.weight_decay if opt.decays(tuple(p.shape)) else 0.0 for p in params]
+        return adamw(ms)(params, decays, opt.lr, opt.betas, opt.eps)
+    raise ValueError(f"the mindspore adapter has no optimizer {opt.kind!r} (has: sgd, adamw)")
+
+
+@functools.cache
+def adamw(ms: Any) -> Any:
+    """torch's AdamW as a MindSpore Cell, PyNative and GRAPH mode alike: per parameter,
+    ``p *= 1 - lr * decay``, then Adam's bias-corrected step (within 2e-7 of a float64
+    reference over 3 steps, eager and compiled, measured here)."""
+    ops, tensor, f32 = ms.ops, ms.Tensor, ms.float32
+    per_parameter = ops.MultitypeFuncGraph("dlperf_adamw")
+
+    @per_parameter.register(*["Tensor"] * 11)  # type: ignore[untyped-decorator]
+    def _update(lr: Any, beta1: Any, beta2: Any, eps: Any, correction1: Any,
+                correction2: Any, decay: Any, param: Any, grad: Any, m: Any, v: Any) -> Any:
+        ops.assign(param, param * (1 - lr * decay))
+        m_new = beta1 * m + (1 - beta1) * grad
+        v_new = beta2 * v + (1 - beta2) * grad * grad
+        ops.assign(m, m_new)
+        ops.assign(v, v_new)
+        ops.assign(param, param - lr * (m_new / correction1)
+                   / (ops.sqrt(v_new / correction2) + eps))
+        return param
+
+    class AdamW(ms.nn.Cell):  # type: ignore[misc]
+        def __init__(self, params: list[Any], decays: list[float], lr: float,
+                     betas: tuple[float, float], eps: float) -> None:
+            super().__init__()
+            self.parameters = ms.ParameterTuple(params)
+            self.decays = tuple(tensor(d, f32) for d in decays)
+            self.exp_avg = self.parameters.clone(prefix="exp_avg", init="zeros")
+            self.exp_avg_sq = self.parameters.clone(prefix="exp_avg_sq", init="zeros")
+            self.step_count = ms.Parameter(tensor(0.0, f32), name="adamw_step")
+            self.lr, self.eps = tensor(lr, f32), tensor(eps, f32)
+            self.beta1, self.beta2 = tensor(betas[0], f32), tensor(betas[1], f32)
+            self.map = ops.HyperMap()
+
+        def construct(self, grads: Any) -> Any:
+            step = self.step_count + 1.0
+            ops.assign(self.step_count, step)
+            correction1 = 1.0 - ops.pow(self.beta1, step)
+            correction2 = 1.0 - ops.pow(self.beta2, step)
+            return self.map(ops.partial(per_parameter, self.lr, self.beta1, self.beta2, self.eps,
+                                        correction1, correction2),
+                            self.decays, self.parameters, grads, self.exp_avg, self.exp_avg_sq)
+
+    return AdamW
+
+
+def amp_unavailable(device_type: str) -> str | None:
+    """No AMP case on CPU: MindSpore 2.10 has no CPU bf16 kernels for Conv2D or MatMul (the
+    other frameworks' CPU AMP is bf16), and its CPU fp16 would measure another precision
+    under the same case id (docs/frameworks.md "MindSpore")."""
+    if device_type == "cpu":
+        return ("MindSpore 2.10 has no CPU bf16 kernels for Conv2D or MatMul (every other "
+                "framework's CPU AMP is bf16); its CPU fp16 would be another precision")
+    return None
+
+
+def compile_unavailable(device_type: str) -> str | None:
+    return None  # mindspore.jit compiles on CPU and GPU alike
+
+
+def build_trainer(spec: RankSpec, dist: DistEnv,
+                  recipe: Callable[[BuildContext], Parts] | None) -> MindSporeTrainer:
+    if recipe is None:
+        raise ValueError("the mindspore adapter needs the workload's mindspore recipe")
+    return MindSporeTrainer(spec, dist, recipe)
