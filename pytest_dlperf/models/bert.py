@@ -68,6 +68,7 @@ WORKLOAD = Workload(
         "tensorflow": "pytest_dlperf.models.bert_keras:recipe",
         "oneflow": "pytest_dlperf.models.bert_oneflow:recipe",
         "paddle": "pytest_dlperf.models.bert_paddle:recipe",
+        "mindspore": "pytest_dlperf.models.bert_mindspore:recipe",
     },
 )
 

@@ -12,7 +12,8 @@ torch, OneFlow and Paddle use their zoos' ResNet-50 (torchvision, flowvision and
 is v1 (stride on the first 1x1 conv), so the Keras model is written here, layer for layer in
 torchvision's order: 25,557,032 trainable parameters, the same as torch's ``parameters()`` (BN
 moving statistics are buffers in torch, non-trainable weights in Keras and non-trainable
-parameters in Paddle).
+parameters in Paddle and MindSpore). MindSpore's is written from ``mindspore.nn`` under
+torchvision's names in ``resnet50_mindspore``, which says why not mindcv's.
 
 Frameworks are imported inside the recipes only (this module is imported on the pytest side).
 """
@@ -39,6 +40,7 @@ WORKLOAD = Workload(
         "tensorflow": "pytest_dlperf.models.resnet50:tensorflow_recipe",
         "oneflow": "pytest_dlperf.models.resnet50:oneflow_recipe",
         "paddle": "pytest_dlperf.models.resnet50:paddle_recipe",
+        "mindspore": "pytest_dlperf.models.resnet50_mindspore:recipe",
     },
 )
 
