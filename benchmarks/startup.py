@@ -3,6 +3,11 @@
 Usage::
 
     .venv/bin/python benchmarks/startup.py [--nodes 4] [--devices-per-node 1] [--runs 3]
+        [--framework torch] [--python FRAMEWORK=PATH]
+
+``--framework`` picks whose ResNet-50 case starts (``mindspore`` with ``--python
+mindspore=$(scripts/setup-mindspore)``: MindSpore's dynamic cluster forms inside the ranks, so
+its start-up shows in "first timed step").
 
 Each run starts ``python -m pytest`` on a generated one-case test (ResNet-50 v1.5, CPU profile,
 fp32, ``-m multinode`` at exactly N nodes, no warm-up, one timed window of 2 steps) and reads the
@@ -30,17 +35,18 @@ import pytest
 
 @pytest.mark.multinode
 def test_startup(cluster, throughput_meter):
-    throughput_meter.measure("torch")
+    throughput_meter.measure(FRAMEWORK)
 """
 
 
-def one_run(work: Path, nodes: int, per_node: int, index: int) -> tuple[float, float, float]:
+def one_run(work: Path, nodes: int, per_node: int, index: int,
+            extra: list[str]) -> tuple[float, float, float]:
     out = work / f"r{index}.json"
     cmd = [sys.executable, "-m", "pytest", "test_startup.py", "-q", "-p", "no:cacheprovider",
            "-m", "multinode", "-k", f"{nodes}n{per_node}d", "--nodes", str(nodes),
            "--devices-per-node", str(per_node), "--dlperf-device", "cpu",
            "--dlperf-warmup-steps", "0", "--dlperf-steps", "2", "--dlperf-repeats", "1",
-           "--dlperf-baselines", str(work / "b"), "--dlperf-json", str(out)]
+           "--dlperf-baselines", str(work / "b"), "--dlperf-json", str(out), *extra]
     env = {k: v for k, v in os.environ.items() if not k.startswith("DLPERF_")}
     started = time.time()
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
@@ -56,14 +62,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--devices-per-node", type=int, default=1)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--framework", default="torch")
+    parser.add_argument("--python", default=None, metavar="FRAMEWORK=PATH",
+                        help="passed on as --dlperf-python")
     args = parser.parse_args(argv)
+    extra = ["--dlperf-python", args.python] if args.python else []
     with tempfile.TemporaryDirectory(prefix="dlperf-startup-") as tmp:
         work = Path(tmp)
-        (work / "test_startup.py").write_text(TEST)
+        (work / "test_startup.py").write_text(f"FRAMEWORK = {args.framework!r}\n" + TEST)
         rows = []
         for i in range(args.runs):
             try:
-                rows.append(one_run(work, args.nodes, args.devices_per_node, i))
+                rows.append(one_run(work, args.nodes, args.devices_per_node, i, extra))
             except RuntimeError as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return 1
@@ -72,7 +82,8 @@ def main(argv: list[str]) -> int:
     first = statistics.median(r[1] for r in rows)
     print()
     print(f"command: {' '.join([sys.executable, *sys.argv])}")
-    print(f"topology: {args.nodes} local nodes x {args.devices_per_node} worker(s), CPU, "
+    print(f"framework: {args.framework}; topology: {args.nodes} local nodes x "
+          f"{args.devices_per_node} worker(s), CPU, "
           f"{os.cpu_count()} cores")
     print(f"{'step':<44} {'median s':>9}  runs")
     print(f"{'pytest start -> agents launched':<44} "

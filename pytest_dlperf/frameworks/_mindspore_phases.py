@@ -46,7 +46,7 @@ def plan(trainer: Any) -> PhasePlan:
         on = communicating[0]
         if steps[on] is None:
             steps[on] = trainer._ms.jit(trainer._make_step(communicate=on))
-        trainer._loss = steps[on](*state.pop("batch"))
+        trainer._loss = steps[on](*trainer.step_args(state.pop("batch")))
 
     if trainer.compiled:
         phases = [(DATA, data), (merged((FORWARD, BACKWARD, OPTIMIZER)), whole)]

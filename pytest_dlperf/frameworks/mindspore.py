@@ -85,37 +85,11 @@ def start_scheduler(environ: MutableMapping[str, str]) -> subprocess.Popen[bytes
 class MindSporeTrainer:
     def __init__(self, spec: RankSpec, dist: DistEnv,
                  recipe: Callable[[BuildContext], Parts]) -> None:
-        # MindSpore logs every cluster and compile step at WARNING: errors only, unless asked.
-        os.environ.setdefault("GLOG_v", "3")
         self.world_size = dist.world_size
-        self._scheduler: subprocess.Popen[bytes] | None = None
-        if dist.world_size > 1:
-            prepare_environ(os.environ, dist)
-            if dist.rank == 0:
-                self._scheduler = start_scheduler(os.environ)
-        import mindspore as ms
-
-        self._ms = ms
         self.cuda = spec.device_type == "cuda"
         self.threads = spec.threads
-        if self.cuda:
-            if not ms.device_context.gpu.is_available():  # the PyPI wheel: CPU and Ascend
-                raise DeviceUnavailable(
-                    f"the case runs on CUDA (NVML found GPUs) but MindSpore {ms.__version__} "
-                    "has no GPU backend here (the PyPI wheel is CPU and Ascend only): install "
-                    "a GPU build of MindSpore or run with --dlperf-device cpu")
-            ms.set_device("GPU", dist.local_rank)
-        else:
-            ms.set_device("CPU")
-            # The CPU kernels' thread pool: 25 threads by default, whatever the cores. Set once
-            # a process (MindSpore refuses a second setting: a second trainer keeps the first's).
-            with contextlib.suppress(RuntimeError):
-                ms.device_context.cpu.op_tuning.threads_num(self.threads)
-        ms.set_context(mode=ms.PYNATIVE_MODE)
-        if dist.world_size > 1:
-            from mindspore.communication import init
-
-            init()
+        self._scheduler: subprocess.Popen[bytes] | None = None
+        ms = self._ms = self._join(dist)
         ms.set_seed(spec.seed)  # one model on every rank
         parts = recipe(spec.context(dist.rank, dist.world_size, dist.local_rank,
                                     f"cuda:{dist.local_rank}" if self.cuda else "cpu"))
@@ -125,6 +99,10 @@ class MindSporeTrainer:
             raise WorkloadError(f"layout {layout.id}: the MindSpore adapter runs data "
                                 "parallelism only (its semi-auto parallel modes are not ported "
                                 "to --dlperf-layouts)")
+        # A Cell is built with training off, and a BatchNorm out of training normalizes by its
+        # moving statistics (mean 0, variance 1 at start): ResNet-50's logits reached ~60 and its
+        # loss NaN within 3 steps (the NaN issue 42 saw with mindcv's model).
+        model.set_train(True)
         self.model = model
         self.params = list(model.trainable_params())
         self.parameters = sum(math.prod(p.shape) for p in self.params)
@@ -157,6 +135,37 @@ class MindSporeTrainer:
         self._step_fn = self._make_step(communicate=True)
         self.train_step = ms.jit(self._step_fn) if self.compiled else self._step_fn
         self._loss: Any = None
+
+    def _join(self, dist: DistEnv) -> Any:
+        """MindSpore imported, on this rank's device with its share of the cores, in MindSpore's
+        cluster when there are several ranks (rank 0 starting its scheduler)."""
+        # MindSpore logs every cluster and compile step at WARNING: errors only, unless asked.
+        os.environ.setdefault("GLOG_v", "3")
+        if dist.world_size > 1:
+            prepare_environ(os.environ, dist)
+            if dist.rank == 0:
+                self._scheduler = start_scheduler(os.environ)
+        import mindspore as ms
+
+        if self.cuda:
+            if not ms.device_context.gpu.is_available():  # the PyPI wheel: CPU and Ascend
+                raise DeviceUnavailable(
+                    f"the case runs on CUDA (NVML found GPUs) but MindSpore {ms.__version__} "
+                    "has no GPU backend here (the PyPI wheel is CPU and Ascend only): install "
+                    "a GPU build of MindSpore or run with --dlperf-device cpu")
+            ms.set_device("GPU", dist.local_rank)
+        else:
+            ms.set_device("CPU")
+            # The CPU kernels' thread pool: 25 threads by default, whatever the cores. Set once
+            # a process (MindSpore refuses a second setting: a second trainer keeps the first's).
+            with contextlib.suppress(RuntimeError):
+                ms.device_context.cpu.op_tuning.threads_num(self.threads)
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+        if dist.world_size > 1:
+            from mindspore.communication import init
+
+            init()
+        return ms
 
     def _make_step(self, communicate: bool) -> Callable[[Any, Any], Any]:
         """The training step as one function (what ``mindspore.jit`` compiles whole):
@@ -209,7 +218,18 @@ class MindSporeTrainer:
         return self._to_device(inputs), self._to_device(targets)
 
     def step(self) -> None:
-        self._loss = self.train_step(*self._next_batch())
+        self._loss = self.train_step(*self.step_args(self._next_batch()))
+
+    def step_args(self, batch: tuple[Any, Any]) -> tuple[Any, ...]:
+        """The batch as a compiled step takes it: GRAPH mode compiles a tuple argument's
+        tensors as constants, so a tuple of new tensors each step (BERT's inputs and targets)
+        recompiled the whole step every call (10.9 s a BERT step against 1.9 s); marked
+        ``mutable`` they are inputs, compiled once."""
+        if not self.compiled:
+            return batch
+        mutable = self._ms.mutable
+        return tuple(mutable(tuple(part)) if isinstance(part, (tuple, list)) else part
+                     for part in batch)
 
     def phase_plan(self) -> PhasePlan:  # the step in phases: _mindspore_phases
         return phases.plan(self)

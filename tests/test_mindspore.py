@@ -1,0 +1,220 @@
+"""The MindSpore adapter: ranks from the plugin's launchers (MindSpore's dynamic cluster from
+their variables, its scheduler started by rank 0), the update DDP's averaged-gradient step,
+windows that wait for MindSpore's asynchronous CPU execution, and cases under pytest.
+
+MindSpore runs under its own interpreter (``scripts/setup-mindspore``, or
+``DLPERF_TEST_MINDSPORE_PYTHON``): every MindSpore line here runs in a subprocess under it, and
+the tests skip without it."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from snippets import WINDOW_AGAINST_A_CLOCK, free_ports, run_snippet, run_together
+
+from pytest_dlperf.frameworks import DistEnv
+from pytest_dlperf.frameworks.mindspore import SCHEDULER, prepare_environ
+
+REPO = Path(__file__).resolve().parents[1]
+
+STEP = """
+import json, sys
+sys.path.insert(0, "tests")
+from pytest_dlperf import SGD, Workload
+from pytest_dlperf.frameworks import DistEnv, load
+from pytest_dlperf.core.protocol import QUICK
+from pytest_dlperf.core.spec import spec_for
+from pytest_dlperf.core.recipes import load_recipe
+workload = Workload("linear", recipes={"mindspore": "optimizer_recipes:mindspore_random"},
+                    batch_size={"cpu": 4}, sizes={"data_rank": RANK},
+                    optimizer=SGD(lr_per_256=0.1 * 256 / 4, momentum=0.0))
+spec = spec_for("mindspore", workload, protocol=QUICK, device_type="cpu", compiler=COMPILER)
+dist = DistEnv(RANK, WORLD, RANK, WORLD, 0) if WORLD > 1 else DistEnv(0, 1, 0, 1, 0)
+trainer = load("mindspore").build_trainer(spec, dist, load_recipe(spec.recipe))
+import os, socket
+def taken(port):  # whether something listens on this port
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", int(port)))
+        except OSError:
+            return True
+        return False
+ports = {name: taken(os.environ[name]) for name in ("MASTER_PORT", "DLPERF_FRAMEWORK_PORT")
+         if RANK == 0 and WORLD > 1}
+before = [p.asnumpy().tolist() for p in trainer.params]
+trainer.step()
+trainer.synchronize()
+after = [p.asnumpy().tolist() for p in trainer.params]
+env = trainer.environment()
+trainer.close()
+print(json.dumps({"before": before, "after": after, "ranks": env["data_parallel_ranks"],
+                  "ports": ports}))
+"""
+
+
+def _flat(weights: list[Any]) -> list[float]:
+    out: list[float] = []
+    for value in weights:
+        out.extend(_flat(value) if isinstance(value, list) else [float(value)])
+    return out
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_two_ranks_average_their_gradients(mode: str, mindspore_python: str) -> None:
+    """Two ranks through the adapter (MindSpore's dynamic cluster from the launcher's
+    variables, its scheduler on the spare port, DistributedGradReducer), each on its own data:
+    one step of plain SGD leaves both with the same weights, the mean of what each rank's data
+    alone gives (summed gradients would give twice the update, a rank alone its own)."""
+    ports = free_ports(2)
+    head = f"COMPILER = {mode!r}\n"
+    # As the launchers start ranks: MASTER_PORT is torchrun's store there (unused here), and
+    # MindSpore's scheduler takes the spare port.
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(ports[0]),
+           "DLPERF_FRAMEWORK_PORT": str(ports[1])}
+    together: list[Any] = run_together(
+        mindspore_python, [head + f"RANK, WORLD = {rank}, 2\n" + STEP for rank in (0, 1)], env)
+    alone: list[Any] = [run_snippet(mindspore_python, head + f"RANK, WORLD = {rank}, 1\n" + STEP)
+                        for rank in (0, 1)]
+    assert [r["ranks"] for r in together] == [2, 2]
+    # Rank 0's scheduler listened on the spare port, leaving MASTER_PORT alone.
+    assert together[0]["ports"] == {"MASTER_PORT": False, "DLPERF_FRAMEWORK_PORT": True}
+    assert together[0]["before"] == together[1]["before"] == alone[0]["before"]
+    first, second = (_flat(r["after"]) for r in together)
+    assert first == pytest.approx(second, abs=1e-7)
+    each = [_flat(r["after"]) for r in alone]
+    assert each[0] != pytest.approx(each[1], abs=1e-4)  # the ranks' data differ
+    assert first == pytest.approx([(a + b) / 2 for a, b in zip(*each)], abs=1e-6)
+    assert schedulers() == []  # rank 0's scheduler left with its workers
+
+
+def schedulers() -> list[int]:
+    """MindSpore schedulers the adapter started that still run."""
+    import psutil
+
+    return [p.pid for p in psutil.process_iter(["cmdline"])
+            if SCHEDULER in (p.info["cmdline"] or [])]
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_a_window_waits_for_mindspore(mode: str, mindspore_python: str) -> None:
+    """A compiled MindSpore step (``mindspore.jit``) returns once it is queued, on CPU too; a
+    PyNative step, measured here, returns when its work is done. Both ways shown with one
+    ResNet-50 step: the meter's window agrees with a wall clock read after a blocking loss
+    fetch; with a no-op synchronize the compiled window reads under half of that clock (the
+    control: the check can fail), the PyNative one agrees with it (were PyNative asynchronous
+    too, this would say so)."""
+    figures = run_snippet(mindspore_python, f"COMPILER, STEPS = {mode!r}, 1\n" + """
+from pytest_dlperf.frameworks import DistEnv
+from pytest_dlperf.models import RESNET50
+from pytest_dlperf.core.protocol import QUICK
+from pytest_dlperf.core.spec import spec_for
+from pytest_dlperf.rank.worker import build
+spec = spec_for("mindspore", RESNET50, protocol=QUICK, device_type="cpu", compiler=COMPILER,
+                sizes={"image_size": 32})
+trainer = build(spec, DistEnv(0, 1, 0, 1, 0))
+for _ in range(3):
+    trainer.step()
+""" + WINDOW_AGAINST_A_CLOCK, timeout=600)
+    assert isinstance(figures, dict)
+    window, outside = figures["synchronized"]
+    assert 0.9 * outside <= window <= outside
+    unsynced_window, unsynced_outside = figures["not synchronized"]
+    if mode == "compiled":
+        assert unsynced_window < 0.5 * unsynced_outside
+    else:
+        assert 0.9 * unsynced_outside <= unsynced_window <= unsynced_outside
+
+
+def test_the_scheduler_takes_the_launchers_spare_port() -> None:
+    environ = {"MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29500",
+               "DLPERF_FRAMEWORK_PORT": "31000", "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    prepare_environ(environ, DistEnv(3, 4, 1, 2, 1))
+    assert (environ["MS_SCHED_HOST"], environ["MS_SCHED_PORT"]) == ("10.1.2.3", "31000")
+    assert environ["MASTER_PORT"] == "29500"  # torchrun's agent store keeps it
+    assert (environ["MS_ROLE"], environ["MS_WORKER_NUM"], environ["MS_NODE_ID"]) == (
+        "MS_WORKER", "4", "3")  # MindSpore's rank id is the launcher's rank
+    # An agent store on MASTER_PORT and no spare port: the scheduler would fail to bind it.
+    with pytest.raises(RuntimeError, match="DLPERF_FRAMEWORK_PORT"):
+        prepare_environ({"MASTER_ADDR": "h", "MASTER_PORT": "29500",
+                         "TORCHELASTIC_USE_AGENT_STORE": "True"}, DistEnv(0, 2, 0, 2, 0))
+    # No agent and no spare port (srun, external mode): MASTER_PORT is free for the scheduler.
+    environ = {"MASTER_ADDR": "h", "MASTER_PORT": "29500"}
+    prepare_environ(environ, DistEnv(0, 2, 0, 2, 0))
+    assert environ["MS_SCHED_PORT"] == "29500"
+
+
+RECIPES = """
+from pytest_dlperf import Parts
+
+
+def build(ctx):
+    import mindspore as ms  # inside the recipe: the pytest side never imports MindSpore
+    import numpy as np
+
+    width = int(ctx.sizes["width"])
+    model = ms.nn.SequentialCell(ms.nn.Dense(width, 2 * width), ms.nn.ReLU(),
+                                 ms.nn.Dense(2 * width, 10))
+    rng = np.random.default_rng(ctx.rank)
+    return Parts(model=model,
+                 inputs=ms.Tensor(rng.standard_normal((ctx.batch_size, width), np.float32)),
+                 targets=ms.Tensor(rng.integers(0, 10, ctx.batch_size).astype(np.int32)))
+"""
+
+OWN_MODEL = """
+import pytest
+
+from pytest_dlperf import Workload
+
+MLP = Workload("ms-mlp", recipes={"mindspore": "ms_recipes:build"}, batch_size={"cpu": 16},
+               sizes={"width": 32}, unit="rows")
+
+
+@pytest.mark.multinode
+def test_mlp(cluster, amp, compiler, throughput_meter):
+    report = throughput_meter.measure("mindspore", MLP)
+    assert report.environment["data_parallel_ranks"] == cluster.world_size
+    assert report.environment["parameters"] == 32 * 64 + 64 + 64 * 10 + 10
+"""
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_an_own_model_trains_on_two_nodes_eager_and_compiled(
+        pytester: pytest.Pytester, mindspore_python: str) -> None:
+    """Two local nodes (as root, two network hosts: MindSpore's collectives cross the link
+    between them), PyNative and a compiled step; AMP skips on CPU with MindSpore's reason. The
+    recipe lives in a module of its own: MindSpore's interpreter has no pytest to import the
+    test file with."""
+    pytester.makepyfile(test_own=OWN_MODEL, ms_recipes=RECIPES)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--dlperf-protocol", "quick", "-m", "multinode", "--nodes",
+        "2", "--devices-per-node", "1", "--dlperf-compilers", "eager,compiled", "-k", "2n1d",
+        "--dlperf-precisions", "fp32,amp", "--dlperf-json", "r.json", "-rs",
+        "--dlperf-launches", "1", "--dlperf-unstable-cv", "50",
+        "--dlperf-python", f"mindspore={mindspore_python}", timeout=500)
+    result.assert_outcomes(passed=2, skipped=2)
+    result.stdout.fnmatch_lines(["*mindspore has no AMP on cpu*no CPU bf16 kernels*"])
+    benches = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
+    assert sorted(b["name"] for b in benches) == ["test_mlp[2n1d-fp32-compiled]",
+                                                 "test_mlp[2n1d-fp32-eager]"]
+    for bench in benches:
+        info = bench["extra_info"]
+        assert info["fingerprint"]["framework"] == "mindspore" and info["unit"] == "rows"
+        assert info["environment"]["compiled"] == bench["name"].endswith("compiled]")
+        ranks = info["peak_memory_per_rank"]
+        assert [r["rank"] for r in ranks] == [0, 1]
+        assert all(r["own_step_s"] > 0 and r["peak_memory_bytes"] > 0 for r in ranks)
+        # The step in phases, the reducer switched off for half the diagnostic steps.
+        seconds = info["phases"]["seconds_per_step"]
+        assert seconds["exposed communication"] > 0 and seconds["data"] >= 0
+        assert ("forward+backward+optimizer" in seconds if bench["name"].endswith("compiled]")
+                else seconds["forward+backward"] > 0 and seconds["optimizer"] > 0)
+        from pytest_dlperf.launch import fabric
+
+        if fabric.available()[0]:
+            assert len(set(info["network"]["addresses"])) == 2, info["network"]
+
