@@ -110,18 +110,9 @@ def torch_named_shapes(model: Any) -> dict[str, tuple[int, ...]]:
 def load_torch_weights(model: Any, arrays: Mapping[str, Any]) -> None:
     """Set every parameter from torch's arrays by name (the same layout). Refuses a missing or
     extra name and a shape that differs."""
-    import mindspore as ms
+    from .resnet50_mindspore import set_by_name
 
-    params = dict(model.parameters_and_names())
-    if set(params) != set(arrays):
-        raise ValueError(f"torch names without a parameter: {sorted(set(arrays) - set(params))}; "
-                         f"parameters without an array: {sorted(set(params) - set(arrays))}")
-    for name, param in params.items():
-        value = arrays[name]
-        if tuple(value.shape) != tuple(param.shape):
-            raise ValueError(f"{name}: torch's array is {tuple(value.shape)}, the parameter "
-                             f"{tuple(param.shape)}")
-        param.set_data(ms.Tensor(value, param.dtype))
+    set_by_name(dict(model.parameters_and_names()), arrays)
 
 
 @functools.cache

@@ -109,9 +109,15 @@ def load_torch_weights(model: Any, arrays: Mapping[str, Any]) -> None:
     """Set every parameter, BatchNorm's moving statistics included, from torchvision's
     ``state_dict()`` arrays by name (``num_batches_tracked`` left out). Refuses a missing or
     extra name and a shape that differs."""
+    set_by_name({torch_name(name): param for name, param in model.parameters_and_names()},
+                arrays)
+
+
+def set_by_name(params: Mapping[str, Any], arrays: Mapping[str, Any]) -> None:
+    """Each of ``params`` (MindSpore parameters under torch's names) set from torch's array of
+    that name; a missing or extra name, or a shape that differs, is refused. BERT's loader too."""
     import mindspore as ms
 
-    params = {torch_name(name): param for name, param in model.parameters_and_names()}
     if set(params) != set(arrays):
         raise ValueError(f"torch names without a parameter: {sorted(set(arrays) - set(params))}; "
                          f"parameters without an array: {sorted(set(params) - set(arrays))}")
