@@ -188,9 +188,10 @@ def postgres_server() -> Iterator[str]:
     refuses root)."""
     import pwd
     import shutil
-    import socket
     import subprocess
     import tempfile
+
+    from pytest_dlperf.launch.processes import free_loopback_ports
 
     bin_dir = _postgres_bin()
     if bin_dir is None:
@@ -219,9 +220,7 @@ def postgres_server() -> Iterator[str]:
                    "--no-sync", "-E", "UTF8")
         if init.returncode != 0:
             pytest.skip(f"initdb failed: {init.stderr.strip()[-500:]}")
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        (port,) = free_loopback_ports(1)
         options = f"-p {port} -k {folder} -h 127.0.0.1 -c fsync=off -c max_connections=50"
         start = run(str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", options,
                     "-w", "-t", "60", "start")

@@ -60,15 +60,11 @@ def run_together(python: str, codes: list[str], env: dict[str, str],
 
 
 def free_ports(count: int) -> list[int]:
-    """``count`` ports free on loopback now."""
-    import socket
+    """``count`` distinct ports free on loopback now, below the kernel's ephemeral range (the
+    plugin's own choice: a port of that range may be a connection's by the time it is bound)."""
+    from pytest_dlperf.launch.processes import free_loopback_ports
 
-    ports = []
-    for _ in range(count):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            ports.append(sock.getsockname()[1])
-    return ports
+    return free_loopback_ports(count)
 
 
 def oneflow_interpreter() -> Path:

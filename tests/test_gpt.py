@@ -6,11 +6,11 @@ through the plain torch adapter, and an MFU above 100% failing the case naming t
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
+from snippets import free_ports
 
 from pytest_dlperf.core.parallel import Layout
 from pytest_dlperf.core.protocol import QUICK
@@ -192,9 +192,7 @@ def _tp_rank(rank: int, port: int, out: str) -> None:
 
 
 def test_two_tensor_parallel_ranks_train_what_one_process_trains(tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    (port,) = free_ports(1)
     torch.multiprocessing.spawn(_tp_rank, args=(port, str(tmp_path)), nprocs=2)
     ranks = [json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1)]
     for arch in ("gpt2", "llama"):

@@ -4,6 +4,7 @@ that shows the check can fail)."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -15,7 +16,7 @@ import pytest
 from pytest_dlperf.core.protocol import Protocol
 from pytest_dlperf.core.spec import OptimizerSpec, RankSpec
 from pytest_dlperf.core.topology import Topology
-from pytest_dlperf.launch import LaunchError, fabric, local, netns, userhosts
+from pytest_dlperf.launch import LaunchError, fabric, local, netns, processes, userhosts
 
 pytest.importorskip("torch")
 
@@ -78,3 +79,27 @@ def test_without_a_namespace_the_stores_listen_on_the_host(
     assert launcher.isolation == "none"
     assert listeners_of_running_case(tmp_path, monkeypatch, hanging_adapter(tmp_path),
                                      launcher) != []
+
+
+def test_ports_handed_out_lie_below_the_kernels_ephemeral_range() -> None:
+    """The kernel gives every outgoing connection (a store client, a gloo pair) a port of its
+    ephemeral range; a port picked there is free when picked and may be a connection's by the
+    time a rank binds it (CI's layouts run: EADDRINUSE on a store port picked minutes before).
+    Below that range only a listener takes a port."""
+    low = int(processes.EPHEMERAL_RANGE.read_text().split()[0])
+    ports = processes.free_loopback_ports(40)
+    assert len(set(ports)) == 40
+    assert all(processes.LOWEST_PORT <= port < low for port in ports), ports
+    for port in ports[:5]:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
+
+
+def test_a_kernel_with_no_room_below_its_ephemeral_range_still_gives_a_free_port(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ranges = tmp_path / "ip_local_port_range"
+    ranges.write_text("1024\t65535\n")
+    monkeypatch.setattr(processes, "EPHEMERAL_RANGE", ranges)
+    port = processes.free_loopback_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))

@@ -42,10 +42,10 @@ def _own_address() -> str:
     says peers reach us at (loopback for local nodes), else this machine's name."""
     import socket
 
+    from ..launch.processes import free_loopback_ports
+
     host = os.environ.get("DLPERF_WORKER_HOST") or socket.gethostname()
-    with socket.socket() as sock:  # a port free now; TF binds it moments later
-        sock.bind((host, 0))
-        port = sock.getsockname()[1]
+    (port,) = free_loopback_ports(1, host)  # free now; TF binds it moments later
     return f"{host}:{port}"
 
 
