@@ -59,6 +59,15 @@ def run_together(python: str, codes: list[str], env: dict[str, str],
     return out
 
 
+def in_a_file(code: str, folder: Path) -> str:
+    """A snippet that runs ``code`` from a file in ``folder``, there: GRAPH mode reads the
+    source of what it compiles (``python -c`` has none), and a failed compile writes
+    ``rank_0/om/analyze_fail.ir`` into the working folder."""
+    (folder / "snippet.py").write_text(code)
+    return (f"import os, runpy; os.chdir({str(folder)!r}); "
+            "runpy.run_path('snippet.py', run_name='__main__')")
+
+
 def free_ports(count: int) -> list[int]:
     """``count`` distinct ports free on loopback now, below the kernel's ephemeral range (the
     plugin's own choice: a port of that range may be a connection's by the time it is bound)."""

@@ -15,18 +15,9 @@ from pathlib import Path
 
 import pytest
 from bert_reference import TINY, write_reference
-from snippets import run_snippet
+from snippets import in_a_file, run_snippet
 
 VOCAB = 30522
-
-
-def in_a_file(code: str, folder: Path) -> str:
-    """A snippet that runs ``code`` from a file in ``folder``, there: GRAPH mode reads the
-    source of what it compiles (``python -c`` has none), and a failed compile writes
-    ``rank_0/om/analyze_fail.ir`` into the working folder."""
-    (folder / "snippet.py").write_text(code)
-    return (f"import os, runpy; os.chdir({str(folder)!r}); "
-            "runpy.run_path('snippet.py', run_name='__main__')")
 
 
 def test_bert_base_has_torchs_parameters_by_name_with_the_decoder_tied(

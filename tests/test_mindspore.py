@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from snippets import WINDOW_AGAINST_A_CLOCK, free_ports, run_snippet, run_together
+from snippets import WINDOW_AGAINST_A_CLOCK, free_ports, in_a_file, run_snippet, run_together
 
 from pytest_dlperf.frameworks import DistEnv
 from pytest_dlperf.frameworks.mindspore import SCHEDULER, prepare_environ
@@ -90,6 +90,59 @@ def test_two_ranks_average_their_gradients(mode: str, mindspore_python: str) -> 
     assert each[0] != pytest.approx(each[1], abs=1e-4)  # the ranks' data differ
     assert first == pytest.approx([(a + b) / 2 for a, b in zip(*each)], abs=1e-6)
     assert schedulers() == []  # rank 0's scheduler left with its workers
+
+
+ADAMW = """
+import json
+import numpy as np
+import mindspore as ms
+from pytest_dlperf.frameworks.mindspore import adamw
+ms.set_context(mode=ms.PYNATIVE_MODE)
+start, grads, decays = json.loads(DATA)
+params = [ms.Parameter(ms.Tensor(np.array(w, np.float32)), name=f"p{i}")
+          for i, w in enumerate(start)]
+opt = adamw(ms)(params, decays, LR, BETAS, EPS)
+def whole(grads):  # a compiled training step calls the optimizer inside its graph
+    return opt(grads)
+step = ms.jit(whole) if COMPILED else opt
+for per_step in grads:
+    step(tuple(ms.Tensor(np.array(g, np.float32)) for g in per_step))
+print(json.dumps([p.asnumpy().tolist() for p in params]))
+"""
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_adamw_is_torchs_over_three_steps(mode: str, mindspore_python: str,
+                                          tmp_path: Path) -> None:
+    """The adapter's AdamW (MindSpore's fused Adam kernel behind the decoupled decay, its
+    epsilon rescaled to torch's placement) against torch.optim.AdamW on the same weights and
+    gradients, three steps: gradients near epsilon (so its placement shows), a decayed matrix
+    beside an undecayed bias. A bias correction off by a step, or epsilon where MindSpore's
+    kernel puts it, moves the weights by more than the tolerance."""
+    import numpy as np
+    import torch
+
+    rng = np.random.default_rng(3)
+    start = [rng.standard_normal((4, 3)), rng.standard_normal(3)]
+    grads = [[g * scale for g in (rng.standard_normal((4, 3)), rng.standard_normal(3))]
+             for scale in (1e-2, 3e-2, 1e-3)]
+    decays, lr, betas, eps = [0.1, 0.0], 0.05, (0.9, 0.999), 1e-2
+    data = json.dumps([[w.tolist() for w in start], [[g.tolist() for g in step]
+                                                     for step in grads], decays])
+    code = (f"DATA, LR, BETAS, EPS, COMPILED = {data!r}, {lr}, {betas}, {eps}, "
+            f"{mode == 'compiled'}\n" + ADAMW)
+    got = run_snippet(mindspore_python, in_a_file(code, tmp_path))
+    params = [torch.tensor(w, dtype=torch.float64, requires_grad=True) for w in start]
+    want = torch.optim.AdamW([{"params": [p], "weight_decay": d}
+                              for p, d in zip(params, decays)], lr=lr, betas=betas, eps=eps)
+    for step in grads:
+        for p, g in zip(params, step):
+            p.grad = torch.tensor(g, dtype=torch.float64)
+        want.step()
+    assert isinstance(got, list)
+    for mine, theirs in zip(got, params):
+        assert np.allclose(mine, theirs.detach().numpy(), rtol=0, atol=2e-6), (mine, theirs)
+    assert not np.allclose(got[0], start[0], atol=1e-2)  # the steps moved the weights
 
 
 def schedulers() -> list[int]:

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 
 import pytest
-from snippets import run_snippet
+from snippets import in_a_file, run_snippet
 
 
 def test_resnet50_is_torchvisions_layer_for_layer(mindspore_python: str) -> None:
@@ -132,15 +132,6 @@ for mode, run, steps in (("pynative", step, 1), ("graph", ms.jit(step), 4)):
     losses[mode] = [float(run(parts.inputs, parts.targets()).asnumpy()) for _ in range(steps)]
 print(json.dumps({**losses, "training": model.training}))
 """
-
-
-def in_a_file(code: str, folder: Path) -> str:
-    """A snippet that runs ``code`` from a file in ``folder``, there: GRAPH mode reads the
-    source of what it compiles (``python -c`` has none), and a failed compile writes
-    ``rank_0/om/analyze_fail.ir`` into the working folder."""
-    (folder / "snippet.py").write_text(code)
-    return (f"import os, runpy; os.chdir({str(folder)!r}); "
-            "runpy.run_path('snippet.py', run_name='__main__')")
 
 
 def test_the_recipe_trains_with_a_finite_loss_in_pynative_and_in_graph_mode(

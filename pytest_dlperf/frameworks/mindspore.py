@@ -312,22 +312,21 @@ def make_optimizer(ms: Any, params: list[Any], opt: OptimizerSpec) -> Any:
 @functools.cache
 def adamw(ms: Any) -> Any:
     """torch's AdamW as a MindSpore Cell, PyNative and GRAPH mode alike: per parameter,
-    ``p *= 1 - lr * decay``, then Adam's bias-corrected step (within 2e-7 of a float64
-    reference over 3 steps, eager and compiled, measured here)."""
+    ``p *= 1 - lr * decay``, then Adam's bias-corrected step by MindSpore's fused ``Adam``
+    kernel, whose update ``lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps')`` is torch's
+    ``lr * m_hat / (sqrt(v_hat) + eps)`` with ``eps' = eps * sqrt(1 - b2^t)`` (within 2e-7 of a
+    float64 reference over 3 steps, eager and compiled: tests/test_optimizers.py). The update is
+    one compiled graph in PyNative mode too, as MindSpore's own optimizers' are
+    (``jit(backend="ms_backend")`` on their ``construct``): op by op, a BERT-base AdamW update
+    took 4.3 s here, as a graph of the same operators 2.05 s, with the fused kernel 0.33 s."""
     ops, tensor, f32 = ms.ops, ms.Tensor, ms.float32
     per_parameter = ops.MultitypeFuncGraph("dlperf_adamw")
 
-    @per_parameter.register(*["Tensor"] * 11)  # type: ignore[untyped-decorator]
-    def _update(lr: Any, beta1: Any, beta2: Any, eps: Any, correction1: Any,
-                correction2: Any, decay: Any, param: Any, grad: Any, m: Any, v: Any) -> Any:
-        ops.assign(param, param * (1 - lr * decay))
-        m_new = beta1 * m + (1 - beta1) * grad
-        v_new = beta2 * v + (1 - beta2) * grad * grad
-        ops.assign(m, m_new)
-        ops.assign(v, v_new)
-        ops.assign(param, param - lr * (m_new / correction1)
-                   / (ops.sqrt(v_new / correction2) + eps))
-        return param
+    @per_parameter.register("Function", *["Tensor"] * 11)  # type: ignore[untyped-decorator]
+    def _update(fused: Any, lr: Any, beta1: Any, beta2: Any, eps: Any, power1: Any,
+                power2: Any, decay: Any, param: Any, grad: Any, m: Any, v: Any) -> Any:
+        param = ops.depend(param, ops.assign(param, param * (1 - lr * decay)))
+        return ops.depend(param, fused(param, m, v, power1, power2, lr, beta1, beta2, eps, grad))
 
     class AdamW(ms.nn.Cell):  # type: ignore[misc]
         def __init__(self, params: list[Any], decays: list[float], lr: float,
@@ -340,15 +339,18 @@ def adamw(ms: Any) -> Any:
             self.step_count = ms.Parameter(tensor(0.0, f32), name="adamw_step")
             self.lr, self.eps = tensor(lr, f32), tensor(eps, f32)
             self.beta1, self.beta2 = tensor(betas[0], f32), tensor(betas[1], f32)
+            self.fused = ops.Adam()
             self.map = ops.HyperMap()
 
+        @ms.jit(backend="ms_backend")  # type: ignore[untyped-decorator]
         def construct(self, grads: Any) -> Any:
             step = self.step_count + 1.0
             ops.assign(self.step_count, step)
-            correction1 = 1.0 - ops.pow(self.beta1, step)
-            correction2 = 1.0 - ops.pow(self.beta2, step)
-            return self.map(ops.partial(per_parameter, self.lr, self.beta1, self.beta2, self.eps,
-                                        correction1, correction2),
+            power1 = ops.pow(self.beta1, step)
+            power2 = ops.pow(self.beta2, step)
+            eps = self.eps * ops.sqrt(1.0 - power2)
+            return self.map(ops.partial(per_parameter, self.fused, self.lr, self.beta1,
+                                        self.beta2, eps, power1, power2),
                             self.decays, self.parameters, grads, self.exp_avg, self.exp_avg_sq)
 
     return AdamW
