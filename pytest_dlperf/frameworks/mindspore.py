@@ -318,7 +318,10 @@ def adamw(ms: Any) -> Any:
     float64 reference over 3 steps, eager and compiled: tests/test_optimizers.py). The update is
     one compiled graph in PyNative mode too, as MindSpore's own optimizers' are
     (``jit(backend="ms_backend")`` on their ``construct``): op by op, a BERT-base AdamW update
-    took 4.3 s here, as a graph of the same operators 2.05 s, with the fused kernel 0.33 s."""
+    took 4.3 s here, as a graph of the same operators 2.05 s, with the fused kernel 0.33 s.
+    An ``nn.Optimizer``, not a plain Cell: as a Cell, its compiled update called after
+    ``value_and_grad`` kept a gradient-sized buffer every step, and the BERT-base eager case
+    ran out of memory in its fifth window (tests/test_mindspore.py)."""
     ops, tensor, f32 = ms.ops, ms.Tensor, ms.float32
     per_parameter = ops.MultitypeFuncGraph("dlperf_adamw")
 
@@ -328,11 +331,10 @@ def adamw(ms: Any) -> Any:
         param = ops.depend(param, ops.assign(param, param * (1 - lr * decay)))
         return ops.depend(param, fused(param, m, v, power1, power2, lr, beta1, beta2, eps, grad))
 
-    class AdamW(ms.nn.Cell):  # type: ignore[misc]
+    class AdamW(ms.nn.Optimizer):  # type: ignore[misc]
         def __init__(self, params: list[Any], decays: list[float], lr: float,
                      betas: tuple[float, float], eps: float) -> None:
-            super().__init__()
-            self.parameters = ms.ParameterTuple(params)
+            super().__init__(lr, params)
             self.decays = tuple(tensor(d, f32) for d in decays)
             self.exp_avg = self.parameters.clone(prefix="exp_avg", init="zeros")
             self.exp_avg_sq = self.parameters.clone(prefix="exp_avg_sq", init="zeros")
