@@ -1,4 +1,4 @@
-"""Issue 16 for TensorFlow, OneFlow and Paddle, through the plugin with real ranks on CPU:
+"""Issue 16 for TensorFlow, OneFlow, Paddle and MindSpore, through the plugin with real ranks on CPU:
 --dlperf-batch-size max searches under a memory limit the OS enforces, each probe a fresh launch
 of that framework, and the case is measured at the batch found (test_memory_cases.py does the
 same, and more, for torch)."""
@@ -66,7 +66,25 @@ def pd_wide(ctx):
                  targets=lambda: paddle.randint(0, 10, [ctx.batch_size]))
 
 
-WIDE = Workload("wide", recipes={"tensorflow": tf_wide, "oneflow": of_wide, "paddle": pd_wide},
+def ms_wide(ctx):
+    import mindspore as ms
+
+    class Wide(ms.nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.proj = ms.nn.Dense(1024, 1024)
+            self.head = ms.nn.Dense(1024, 10)
+
+        def construct(self, x):
+            h = ms.ops.tile(self.proj(x).expand_dims(-1), (1, 1, 4096))
+            return self.head(ms.ops.relu(h).mean(-1))
+
+    return Parts(model=Wide(), inputs=ms.ops.randn(ctx.batch_size, 1024),
+                 targets=lambda: ms.ops.randint(0, 10, (ctx.batch_size,), dtype=ms.int32))
+
+
+WIDE = Workload("wide", recipes={"tensorflow": tf_wide, "oneflow": of_wide, "paddle": pd_wide,
+                                 "mindspore": ms_wide},
                 batch_size={"cpu": 8})
 """
 
@@ -76,7 +94,7 @@ import pytest
 from wide_recipes import WIDE
 
 
-@pytest.mark.parametrize("framework", ["tensorflow", "oneflow", "paddle"])
+@pytest.mark.parametrize("framework", ["tensorflow", "oneflow", "paddle", "mindspore"])
 def test_wide(framework, throughput_meter):
     throughput_meter.measure(framework, WIDE)
 """
@@ -86,16 +104,17 @@ def test_wide(framework, throughput_meter):
 def framework_args(request: pytest.FixtureRequest) -> tuple[str, ...]:
     """What the child run needs for this framework; skips where it is not installed."""
     framework = request.param
-    if framework == "oneflow":
-        python = request.getfixturevalue("oneflow_python")
-        return ("--dlperf-python", f"oneflow={python}")
+    if framework in ("oneflow", "mindspore"):
+        python = request.getfixturevalue(f"{framework}_python")
+        return ("--dlperf-python", f"{framework}={python}")
     if importlib.util.find_spec(framework) is None:
         pytest.skip(f"{framework} is not installed in pytest's interpreter (scripts/setup)")
     return ()
 
 
 @pytest.mark.usefixtures("subprocess_env")
-@pytest.mark.parametrize("framework_args", ["tensorflow", "oneflow", "paddle"], indirect=True)
+@pytest.mark.parametrize("framework_args", ["tensorflow", "oneflow", "paddle", "mindspore"],
+                         indirect=True)
 def test_batch_size_max_searches_each_frameworks_own_memory(
         pytester: pytest.Pytester, framework_args: tuple[str, ...],
         request: pytest.FixtureRequest) -> None:

@@ -228,12 +228,19 @@ def test_the_scheduler_takes_the_launchers_spare_port() -> None:
         "MS_WORKER", "4", "3")  # MindSpore's rank id is the launcher's rank
     # An agent store on MASTER_PORT and no spare port: the scheduler would fail to bind it.
     with pytest.raises(RuntimeError, match="DLPERF_FRAMEWORK_PORT"):
-        prepare_environ({"MASTER_ADDR": "h", "MASTER_PORT": "29500",
+        prepare_environ({"MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29500",
                          "TORCHELASTIC_USE_AGENT_STORE": "True"}, DistEnv(0, 2, 0, 2, 0))
     # No agent and no spare port (srun, external mode): MASTER_PORT is free for the scheduler.
-    environ = {"MASTER_ADDR": "h", "MASTER_PORT": "29500"}
+    environ = {"MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29500"}
     prepare_environ(environ, DistEnv(0, 2, 0, 2, 0))
     assert environ["MS_SCHED_PORT"] == "29500"
+    # A host name (Slurm's MASTER_ADDR is the first node's): MindSpore parses only addresses.
+    environ = {"MASTER_ADDR": "localhost", "MASTER_PORT": "29500"}
+    prepare_environ(environ, DistEnv(0, 2, 0, 2, 0))
+    assert environ["MS_SCHED_HOST"] == "127.0.0.1"
+    # A name that cannot be one (a 64-character label) fails before any lookup leaves the host.
+    with pytest.raises(RuntimeError, match="MASTER_ADDR='a{64}' does not resolve"):
+        prepare_environ({"MASTER_ADDR": "a" * 64, "MASTER_PORT": "1"}, DistEnv(0, 2, 0, 2, 0))
 
 
 RECIPES = """

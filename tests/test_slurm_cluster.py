@@ -105,8 +105,21 @@ def paddle_mlp(ctx):
     return Parts(model=model, inputs=paddle.randn([ctx.batch_size, 32]), targets=targets)
 
 
+def mindspore_mlp(ctx):
+    import mindspore as ms
+
+    model = ms.nn.SequentialCell(ms.nn.Dense(32, 64), ms.nn.ReLU(), ms.nn.Dense(64, 10))
+
+    def targets():
+        step()
+        return ms.ops.randint(0, 10, (ctx.batch_size,), dtype=ms.int32)
+
+    return Parts(model=model, inputs=ms.ops.randn(ctx.batch_size, 32), targets=targets)
+
+
 MLP = Workload("mlp", recipes={"torch": torch_mlp, "tensorflow": tensorflow_mlp,
-                               "oneflow": oneflow_mlp, "paddle": paddle_mlp},
+                               "oneflow": oneflow_mlp, "paddle": paddle_mlp,
+                               "mindspore": mindspore_mlp},
                batch_size={"cpu": 2})
 """
 
@@ -242,8 +255,9 @@ class Job:
 
 
 def framework_args(framework: str, request: pytest.FixtureRequest) -> list[str]:
-    if framework == "oneflow":
-        return ["--dlperf-python", f"oneflow={request.getfixturevalue('oneflow_python')}"]
+    if framework in ("oneflow", "mindspore"):
+        python = request.getfixturevalue(f"{framework}_python")
+        return ["--dlperf-python", f"{framework}={python}"]
     if importlib.util.find_spec(framework) is None:
         pytest.skip(f"{framework} is not installed")
     return []
@@ -252,7 +266,7 @@ def framework_args(framework: str, request: pytest.FixtureRequest) -> list[str]:
 @pytest.mark.usefixtures("subprocess_env")
 @pytest.mark.parametrize("framework, how, layout", [
     ("torch", "sbatch", "dp"), ("tensorflow", "salloc", "dp"), ("oneflow", "salloc", "dp"),
-    ("paddle", "salloc", "dp"),
+    ("paddle", "salloc", "dp"), ("mindspore", "salloc", "dp"),
     # Issue 40: FSDP2 over two Slurm nodes, its all-gathers between their namespaces.
     ("torch", "salloc", "fsdp")])
 def test_a_two_node_job_trains_one_rank_on_each_node(

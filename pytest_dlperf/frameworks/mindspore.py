@@ -64,11 +64,25 @@ def prepare_environ(environ: MutableMapping[str, str], dist: DistEnv) -> None:
                 "holds MASTER_PORT and DLPERF_FRAMEWORK_PORT is not set; export "
                 "DLPERF_FRAMEWORK_PORT=<a free port on the first node> for every rank")
         port = environ.get("MASTER_PORT", "0")
-    environ.update(MS_SCHED_HOST=environ.get("MASTER_ADDR", "127.0.0.1"), MS_SCHED_PORT=port,
+    environ.update(MS_SCHED_HOST=scheduler_address(environ.get("MASTER_ADDR", "127.0.0.1")),
+                   MS_SCHED_PORT=port,
                    MS_WORKER_NUM=str(dist.world_size), MS_NODE_ID=str(dist.rank),
                    MS_ROLE="MS_WORKER")
     environ.setdefault("MS_RETRY_INTERVAL_LOWER", "1")
     environ.setdefault("MS_RETRY_INTERVAL_UPPER", "1")
+
+
+def scheduler_address(host: str) -> str:
+    """MASTER_ADDR as the IPv4 address MindSpore's scheduler URL needs: it parses no host
+    names ("Parse ip failed, url: node1:35573" on the Slurm cluster, whose MASTER_ADDR is the
+    first node's name); the name is resolved where this rank runs."""
+    import socket
+
+    try:
+        return socket.gethostbyname(host)
+    except (OSError, UnicodeError) as err:
+        raise RuntimeError(f"MASTER_ADDR={host!r} does not resolve on this node ({err}): "
+                           "MindSpore's scheduler needs the first node's IPv4 address") from err
 
 
 def start_scheduler(environ: MutableMapping[str, str]) -> subprocess.Popen[bytes]:
