@@ -191,7 +191,7 @@ def postgres_server() -> Iterator[str]:
     import subprocess
     import tempfile
 
-    from pytest_dlperf.launch.processes import free_loopback_ports
+    from pytest_dlperf.core.ports import free_loopback_ports
 
     bin_dir = _postgres_bin()
     if bin_dir is None:

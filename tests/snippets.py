@@ -71,7 +71,7 @@ def in_a_file(code: str, folder: Path) -> str:
 def free_ports(count: int) -> list[int]:
     """``count`` distinct ports free on loopback now, below the kernel's ephemeral range (the
     plugin's own choice: a port of that range may be a connection's by the time it is bound)."""
-    from pytest_dlperf.launch.processes import free_loopback_ports
+    from pytest_dlperf.core.ports import free_loopback_ports
 
     return free_loopback_ports(count)
 

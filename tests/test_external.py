@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_dlperf.launch.processes import free_loopback_port
+from pytest_dlperf.core.ports import free_loopback_port
 
 pytest.importorskip("torchvision")
 

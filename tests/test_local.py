@@ -13,10 +13,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from pytest_dlperf.core import ports
 from pytest_dlperf.core.protocol import Protocol
 from pytest_dlperf.core.spec import OptimizerSpec, RankSpec
 from pytest_dlperf.core.topology import Topology
-from pytest_dlperf.launch import LaunchError, fabric, local, netns, processes, userhosts
+from pytest_dlperf.launch import LaunchError, fabric, local, netns, userhosts
 
 pytest.importorskip("torch")
 
@@ -86,11 +87,11 @@ def test_ports_handed_out_lie_below_the_kernels_ephemeral_range() -> None:
     ephemeral range; a port picked there is free when picked and may be a connection's by the
     time a rank binds it (CI's layouts run: EADDRINUSE on a store port picked minutes before).
     Below that range only a listener takes a port."""
-    low = int(processes.EPHEMERAL_RANGE.read_text().split()[0])
-    ports = processes.free_loopback_ports(40)
-    assert len(set(ports)) == 40
-    assert all(processes.LOWEST_PORT <= port < low for port in ports), ports
-    for port in ports[:5]:
+    low = int(ports.EPHEMERAL_RANGE.read_text().split()[0])
+    picked = ports.free_loopback_ports(40)
+    assert len(set(picked)) == 40
+    assert all(ports.LOWEST_PORT <= port < low for port in picked), picked
+    for port in picked[:5]:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", port))
 
@@ -99,7 +100,7 @@ def test_a_kernel_with_no_room_below_its_ephemeral_range_still_gives_a_free_port
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ranges = tmp_path / "ip_local_port_range"
     ranges.write_text("1024\t65535\n")
-    monkeypatch.setattr(processes, "EPHEMERAL_RANGE", ranges)
-    port = processes.free_loopback_port()
+    monkeypatch.setattr(ports, "EPHEMERAL_RANGE", ranges)
+    port = ports.free_loopback_port()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))

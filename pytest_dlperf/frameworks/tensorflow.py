@@ -42,7 +42,7 @@ def _own_address() -> str:
     says peers reach us at (loopback for local nodes), else this machine's name."""
     import socket
 
-    from ..launch.processes import free_loopback_ports
+    from ..core.ports import free_loopback_ports
 
     host = os.environ.get("DLPERF_WORKER_HOST") or socket.gethostname()
     (port,) = free_loopback_ports(1, host)  # free now; TF binds it moments later

@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from ..core.link import Link, format_rate
+from ..core.ports import free_loopback_port
 from ..core.topology import Topology
 from . import fabric, netns, userhosts
 from .base import Launcher
 from .processes import (
     agent_command,
-    free_loopback_port,
     new_run_id,
     one_node_environment,
     prepare,

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +22,7 @@ from typing import Any
 import psutil
 
 from ..core.lifeline import tethered
+from ..core.ports import free_loopback_port
 from ..core.topology import Topology
 from ..frameworks import STORE_VARIABLE
 from .base import LaunchError
@@ -33,52 +32,6 @@ from .importpath import rank_import_path
 _FAILURE_GRACE_S = 10.0
 # Where the network namespace's process writes the exit status of each command it ran.
 EXITS_FILE = "netns-exits.json"
-
-
-# The kernel's ephemeral range: every outgoing connection (a store client, a gloo pair) gets a
-# port from it, so a port picked there now may be a connection's by the time a rank binds it
-# (EADDRINUSE, seen in CI on a store port picked minutes earlier). Below it, from LOWEST_PORT up,
-# only a listener takes a port; each one handed out is checked free by binding it.
-EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-LOWEST_PORT = 10000
-_PICK = random.SystemRandom()
-
-
-def free_loopback_port() -> int:
-    """A TCP port free on loopback now, outside the kernel's ephemeral range where it leaves room."""
-    return free_loopback_ports(1)[0]
-
-
-def free_loopback_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct TCP ports free on ``host`` (loopback, or an address of this network
-    namespace) now (see EPHEMERAL_RANGE)."""
-    try:
-        below = int(EPHEMERAL_RANGE.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        below = LOWEST_PORT
-    ports: list[int] = []
-    tries = 0
-    while len(ports) < count and below - LOWEST_PORT >= 1000 and tries < 100 * count:
-        tries += 1
-        port = _PICK.randrange(LOWEST_PORT, below)
-        if port not in ports and _bindable(host, port):
-            ports.append(port)
-    while len(ports) < count:  # no room below the range (or all taken): the kernel picks
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
-            port = int(sock.getsockname()[1])
-        if port not in ports:
-            ports.append(port)
-    return ports
-
-
-def _bindable(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 def agent_command(topology: Topology, endpoint: str, run_id: str, spec_path: Path,
