@@ -96,12 +96,12 @@ ADAMW = """
 import json
 import numpy as np
 import mindspore as ms
-from pytest_dlperf.frameworks.mindspore import adamw
+from pytest_dlperf.frameworks._mindspore_adamw import adamw
 ms.set_context(mode=ms.PYNATIVE_MODE)
 start, grads, decays = json.loads(DATA)
 params = [ms.Parameter(ms.Tensor(np.array(w, np.float32)), name=f"p{i}")
           for i, w in enumerate(start)]
-opt = adamw(ms)(params, decays, LR, BETAS, EPS)
+opt = adamw(ms)(params, decays, LR, BETAS, EPS, CLIP)
 def whole(grads):  # a compiled training step calls the optimizer inside its graph
     return opt(grads)
 step = ms.jit(whole) if COMPILED else opt
@@ -111,14 +111,17 @@ print(json.dumps([p.asnumpy().tolist() for p in params]))
 """
 
 
+@pytest.mark.parametrize("clip", [None, 0.05], ids=["unclipped", "clipped"])
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
-def test_adamw_is_torchs_over_three_steps(mode: str, mindspore_python: str,
-                                          tmp_path: Path) -> None:
+def test_adamw_is_torchs_over_three_steps(mode: str, clip: float | None,
+                                          mindspore_python: str, tmp_path: Path) -> None:
     """The adapter's AdamW (MindSpore's fused Adam kernel behind the decoupled decay, its
     epsilon rescaled to torch's placement) against torch.optim.AdamW on the same weights and
     gradients, three steps: gradients near epsilon (so its placement shows), a decayed matrix
     beside an undecayed bias. A bias correction off by a step, or epsilon where MindSpore's
-    kernel puts it, moves the weights by more than the tolerance."""
+    kernel puts it, moves the weights by more than the tolerance. Clipped: the gradients'
+    global norm clipped to 0.05 inside the compiled update (the first two steps' norms are
+    ~0.04 and ~0.12), torch's clip_grad_norm_ before its step."""
     import numpy as np
     import torch
 
@@ -129,7 +132,7 @@ def test_adamw_is_torchs_over_three_steps(mode: str, mindspore_python: str,
     decays, lr, betas, eps = [0.1, 0.0], 0.05, (0.9, 0.999), 1e-2
     data = json.dumps([[w.tolist() for w in start], [[g.tolist() for g in step]
                                                      for step in grads], decays])
-    code = (f"DATA, LR, BETAS, EPS, COMPILED = {data!r}, {lr}, {betas}, {eps}, "
+    code = (f"DATA, LR, BETAS, EPS, CLIP, COMPILED = {data!r}, {lr}, {betas}, {eps}, {clip}, "
             f"{mode == 'compiled'}\n" + ADAMW)
     got = run_snippet(mindspore_python, in_a_file(code, tmp_path))
     params = [torch.tensor(w, dtype=torch.float64, requires_grad=True) for w in start]
@@ -138,6 +141,8 @@ def test_adamw_is_torchs_over_three_steps(mode: str, mindspore_python: str,
     for step in grads:
         for p, g in zip(params, step):
             p.grad = torch.tensor(g, dtype=torch.float64)
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(params, clip)
         want.step()
     assert isinstance(got, list)
     for mine, theirs in zip(got, params):
@@ -148,7 +153,7 @@ def test_adamw_is_torchs_over_three_steps(mode: str, mindspore_python: str,
 HELD = """
 import json
 import mindspore as ms
-from pytest_dlperf.frameworks.mindspore import adamw
+from pytest_dlperf.frameworks._mindspore_adamw import adamw
 ms.set_context(mode=ms.PYNATIVE_MODE)
 model = ms.nn.SequentialCell(ms.nn.Dense(4096, 4096), ms.nn.Dense(4096, 4))
 params = list(model.trainable_params())

@@ -23,7 +23,6 @@ MindSpore is asynchronous on CPU too: an operator or a compiled step returns onc
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import os
 import subprocess
@@ -35,6 +34,7 @@ from ..core.spec import OptimizerSpec, RankSpec
 from ..core.workload import BuildContext, Parts, WorkloadError
 from . import Batches, DeviceUnavailable, DistEnv, PhasePlan, fresh, map_batch, require_parameters
 from . import _mindspore_phases as phases
+from ._mindspore_adamw import adamw
 
 DISTRIBUTION = "mindspore"
 RECIPE_FOR = "mindspore"
@@ -195,6 +195,8 @@ class MindSporeTrainer:
 
     def _update_fn(self, communicate: bool) -> Callable[[Any, Any], Any]:
         ms, optimizer, clip_norm = self._ms, self.optimizer, self.clip_norm
+        if getattr(optimizer, "clips", False):  # AdamW clips inside its compiled update
+            clip_norm = None
         reducer = self.reducer if communicate else None
         scaler = self.loss_scaler
 
@@ -319,57 +321,8 @@ def make_optimizer(ms: Any, params: list[Any], opt: OptimizerSpec) -> Any:
                               weight_decay=opt.weight_decay)
     if opt.kind == "adamw":
         decays = [opt.weight_decay if opt.decays(tuple(p.shape)) else 0.0 for p in params]
-        return adamw(ms)(params, decays, opt.lr, opt.betas, opt.eps)
+        return adamw(ms)(params, decays, opt.lr, opt.betas, opt.eps, opt.clip_norm)
     raise ValueError(f"the mindspore adapter has no optimizer {opt.kind!r} (has: sgd, adamw)")
-
-
-@functools.cache
-def adamw(ms: Any) -> Any:
-    """torch's AdamW as a MindSpore Cell, PyNative and GRAPH mode alike: per parameter,
-    ``p *= 1 - lr * decay``, then Adam's bias-corrected step by MindSpore's fused ``Adam``
-    kernel, whose update ``lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps')`` is torch's
-    ``lr * m_hat / (sqrt(v_hat) + eps)`` with ``eps' = eps * sqrt(1 - b2^t)`` (within 2e-7 of a
-    float64 reference over 3 steps, eager and compiled: tests/test_optimizers.py). The update is
-    one compiled graph in PyNative mode too, as MindSpore's own optimizers' are
-    (``jit(backend="ms_backend")`` on their ``construct``): op by op, a BERT-base AdamW update
-    took 4.3 s here, as a graph of the same operators 2.05 s, with the fused kernel 0.33 s.
-    An ``nn.Optimizer``, not a plain Cell: as a Cell, its compiled update called after
-    ``value_and_grad`` kept a gradient-sized buffer every step, and the BERT-base eager case
-    ran out of memory in its fifth window (tests/test_mindspore.py)."""
-    ops, tensor, f32 = ms.ops, ms.Tensor, ms.float32
-    per_parameter = ops.MultitypeFuncGraph("dlperf_adamw")
-
-    @per_parameter.register("Function", *["Tensor"] * 11)  # type: ignore[untyped-decorator]
-    def _update(fused: Any, lr: Any, beta1: Any, beta2: Any, eps: Any, power1: Any,
-                power2: Any, decay: Any, param: Any, grad: Any, m: Any, v: Any) -> Any:
-        param = ops.depend(param, ops.assign(param, param * (1 - lr * decay)))
-        return ops.depend(param, fused(param, m, v, power1, power2, lr, beta1, beta2, eps, grad))
-
-    class AdamW(ms.nn.Optimizer):  # type: ignore[misc]
-        def __init__(self, params: list[Any], decays: list[float], lr: float,
-                     betas: tuple[float, float], eps: float) -> None:
-            super().__init__(lr, params)
-            self.decays = tuple(tensor(d, f32) for d in decays)
-            self.exp_avg = self.parameters.clone(prefix="exp_avg", init="zeros")
-            self.exp_avg_sq = self.parameters.clone(prefix="exp_avg_sq", init="zeros")
-            self.step_count = ms.Parameter(tensor(0.0, f32), name="adamw_step")
-            self.lr, self.eps = tensor(lr, f32), tensor(eps, f32)
-            self.beta1, self.beta2 = tensor(betas[0], f32), tensor(betas[1], f32)
-            self.fused = ops.Adam()
-            self.map = ops.HyperMap()
-
-        @ms.jit(backend="ms_backend")  # type: ignore[untyped-decorator]
-        def construct(self, grads: Any) -> Any:
-            step = self.step_count + 1.0
-            ops.assign(self.step_count, step)
-            power1 = ops.pow(self.beta1, step)
-            power2 = ops.pow(self.beta2, step)
-            eps = self.eps * ops.sqrt(1.0 - power2)
-            return self.map(ops.partial(per_parameter, self.fused, self.lr, self.beta1,
-                                        self.beta2, eps, power1, power2),
-                            self.decays, self.parameters, grads, self.exp_avg, self.exp_avg_sq)
-
-    return AdamW
 
 
 def amp_unavailable(device_type: str) -> str | None:
