@@ -20,8 +20,8 @@ def adamw(ms: Any) -> Any:
     An ``nn.Optimizer``, not a plain Cell: as a Cell, its compiled update called after
     ``value_and_grad`` kept a gradient-sized buffer every step, and the BERT-base eager case
     ran out of memory in its fifth window (tests/test_mindspore.py). With ``clip_norm`` the
-    global-norm clip runs in the same graph (op by op in PyNative it took ~1.4 s of BERT-base's
-    1.74 s optimizer phase)."""
+    global-norm clip runs in the same graph: BERT-base's eager optimizer phase went from 1.74 s
+    (the clip op by op in PyNative) to 0.60 s, the case from 0.51 to 0.76 sentences/s."""
     ops, tensor, f32 = ms.ops, ms.Tensor, ms.float32
     per_parameter = ops.MultitypeFuncGraph("dlperf_adamw")
 
