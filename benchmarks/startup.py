@@ -66,7 +66,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--python", default=None, metavar="FRAMEWORK=PATH",
                         help="passed on as --dlperf-python")
     args = parser.parse_args(argv)
-    extra = ["--dlperf-python", args.python] if args.python else []
+    extra = []
+    if args.python:  # each run's pytest starts in a folder of its own: the path made absolute
+        name, sep, path = args.python.partition("=")
+        extra = ["--dlperf-python", f"{name}{sep}{Path(path).absolute()}" if sep else args.python]
     with tempfile.TemporaryDirectory(prefix="dlperf-startup-") as tmp:
         work = Path(tmp)
         (work / "test_startup.py").write_text(f"FRAMEWORK = {args.framework!r}\n" + TEST)
