@@ -195,7 +195,7 @@ class MindSporeTrainer:
 
     def _update_fn(self, communicate: bool) -> Callable[[Any, Any], Any]:
         ms, optimizer, clip_norm = self._ms, self.optimizer, self.clip_norm
-        if getattr(optimizer, "clips", False):  # AdamW clips inside its compiled update
+        if getattr(optimizer, "clip_norm", None) is not None:  # AdamW's compiled update clips
             clip_norm = None
         reducer = self.reducer if communicate else None
         scaler = self.loss_scaler
