@@ -193,6 +193,42 @@ def schedulers() -> list[int]:
             if SCHEDULER in (p.info["cmdline"] or [])]
 
 
+ORPHAN = """
+import json, os, time
+from pytest_dlperf.frameworks import DistEnv
+from pytest_dlperf.frameworks.mindspore import prepare_environ, start_scheduler
+prepare_environ(os.environ, DistEnv(0, 2, 0, 2, 0))
+print(json.dumps(start_scheduler(os.environ).pid), flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_scheduler_leaves_with_rank_0(mindspore_python: str) -> None:
+    """Rank 0 killed before its workers joined (a crash, a launcher's timeout): the scheduler it
+    started, waiting for workers that will never register, leaves within seconds (it waited
+    for minutes, reparented to init, before it was tethered to rank 0)."""
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MASTER_ADDR": "127.0.0.1",
+           "DLPERF_FRAMEWORK_PORT": str(free_ports(1)[0])}
+    rank0 = subprocess.Popen([mindspore_python, "-c", ORPHAN], stdout=subprocess.PIPE,
+                             text=True, env=env, stdin=subprocess.DEVNULL)
+    assert rank0.stdout is not None
+    scheduler = psutil.Process(int(rank0.stdout.readline()))
+    time.sleep(3)  # the scheduler under way (importing MindSpore, then serving)
+    rank0.send_signal(signal.SIGKILL)
+    rank0.wait()
+    try:
+        scheduler.wait(timeout=30)
+    except psutil.TimeoutExpired:
+        scheduler.kill()
+        pytest.fail("rank 0's scheduler outlived it by 30 s")
+
+
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
 def test_a_window_waits_for_mindspore(mode: str, mindspore_python: str) -> None:
     """A compiled MindSpore step (``mindspore.jit``) returns once it is queued, on CPU too; a

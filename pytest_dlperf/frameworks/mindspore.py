@@ -44,9 +44,30 @@ INSTALL_HINT = ("MindSpore 2.10 needs numpy<2: create its worker interpreter wit
                 "--dlperf-python mindspore=$(scripts/setup-mindspore)")
 
 # The scheduler's whole program: MindSpore's init() in the MS_SCHED role serves the cluster's
-# registration and heartbeats and returns once every worker has gone.
-SCHEDULER = ("import mindspore as ms\nfrom mindspore.communication import init\n"
-             "ms.set_device('CPU')\ninit()\n")
+# registration and heartbeats and returns once every worker has gone. Tethered to rank 0 by a
+# pipe whose write end only rank 0 holds: a watcher forked before MindSpore is imported (init()
+# holds the GIL, so a thread would never run) reads EOF when rank 0 has gone, and stops the
+# scheduler after a grace period for the other workers' unregistering. Without the tether, rank
+# 0 killed before every worker had registered left it waiting, reparented to init, for minutes.
+SCHEDULER_GRACE_S = 10
+SCHEDULER = f"""import ctypes, os, select, signal, sys, time
+tether, scheduler = int(os.environ["DLPERF_MS_TETHER_FD"]), os.getpid()
+if os.fork() == 0:
+    if sys.platform == "linux":  # gone with the scheduler at once, not at the next poll
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    while os.getppid() == scheduler:
+        if select.select([tether], [], [], 0.5)[0] and not os.read(tether, 1):
+            time.sleep({SCHEDULER_GRACE_S})
+            if os.getppid() == scheduler:
+                os.kill(scheduler, signal.SIGKILL)
+            break
+    os._exit(0)
+os.close(tether)
+import mindspore as ms
+from mindspore.communication import init
+ms.set_device("CPU")
+init()
+"""
 
 
 def prepare_environ(environ: MutableMapping[str, str], dist: DistEnv) -> None:
@@ -87,13 +108,17 @@ def scheduler_address(host: str) -> str:
 
 def start_scheduler(environ: MutableMapping[str, str]) -> subprocess.Popen[bytes]:
     """The cluster's scheduler, a child of rank 0 under this interpreter: in rank 0's process
-    group, so a launcher that stops the rank stops it too; it exits by itself once every worker
-    has unregistered."""
-    env = {**environ, "MS_ROLE": "MS_SCHED"}
+    group, so a launcher that stops the group stops it too; it exits by itself once every worker
+    has unregistered, or ``SCHEDULER_GRACE_S`` after rank 0 has gone."""
+    read, write = os.pipe()  # the write end stays open, uninherited, for rank 0's lifetime
+    env = {**environ, "MS_ROLE": "MS_SCHED", "DLPERF_MS_TETHER_FD": str(read)}
     env.pop("MS_NODE_ID", None)
-    return subprocess.Popen([sys.executable, "-c", SCHEDULER], env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    try:
+        return subprocess.Popen([sys.executable, "-c", SCHEDULER], env=env, pass_fds=(read,),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    finally:
+        os.close(read)
 
 
 class MindSporeTrainer:
