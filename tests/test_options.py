@@ -199,6 +199,17 @@ def test_worker_interpreters_resolve_against_where_they_were_given(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--dlperf-python=oneflow=envs/data*oneflow's interpreter "
                                  "*envs/data is not an executable file*setup-oneflow*"])
+    # The flag given once a framework, as users combine two own interpreters: both kept (the
+    # last alone was, silently: the other framework's cases then skipped for want of one).
+    result = pytester.runpytest("-s", "--dlperf-python", "oneflow=envs/py310",
+                                "--dlperf-python", "mindspore=envs/py310")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"*PYTHONS {{'oneflow': '{python}', 'mindspore': '{python}'}}"])
+    result = pytester.runpytest("-s", "--dlperf-python", "oneflow=envs/py310",
+                                "--dlperf-python", "oneflow=envs/data")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--dlperf-python=oneflow=envs/py310,oneflow=envs/data*"
+                                 "oneflow is given twice*"])
 
 
 @pytest.mark.parametrize("marker, complaint", [

@@ -85,6 +85,7 @@ class Option:
     metavar: str | None = None
     flag: bool = False  # takes no value on the command line
     const: str | None = None  # value when the flag is given bare (nargs="?")
+    repeatable: bool = False  # the flag given several times: its values as one comma list
 
     @property
     def dest(self) -> str:
@@ -248,11 +249,11 @@ OPTIONS: tuple[Option, ...] = (
            "node via srun) or external (pytest was started by torchrun/srun on every rank).",
            _choice("auto", "local", "slurm", "external"), "auto", metavar="MODE"),
     Option("python", "run a framework's worker processes under another Python interpreter, "
-           "FRAMEWORK=PATH (comma-separated for several): for frameworks that cannot live in "
+           "FRAMEWORK=PATH (comma-separated, or the flag once a framework): for frameworks that cannot live in "
            "pytest's interpreter, like OneFlow 0.9 (Python <= 3.10; scripts/setup-oneflow "
            "prints the path to give). The interpreter needs the framework and the standard "
            "library only. Default: pytest's own interpreter.",
-           _optional(parse_pythons), metavar="FRAMEWORK=PATH"),
+           _optional(parse_pythons), metavar="FRAMEWORK=PATH", repeatable=True),
     Option("ab", "A/B mode: run every selected case alternately on a base side and on this "
            "checkout (the head), pair by pair, and judge head against base from the pairs "
            "(no baseline is read or written). REV is a git revision of the repository holding "
@@ -286,6 +287,9 @@ def add_options(parser: pytest.Parser) -> None:
             group.addoption(*names, dest=opt.dest, action="store_true", default=None, help=help)
         elif opt.const is not None:
             group.addoption(*names, dest=opt.dest, nargs="?", const=opt.const, default=None,
+                            metavar=opt.metavar, help=help)
+        elif opt.repeatable:
+            group.addoption(*names, dest=opt.dest, action="append", default=None,
                             metavar=opt.metavar, help=help)
         else:
             group.addoption(*names, dest=opt.dest, default=None, metavar=opt.metavar, help=help)

@@ -60,6 +60,8 @@ class Settings:
 def _raw(config: pytest.Config, opt: Option) -> tuple[Any, str, Path | None]:
     """The raw value, where it came from, and the folder a relative path is relative to."""
     value = config.getoption(opt.dest)
+    if isinstance(value, list):  # a repeatable flag, given once or more
+        value = ",".join(value)
     if value is not None:
         return value, f"{'/'.join((opt.cli, *opt.aliases))}={value}", Path(config.invocation_params.dir)
     if opt.env in os.environ:
