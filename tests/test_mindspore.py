@@ -344,9 +344,13 @@ def test_an_own_model_trains_on_two_nodes_eager_and_compiled(
         ranks = info["peak_memory_per_rank"]
         assert [r["rank"] for r in ranks] == [0, 1]
         assert all(r["own_step_s"] > 0 and r["peak_memory_bytes"] > 0 for r in ranks)
-        # The step in phases, the reducer switched off for half the diagnostic steps.
+        # The step in phases, the reducer switched off for half the diagnostic steps, and the
+        # gradients all-reduced alone. What the step exposes of it is there but may read 0: this
+        # MLP's 2,762 gradients take ~3-8 ms to all-reduce, within the noise of 4 diagnostic
+        # steps of ~50-90 ms (2.9-35 ms in three runs here; a `> 0` here failed once).
         seconds = info["phases"]["seconds_per_step"]
-        assert seconds["exposed communication"] > 0 and seconds["data"] >= 0
+        assert info["phases"]["communication_s"] > 0
+        assert seconds["exposed communication"] >= 0 and seconds["data"] >= 0
         assert ("forward+backward+optimizer" in seconds if bench["name"].endswith("compiled]")
                 else seconds["forward+backward"] > 0 and seconds["optimizer"] > 0)
         from pytest_dlperf.launch import fabric
