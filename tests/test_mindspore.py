@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -207,10 +210,6 @@ def test_the_scheduler_leaves_with_rank_0(mindspore_python: str) -> None:
     """Rank 0 killed before its workers joined (a crash, a launcher's timeout): the scheduler it
     started, waiting for workers that will never register, leaves within seconds (it waited
     for minutes, reparented to init, before it was tethered to rank 0)."""
-    import signal
-    import subprocess
-    import time
-
     import psutil
 
     env = {**os.environ, "PYTHONPATH": str(REPO), "MASTER_ADDR": "127.0.0.1",
