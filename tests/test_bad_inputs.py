@@ -252,7 +252,8 @@ BAD = [
     # -- recording a baseline on a busy machine: refused, the stored one kept as it was --------
     Bad("record-unstable", ("*test_mlp: baseline not recorded: the windows of its * launch(es) "
                             "vary around their own launch's mean by *% (coefficient of "
-                            "variation within launches), above --dlperf-unstable-cv 0%*"
+                            "variation within launches, * degrees of freedom), above "
+                            "--dlperf-unstable-cv 0% beyond their sampling error*"
                             "--dlperf-unstable-cv *%*",),
         args=("--dlperf-unstable-cv", "0"), usage=False, measured=True),
     # -- baseline files -------------------------------------------------------------------------

@@ -189,11 +189,11 @@ def test_recording_an_unstable_case_is_refused_saying_how_to_force_it() -> None:
     nothing: the run asked to record it fails instead, saying why and how to record it
     anyway."""
     recording = decide.Policy(0.05, 6, 15, update="all", launches=3)
-    assert unstable.too_unstable_to_record(1.22, recording.unstable_cv)
-    assert not unstable.too_unstable_to_record(0.05, recording.unstable_cv)
+    assert unstable.too_unstable_to_record(1.22, recording.unstable_cv, 3)
+    assert not unstable.too_unstable_to_record(0.05, recording.unstable_cv, 3)
     # Launches of one window each: no spread within them.
-    assert not unstable.too_unstable_to_record(None, recording.unstable_cv)
-    assert not unstable.too_unstable_to_record(1.22, 1.5)
+    assert not unstable.too_unstable_to_record(None, recording.unstable_cv, 0)
+    assert not unstable.too_unstable_to_record(1.22, 1.5, 3)
     noisy = [10.0, 250.0, 90.0, 12.0, 240.0, 15.0]
     within = stats.within_launch_cv(split(noisy, LAUNCHES))
     assert within is not None and within > 1.0
@@ -204,9 +204,14 @@ def test_recording_an_unstable_case_is_refused_saying_how_to_force_it() -> None:
     assert outcome.failure.startswith(
         "pytest-dlperf: perf/test_m.py::test_m[1n2d]: baseline not recorded: the windows of its "
         f"3 launch(es) vary around their own launch's mean by {within:.1%} (coefficient of "
-        "variation within launches), above --dlperf-unstable-cv 10% (all 6 windows: 10.00 to "
-        "250.00 tokens/s)")
-    assert f"--dlperf-unstable-cv {math.floor(within * 100) + 1}%" in outcome.failure
+        "variation within launches, 3 degrees of freedom), above --dlperf-unstable-cv 10% "
+        "beyond their sampling error (so few windows read up to ")
+    assert "% from a noise of 10%; all 6 windows: 10.00 to 250.00 tokens/s)" in outcome.failure
+    bound = unstable.record_limit(1.0, 3)
+    forced = math.floor(within / bound * 100) + 1
+    assert f"--dlperf-unstable-cv {forced}%" in outcome.failure
+    assert not unstable.too_unstable_to_record(within, forced / 100, 3)
+    assert unstable.too_unstable_to_record(within, (forced - 1) / 100, 3)
     assert "Quiet the machine" in outcome.failure
     assert "nothing was written to baselines/x.json" in outcome.failure
     judged, _ = decide.verdicts(noisy, LAUNCHES, baseline(STEADY), None, 1, 0.05, recording)
@@ -228,7 +233,29 @@ def test_launches_far_apart_whose_windows_agree_are_recorded() -> None:
     assert stats.coefficient_of_variation(windows) > recording.unstable_cv
     within = stats.within_launch_cv(split(windows, LAUNCHES))
     assert within is not None and within < recording.unstable_cv
-    assert not unstable.too_unstable_to_record(within, recording.unstable_cv)
+    assert not unstable.too_unstable_to_record(within, recording.unstable_cv, 3)
+
+
+def test_a_noise_within_its_sampling_error_of_the_limit_is_recorded_a_proven_one_refused() -> None:
+    """CI, 2026-11-26: the README's MLP on 1n2d, recording as a new user does on an idle 2-core
+    VM, was refused: its 9 windows (3 launches of 3) varied 10.4% within launches, over the
+    10% limit. The same case read 4.8%, 7.7%, 9.0% and 5.3% in four runs of that hour: a
+    standard deviation from 6 degrees of freedom is itself uncertain by about a third, and a
+    noise of ~7% crosses 10% in some runs by chance alone. Refused only when the windows show,
+    beyond their sampling error (one-sided, 5%), a noise above the limit; 11% from 600 windows
+    is such evidence."""
+    recording = decide.Policy(0.05, 6, 15, update="all", launches=3)
+    few = [[56.5, 57.3, 60.4], [52.3, 56.8, 60.2], [64.7, 62.1, 50.5]]
+    assert stats.within_launch_df(few) == 6
+    assert not unstable.too_unstable_to_record(0.104, recording.unstable_cv, 6)
+    assert unstable.too_unstable_to_record(0.11, recording.unstable_cv, 600)
+    assert unstable.too_unstable_to_record(0.20, recording.unstable_cv, 6)
+    assert not unstable.too_unstable_to_record(0.02, 0.0 + 1e-9, 0)  # nothing within: no spread
+    limit = unstable.record_limit(recording.unstable_cv, 6)
+    assert recording.unstable_cv < limit < 1.6 * recording.unstable_cv
+    assert unstable.record_limit(recording.unstable_cv, 600) < 1.1 * recording.unstable_cv
+    assert not unstable.too_unstable_to_record(limit * 0.999, recording.unstable_cv, 6)
+    assert unstable.too_unstable_to_record(limit * 1.001, recording.unstable_cv, 6)
 
 
 def test_a_scaling_efficiency_above_one_warns_that_the_reference_was_disturbed() -> None:

@@ -28,7 +28,7 @@ from ..verdict.decide import Policy
 from ..verdict.drift import Drift
 from ..verdict.mfu import FlopsCount
 from ..verdict.record import CaseReport, case_metrics
-from ..verdict.stats import Verdict, coefficient_of_variation, within_launch_cv
+from ..verdict.stats import Verdict, coefficient_of_variation, within_launch_cv, within_launch_df
 from . import ab, phases
 from . import baseline as baselines
 from .case import Case, Prepared, prepare
@@ -175,13 +175,13 @@ class ThroughputMeter:
         devices = self.cluster.world_size
         metrics = case_metrics(result, sized.unit, devices, reference)
         cv = coefficient_of_variation(result.samples_per_s)
-        within_cv = within_launch_cv(result.launches)
+        within_cv, df = within_launch_cv(result.launches), within_launch_df(result.launches)
         change = None
         reporter = self.cluster.launcher.is_reporter
         wants = reporter and decide.records(policy, baseline is not None)
         # Launches that measured nothing (their own windows too far apart): not written, and
         # the case fails saying so (decide). Launches far apart are the drift the verdict models.
-        refused = wants and unstable.too_unstable_to_record(within_cv, policy.unstable_cv)
+        refused = wants and unstable.too_unstable_to_record(within_cv, policy.unstable_cv, df)
         if wants and not refused:
             recorded = baselines.recorded(env, case.protocol, search, self.state.commit,
                                           phases.of(result))

@@ -156,8 +156,9 @@ OPTIONS: tuple[Option, ...] = (
            "repeats.",
            _optional(_int(1)), metavar="N"),
     Option("unstable_cv", "warn that a case is unstable when its repeats' coefficient of "
-           "variation (stdev / mean) exceeds this, and refuse to record its baseline "
-           "(--dlperf-update-baselines fails the case; 0.10 or 10%; above 1 is allowed: n "
+           "variation (stdev / mean) exceeds this, and refuse to record its baseline when its "
+           "windows show it beyond their sampling error (--dlperf-update-baselines fails the "
+           "case; 3 launches of 3 windows refuse from 1.45 x this; 0.10 or 10%; above 1 is allowed: n "
            "windows can vary by up to sqrt(n) x their mean). Default: 0.10.",
            parse_cv, 0.10, metavar="CV"),
     Option("busy_threshold", "baseline mode (and recording): the share of this host's CPU "

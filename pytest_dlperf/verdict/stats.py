@@ -318,6 +318,11 @@ def within_launch_cv(launches: Launches) -> float | None:
     return math.sqrt(ss / df) / statistics.fmean([v for launch in launches for v in launch])
 
 
+def within_launch_df(launches: Launches) -> int:
+    """The degrees of freedom ``within_launch_cv`` is estimated from: windows less launches."""
+    return sum(len(launch) - 1 for launch in launches)
+
+
 def coefficient_of_variation(samples: Sequence[float]) -> float:
     """Sample standard deviation over mean (0 for a single sample): how noisy the repeats were."""
     if len(samples) < 2:
