@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from snippets import mindspore_interpreter, oneflow_interpreter
+from snippets import mindspore_interpreter, mxnet_interpreter, oneflow_interpreter
 
 from pytest_dlperf.core import topology
 
@@ -167,6 +167,16 @@ def mindspore_python() -> str:
     path = mindspore_interpreter()
     if not os.access(path, os.X_OK):
         pytest.skip(f"no MindSpore interpreter at {path}: run scripts/setup-mindspore")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def mxnet_python() -> str:
+    """MXNet's worker interpreter (scripts/setup-mxnet's, or DLPERF_TEST_MXNET_PYTHON); the test
+    skips saying so without one."""
+    path = mxnet_interpreter()
+    if not os.access(path, os.X_OK):
+        pytest.skip(f"no MXNet interpreter at {path}: run scripts/setup-mxnet")
     return str(path)
 
 

@@ -87,3 +87,9 @@ def mindspore_interpreter() -> Path:
     scripts/setup-mindspore's."""
     return Path(os.environ.get("DLPERF_TEST_MINDSPORE_PYTHON")
                 or REPO / ".venv-mindspore" / "bin" / "python")
+
+
+def mxnet_interpreter() -> Path:
+    """MXNet's worker interpreter: DLPERF_TEST_MXNET_PYTHON, else scripts/setup-mxnet's."""
+    return Path(os.environ.get("DLPERF_TEST_MXNET_PYTHON")
+                or REPO / ".venv-mxnet" / "bin" / "python")
