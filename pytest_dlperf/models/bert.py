@@ -23,9 +23,9 @@ The CPU keeps the model and the algorithm but a sequence of 32 with 5 masked pos
 15%) and a batch of 2, so that a quick case takes about as long as ResNet-50's.
 
 torch uses ``transformers``' ``BertForPreTraining`` built from its config (nothing downloaded);
-TensorFlow (``bert_keras``), OneFlow (``bert_oneflow``) and PaddlePaddle (``bert_paddle``) build
-the same network from their own layers, under torch's parameter names. Frameworks are imported
-inside the recipes only.
+TensorFlow (``bert_keras``), OneFlow (``bert_oneflow``), PaddlePaddle (``bert_paddle``), MindSpore
+(``bert_mindspore``) and MXNet (``bert_mxnet``) build the same network from their own layers,
+under torch's parameter names. Frameworks are imported inside the recipes only.
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ WORKLOAD = Workload(
         "oneflow": "pytest_dlperf.models.bert_oneflow:recipe",
         "paddle": "pytest_dlperf.models.bert_paddle:recipe",
         "mindspore": "pytest_dlperf.models.bert_mindspore:recipe",
+        "mxnet": "pytest_dlperf.models.bert_mxnet:recipe",
     },
 )
 

@@ -13,7 +13,8 @@ is v1 (stride on the first 1x1 conv), so the Keras model is written here, layer 
 torchvision's order: 25,557,032 trainable parameters, the same as torch's ``parameters()`` (BN
 moving statistics are buffers in torch, non-trainable weights in Keras and non-trainable
 parameters in Paddle and MindSpore). MindSpore's is written from ``mindspore.nn`` under
-torchvision's names in ``resnet50_mindspore``, which says why not mindcv's.
+torchvision's names in ``resnet50_mindspore``, which says why not mindcv's, and MXNet's from
+``mxnet.gluon.nn`` in ``resnet50_mxnet`` (its model zoo's ``resnet50_v1`` is v1).
 
 Frameworks are imported inside the recipes only (this module is imported on the pytest side).
 """
@@ -41,6 +42,7 @@ WORKLOAD = Workload(
         "oneflow": "pytest_dlperf.models.resnet50:oneflow_recipe",
         "paddle": "pytest_dlperf.models.resnet50:paddle_recipe",
         "mindspore": "pytest_dlperf.models.resnet50_mindspore:recipe",
+        "mxnet": "pytest_dlperf.models.resnet50_mxnet:recipe",
     },
 )
 
