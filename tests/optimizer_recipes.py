@@ -105,3 +105,27 @@ def mindspore_random(ctx: BuildContext) -> Parts:
 
     return Parts(model=model, inputs=ms.Tensor(rng.standard_normal((BATCH, IN), np.float32)),
                  targets=ms.Tensor(rng.standard_normal((BATCH, OUT), np.float32)), loss=Loss())
+
+
+def mxnet(ctx: BuildContext) -> Parts:
+    import mxnet as mx
+
+    # A bias of its own values: a zero bias (Gluon's default) stays zero under any decay.
+    model = mx.gluon.nn.Dense(OUT, in_units=IN, bias_initializer=mx.init.Uniform(0.5))
+    model.initialize(mx.init.Uniform(0.5))
+    factor = LOSS[str(ctx.sizes["loss"])]
+    return Parts(model=model, inputs=mx.nd.ones((BATCH, IN)), targets=mx.nd.zeros((BATCH,)),
+                 loss=lambda out, _: (out * factor).sum())
+
+
+def mxnet_random(ctx: BuildContext) -> Parts:
+    """``paddle_random`` in MXNet: random data of its own per ``data_rank``."""
+    import mxnet as mx
+    import numpy as np
+
+    model = mx.gluon.nn.Dense(OUT, in_units=IN, bias_initializer=mx.init.Uniform(0.5))
+    model.initialize(mx.init.Uniform(0.5))
+    rng = np.random.default_rng(100 + int(ctx.sizes["data_rank"]))
+    return Parts(model=model, inputs=mx.nd.array(rng.standard_normal((BATCH, IN))),
+                 targets=mx.nd.array(rng.standard_normal((BATCH, OUT))),
+                 loss=lambda out, target: ((out - target) ** 2).mean())

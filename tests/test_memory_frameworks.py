@@ -1,7 +1,7 @@
-"""Issue 16 for TensorFlow, OneFlow, Paddle and MindSpore, through the plugin with real ranks on CPU:
---dlperf-batch-size max searches under a memory limit the OS enforces, each probe a fresh launch
-of that framework, and the case is measured at the batch found (test_memory_cases.py does the
-same, and more, for torch)."""
+"""Issue 16 for TensorFlow, OneFlow, Paddle, MindSpore and MXNet, through the plugin with real ranks
+on CPU: --dlperf-batch-size max searches under a memory limit the OS enforces, each probe a fresh
+launch of that framework, and the case is measured at the batch found (test_memory_cases.py does
+the same, and more, for torch)."""
 
 from __future__ import annotations
 
@@ -83,8 +83,28 @@ def ms_wide(ctx):
                  targets=lambda: ms.ops.randint(0, 10, (ctx.batch_size,), dtype=ms.int32))
 
 
+def mx_wide(ctx):
+    import mxnet as mx
+
+    class Wide(mx.gluon.HybridBlock):
+        def __init__(self):
+            super().__init__()
+            with self.name_scope():
+                self.proj = mx.gluon.nn.Dense(1024, in_units=1024)
+                self.head = mx.gluon.nn.Dense(10, in_units=1024)
+
+        def hybrid_forward(self, F, x):
+            h = F.tile(F.expand_dims(self.proj(x), -1), (1, 1, 4096))
+            return self.head(F.relu(h).mean(-1))
+
+    model = Wide()
+    model.initialize(mx.init.Xavier())
+    return Parts(model=model, inputs=mx.nd.random.normal(shape=(ctx.batch_size, 1024)),
+                 targets=lambda: mx.nd.random.randint(0, 10, (ctx.batch_size,)))
+
+
 WIDE = Workload("wide", recipes={"tensorflow": tf_wide, "oneflow": of_wide, "paddle": pd_wide,
-                                 "mindspore": ms_wide},
+                                 "mindspore": ms_wide, "mxnet": mx_wide},
                 batch_size={"cpu": 8})
 """
 
@@ -94,7 +114,7 @@ import pytest
 from wide_recipes import WIDE
 
 
-@pytest.mark.parametrize("framework", ["tensorflow", "oneflow", "paddle", "mindspore"])
+@pytest.mark.parametrize("framework", ["tensorflow", "oneflow", "paddle", "mindspore", "mxnet"])
 def test_wide(framework, throughput_meter):
     throughput_meter.measure(framework, WIDE)
 """
@@ -104,7 +124,7 @@ def test_wide(framework, throughput_meter):
 def framework_args(request: pytest.FixtureRequest) -> tuple[str, ...]:
     """What the child run needs for this framework; skips where it is not installed."""
     framework = request.param
-    if framework in ("oneflow", "mindspore"):
+    if framework in ("oneflow", "mindspore", "mxnet"):
         python = request.getfixturevalue(f"{framework}_python")
         return ("--dlperf-python", f"{framework}={python}")
     if importlib.util.find_spec(framework) is None:
@@ -113,8 +133,8 @@ def framework_args(request: pytest.FixtureRequest) -> tuple[str, ...]:
 
 
 @pytest.mark.usefixtures("subprocess_env")
-@pytest.mark.parametrize("framework_args", ["tensorflow", "oneflow", "paddle", "mindspore"],
-                         indirect=True)
+@pytest.mark.parametrize("framework_args",
+                         ["tensorflow", "oneflow", "paddle", "mindspore", "mxnet"], indirect=True)
 def test_batch_size_max_searches_each_frameworks_own_memory(
         pytester: pytest.Pytester, framework_args: tuple[str, ...],
         request: pytest.FixtureRequest) -> None:

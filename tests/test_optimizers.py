@@ -1,8 +1,8 @@
 """The optimizer each adapter builds is the workload's: the global gradient norm clipped to
 ``clip_norm`` before the update, and AdamW's decoupled decay kept off 1-D parameters (BERT's
 "not on biases and LayerNorm"). One real step of each framework's trainer on a linear layer
-(torch, TensorFlow and Paddle in a fresh interpreter, OneFlow under its own), weights read
-before and after. Measured against the arithmetic of the update, so a missing clip (an update
+(torch, TensorFlow and Paddle in a fresh interpreter, OneFlow, MindSpore and MXNet under their
+own), weights read before and after. Measured against the arithmetic of the update, so a missing clip (an update
 1000x too big), a per-group clip or decay on a bias shows as a wrong number."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 import sys
 
 import pytest
-from snippets import mindspore_interpreter, oneflow_interpreter, run_snippet
+from snippets import mindspore_interpreter, mxnet_interpreter, oneflow_interpreter, run_snippet
 
 STEP = """
 import json, sys
@@ -32,8 +32,9 @@ def weights(trainer):
     if FRAMEWORK == "tensorflow":
         return [w.numpy().T.tolist() if len(w.shape) == 2 else w.numpy().tolist()
                 for w in trainer.model.trainable_weights]
-    if FRAMEWORK == "mindspore":
-        return [p.asnumpy().tolist() for p in trainer.params]
+    if FRAMEWORK in ("mindspore", "mxnet"):
+        return [p.asnumpy().tolist() if FRAMEWORK == "mindspore" else p.data().asnumpy().tolist()
+                for p in trainer.params]
     return [p.detach().numpy().tolist() for p in trainer.params]
 
 results = {}
@@ -81,11 +82,13 @@ def norm(values: list[float]) -> float:
 
 def interpreters() -> list[object]:
     oneflow, mindspore = str(oneflow_interpreter()), str(mindspore_interpreter())
+    mxnet = str(mxnet_interpreter())
     cases = [("torch", sys.executable, "eager"), ("tensorflow", sys.executable, "eager"),
              ("tensorflow", sys.executable, "compiled"),
              ("oneflow", oneflow, "eager"), ("oneflow", oneflow, "compiled"),
              ("paddle", sys.executable, "eager"), ("paddle", sys.executable, "compiled"),
-             ("mindspore", mindspore, "eager"), ("mindspore", mindspore, "compiled")]
+             ("mindspore", mindspore, "eager"), ("mindspore", mindspore, "compiled"),
+             ("mxnet", mxnet, "eager"), ("mxnet", mxnet, "compiled")]
     return [pytest.param(*case, id=f"{case[0]}-{case[2]}") for case in cases]
 
 
@@ -94,6 +97,8 @@ def _need(framework: str, python: str) -> None:
         pytest.skip(f"no OneFlow interpreter at {python}: run scripts/setup-oneflow")
     if framework == "mindspore" and not os.access(python, os.X_OK):
         pytest.skip(f"no MindSpore interpreter at {python}: run scripts/setup-mindspore")
+    if framework == "mxnet" and not os.access(python, os.X_OK):
+        pytest.skip(f"no MXNet interpreter at {python}: run scripts/setup-mxnet")
     if framework == "tensorflow":
         pytest.importorskip("tensorflow")
     if framework == "paddle" and importlib.util.find_spec("paddle") is None:

@@ -117,9 +117,25 @@ def mindspore_mlp(ctx):
     return Parts(model=model, inputs=ms.ops.randn(ctx.batch_size, 32), targets=targets)
 
 
+def mxnet_mlp(ctx):
+    import mxnet as mx
+
+    model = mx.gluon.nn.HybridSequential()
+    model.add(mx.gluon.nn.Dense(64, in_units=32, activation="relu"),
+              mx.gluon.nn.Dense(10, in_units=64))
+    model.initialize()
+
+    def targets():
+        step()
+        return mx.nd.random.randint(0, 10, (ctx.batch_size,))
+
+    return Parts(model=model, inputs=mx.nd.random.normal(shape=(ctx.batch_size, 32)),
+                 targets=targets)
+
+
 MLP = Workload("mlp", recipes={"torch": torch_mlp, "tensorflow": tensorflow_mlp,
                                "oneflow": oneflow_mlp, "paddle": paddle_mlp,
-                               "mindspore": mindspore_mlp},
+                               "mindspore": mindspore_mlp, "mxnet": mxnet_mlp},
                batch_size={"cpu": 2})
 """
 
@@ -255,7 +271,7 @@ class Job:
 
 
 def framework_args(framework: str, request: pytest.FixtureRequest) -> list[str]:
-    if framework in ("oneflow", "mindspore"):
+    if framework in ("oneflow", "mindspore", "mxnet"):
         python = request.getfixturevalue(f"{framework}_python")
         return ["--dlperf-python", f"{framework}={python}"]
     if importlib.util.find_spec(framework) is None:
@@ -266,7 +282,7 @@ def framework_args(framework: str, request: pytest.FixtureRequest) -> list[str]:
 @pytest.mark.usefixtures("subprocess_env")
 @pytest.mark.parametrize("framework, how, layout", [
     ("torch", "sbatch", "dp"), ("tensorflow", "salloc", "dp"), ("oneflow", "salloc", "dp"),
-    ("paddle", "salloc", "dp"), ("mindspore", "salloc", "dp"),
+    ("paddle", "salloc", "dp"), ("mindspore", "salloc", "dp"), ("mxnet", "salloc", "dp"),
     # Issue 40: FSDP2 over two Slurm nodes, its all-gathers between their namespaces.
     ("torch", "salloc", "fsdp")])
 def test_a_two_node_job_trains_one_rank_on_each_node(

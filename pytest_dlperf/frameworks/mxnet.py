@@ -1,0 +1,357 @@
+"""MXNet (Apache MXNet 1.9.1, retired upstream: its last release, of May 2022): a workload's
+Gluon ``HybridBlock`` trained by ``autograd`` and a ``gluon.Trainer``, op by op (``eager``) or
+hybridized into one static graph per forward and backward (``compiled``:
+``hybridize(static_alloc=True, static_shape=True)``, what gluon-cv's and gluon-nlp's training
+scripts ran).
+
+MXNet 1.9.1 needs numpy < 1.24, so its ranks run under their own interpreter
+(``--dlperf-python mxnet=PATH``; ``scripts/setup-mxnet`` makes one). Data parallelism is MXNet's
+own distributed key-value store (``kvstore="dist_sync"``, ps-lite): a scheduler, which only
+registers the nodes, and one server, which sums each gradient pushed by every worker and hands
+the sum back, started by rank 0 on the first node at the launcher's spare port
+(``DLPERF_FRAMEWORK_PORT``) as the wheel's ``dmlc_tracker`` would start them. Every rank is a
+worker whose roles come from environment variables (``DMLC_ROLE``, ``DMLC_PS_ROOT_URI``,
+``DMLC_PS_ROOT_PORT``, ``DMLC_NUM_SERVER``, ``DMLC_NUM_WORKER``, ``DMLC_NODE_HOST``), set here
+from the launcher's RANK / WORLD_SIZE / MASTER_ADDR before MXNet is imported: the plugin's
+launchers (local nodes, Slurm, external) start them, not ``dmlc_tracker`` (which calls
+``Thread.isAlive``, gone since Python 3.9). Horovod, DLPerf's other MXNet path, builds from
+source only (~4 min here, with MPI or Gloo): not a dependency a CI should take. The gradients
+are summed by the store (a push and a pull of each, ``KVStore.pushpull``), clipped as their
+mean and applied on every worker by ``Trainer.update(world_size)`` (rescaled by 1 / world size):
+each rank's loss is its batch's mean, so the update is DDP's (the mean gradient), and every
+worker holds the same weights (the optimizer runs on the workers, as DDP's does, not on the
+server).
+
+MXNet is asynchronous on CPU too: ``step`` hands the work to its engine and returns (a step
+handed off in 0.03 s finished at 0.34 s, issue 43), so ``synchronize`` waits with
+``mx.nd.waitall()``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, MutableMapping
+from typing import Any
+
+from ..core.spec import OptimizerSpec, RankSpec
+from ..core.workload import BuildContext, Parts, WorkloadError
+from . import Batches, DeviceUnavailable, DistEnv, PhasePlan, fresh, map_batch, require_parameters
+from . import _mxnet_phases as phases
+
+DISTRIBUTION = ("mxnet", "mxnet-cu112", "mxnet-cu117", "mxnet-mkl")
+RECIPE_FOR = "mxnet"
+COMPILER = "HybridBlock.hybridize (static_alloc, static_shape)"
+INSTALL_HINT = ("MXNet 1.9.1 needs numpy<1.24: create its worker interpreter with "
+                "scripts/setup-mxnet (in pytest-dlperf's repository) and run with "
+                "--dlperf-python mxnet=$(scripts/setup-mxnet)")
+
+# The scheduler's and the server's whole program: importing MXNet in the DMLC_ROLE "scheduler"
+# or "server" runs that role until every worker has finalized, then exits. Tethered to rank 0
+# by a pipe whose write end only rank 0 holds: a watcher forked before MXNet is imported reads
+# EOF when rank 0 has gone and stops the role after a grace period for the other workers'
+# finalizing (a killed worker leaves the others and these roles waiting forever otherwise).
+ROLE_GRACE_S = 10
+ROLE = f"""import ctypes, os, select, signal, sys, time
+tether, role = int(os.environ["DLPERF_MX_TETHER_FD"]), os.getpid()
+if os.fork() == 0:
+    if sys.platform == "linux":  # gone with the role at once, not at the next poll
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    while os.getppid() == role:
+        if select.select([tether], [], [], 0.5)[0] and not os.read(tether, 1):
+            time.sleep({ROLE_GRACE_S})
+            if os.getppid() == role:
+                os.kill(role, signal.SIGKILL)
+            break
+    os._exit(0)
+os.close(tether)
+import mxnet
+"""
+
+
+def prepare_environ(environ: MutableMapping[str, str], dist: DistEnv) -> None:
+    """What MXNet's distributed key-value store reads, from the launcher's variables (before
+    MXNet is imported). The scheduler listens on the launcher's spare port on the first node
+    (under torchrun, MASTER_PORT is the agent's store); ranks started with no agent and no
+    spare port (srun under ``--dlperf-launcher external``) use MASTER_PORT. ``PORT`` is removed:
+    ps-lite binds every node to it when set (a shell's PORT made each node take the
+    scheduler's port here, and a worker aborted on "Check failed: is_scheduler_")."""
+    port = environ.get("DLPERF_FRAMEWORK_PORT")
+    if not port:
+        if environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+            raise RuntimeError(
+                "MXNet's scheduler needs a free port on the first node: torchrun's agent "
+                "holds MASTER_PORT and DLPERF_FRAMEWORK_PORT is not set; export "
+                "DLPERF_FRAMEWORK_PORT=<a free port on the first node> for every rank")
+        port = environ.get("MASTER_PORT", "0")
+    root = scheduler_address(environ.get("MASTER_ADDR", "127.0.0.1"))
+    environ.pop("PORT", None)
+    environ.update(DMLC_ROLE="worker", DMLC_PS_ROOT_URI=root, DMLC_PS_ROOT_PORT=port,
+                   DMLC_NUM_SERVER="1", DMLC_NUM_WORKER=str(dist.world_size),
+                   DMLC_NODE_HOST=own_address(root, int(port)))
+
+
+def scheduler_address(host: str) -> str:
+    """MASTER_ADDR as an IPv4 address (ps-lite connects to the address as given; a Slurm
+    cluster's MASTER_ADDR is the first node's name), resolved where this rank runs."""
+    try:
+        return socket.gethostbyname(host)
+    except (OSError, UnicodeError) as err:
+        raise RuntimeError(f"MASTER_ADDR={host!r} does not resolve on this node ({err}): "
+                           "MXNet's scheduler needs the first node's IPv4 address") from err
+
+
+def own_address(root: str, port: int) -> str:
+    """The address this node reaches the scheduler from, which the others reach it at: ps-lite
+    otherwise announces its first non-loopback interface's, whatever the route. A UDP socket's
+    connect sends nothing; it asks the kernel for the route's source address."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((root, port or 9))
+        return str(probe.getsockname()[0])
+
+
+def start_roles(environ: MutableMapping[str, str]) -> list[subprocess.Popen[bytes]]:
+    """The store's scheduler and its server, children of rank 0 under this interpreter: in rank
+    0's process group, so a launcher that stops the group stops them too; they exit by
+    themselves once every worker has finalized, or ``ROLE_GRACE_S`` after rank 0 has gone."""
+    read, _write = os.pipe()  # the write end stays open, uninherited, for rank 0's lifetime
+    roles = []
+    try:
+        for role in ("scheduler", "server"):
+            env = {**environ, "DMLC_ROLE": role, "DLPERF_MX_TETHER_FD": str(read)}
+            roles.append(subprocess.Popen(
+                [sys.executable, "-c", ROLE], env=env, pass_fds=(read,),
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL))
+    finally:
+        os.close(read)
+    return roles
+
+
+class MXNetTrainer:
+    def __init__(self, spec: RankSpec, dist: DistEnv,
+                 recipe: Callable[[BuildContext], Parts]) -> None:
+        self.world_size = dist.world_size
+        self.cuda = spec.device_type == "cuda"
+        self.threads = spec.threads
+        self._roles: list[subprocess.Popen[bytes]] = []
+        mx = self._mx = self._join(dist)
+        self.context = mx.gpu(dist.local_rank) if self.cuda else mx.cpu()
+        layout = spec.parallel(dist.world_size)
+        if not layout.is_data_parallel:
+            raise WorkloadError(f"layout {layout.id}: the MXNet adapter runs data parallelism "
+                                "only (MXNet has no sharded layouts)")
+        self.amp = spec.precision.enabled
+        if self.amp:  # before the model is built: AMP casts the operators it creates
+            from mxnet.contrib import amp
+
+            amp.init(target_dtype="float16" if self.cuda else "bfloat16")
+        mx.random.seed(spec.seed)  # one model on every rank (and the store starts from rank 0's)
+        parts = recipe(spec.context(dist.rank, dist.world_size, dist.local_rank,
+                                    f"cuda:{dist.local_rank}" if self.cuda else "cpu"))
+        self.model = parts.model
+        self.params = [p for p in self.model.collect_params().values() if p.grad_req != "null"]
+        self.parameters = sum(math.prod(p.shape) for p in self.params)
+        require_parameters(self.parameters, recipe)
+        mx.random.seed(spec.seed + layout.data_rank(dist.rank))  # each rank's own data
+        self.compiled = spec.compiled
+        if self.compiled:
+            self.model.hybridize(static_alloc=True, static_shape=True)
+        self.kvstore = mx.kv.create("dist_sync_device" if self.cuda else "dist_sync") \
+            if dist.world_size > 1 else None
+        self.grad_keys = self._share_start(self.kvstore) if self.kvstore is not None else []
+        self.clip_norm = spec.optimizer.clip_norm
+        self.trainer = mx.gluon.Trainer(self.params,
+                                        make_optimizer(mx, self.params, spec.optimizer),
+                                        kvstore=None)
+        self.loss_scaling = spec.precision.loss_scaling
+        if self.loss_scaling:
+            from mxnet.contrib import amp
+
+            amp.init_trainer(self.trainer)  # fp16's dynamic loss scale
+        self.criterion = parts.loss or cross_entropy(mx)
+        self.inputs, self.targets = parts.inputs, parts.targets
+        self.batches = Batches(parts.data) if parts.data is not None else None
+        self.communicating = True
+        self._loss: Any = None
+
+    def _join(self, dist: DistEnv) -> Any:
+        """MXNet imported on this rank's device (threads: OMP_NUM_THREADS, set by the launcher
+        before MXNet starts its pools), in the store's job when there are several ranks (rank
+        0 starting the scheduler and the server)."""
+        if dist.world_size > 1:
+            prepare_environ(os.environ, dist)
+            if dist.rank == 0:
+                self._roles = start_roles(os.environ)
+        import mxnet as mx
+
+        if self.cuda and mx.context.num_gpus() == 0:
+            raise DeviceUnavailable(
+                f"the case runs on CUDA (NVML found GPUs) but MXNet {mx.__version__} has no "
+                "GPU here (the mxnet wheel is CPU only): install mxnet-cu112 (or another CUDA "
+                "build) in its interpreter, or run with --dlperf-device cpu")
+        return mx
+
+    def _share_start(self, kvstore: Any) -> list[int]:
+        """Rank 0's parameters on every rank (as DDP broadcasts them), under keys 0..n-1 of the
+        store, and keys n..2n-1 for the gradients, starting at zero; the keys the gradients
+        go by. Not ``gluon.Trainer``'s own store handling: with the optimizer on the workers
+        it pulls the starting parameters and pushes the first gradients under the same keys,
+        which nothing orders (different arrays), and one rank of two now and then got the
+        summed gradients as its starting bias (in 4 of 9 two-rank runs here)."""
+        nd, count = self._mx.nd, len(self.params)
+        data = [p.data(self.context) for p in self.params]
+        kvstore.broadcast(list(range(count)), data, out=data)
+        keys = list(range(count, 2 * count))
+        kvstore.init(keys, [nd.zeros(p.shape, ctx=self.context) for p in self.params])
+        nd.waitall()  # the starting parameters in before any gradient goes out
+        return keys
+
+    def _to_device(self, value: Any) -> Any:
+        """A batch of the workload's own iterator as NDArrays on this rank's device."""
+        nd = self._mx.nd
+        return map_batch(value, lambda v: v if v is None
+                         else (v.as_in_context(self.context) if isinstance(v, nd.NDArray)
+                               else nd.array(v, ctx=self.context)))
+
+    def _next_batch(self) -> tuple[Any, Any]:
+        if self.batches is None:
+            return fresh(self.inputs), fresh(self.targets)
+        inputs, targets = self.batches.next()
+        return self._to_device(inputs), self._to_device(targets)
+
+    def forward(self, inputs: Any, targets: Any) -> Any:
+        """The loss, recorded for backward."""
+        with self._mx.autograd.record():
+            outputs = self.model(*inputs) if isinstance(inputs, tuple) else self.model(inputs)
+            loss = self._loss = self.criterion(outputs, targets)
+            if self.loss_scaling:  # the scaled loss to backward; the loss itself reported
+                from mxnet.contrib import amp
+
+                with amp.scale_loss(loss, self.trainer) as scaled:
+                    return scaled
+            return loss
+
+    def backward(self, loss: Any) -> None:
+        loss.backward()
+
+    def update(self) -> None:
+        """The gradients summed over the workers (the store), clipped as their mean, applied
+        rescaled by 1 / world size: the mean gradient, DDP's update."""
+        if self.kvstore is not None and self.communicating:
+            # Last parameters first, as backward produces their gradients.
+            for index in reversed(range(len(self.params))):
+                grad = self.params[index].grad(self.context)
+                self.kvstore.pushpull(self.grad_keys[index], grad, out=grad, priority=-index)
+        if self.clip_norm is not None:  # the sum at world x clip_norm: the mean at clip_norm
+            clip_global_norm(self._mx.nd, [p.grad(self.context) for p in self.params],
+                             self.clip_norm * self.world_size)
+        self.trainer.update(self.world_size)
+
+    def step(self) -> None:
+        self.backward(self.forward(*self._next_batch()))
+        self.update()
+
+    def phase_plan(self) -> PhasePlan:  # the step in phases: _mxnet_phases
+        return phases.plan(self)
+
+    def local_step(self) -> None:
+        """Forward and backward of this rank alone, no all-reduce and no update: the
+        straggler check's measure of the rank's own speed."""
+        self.backward(self.forward(*self._next_batch()))
+
+    def synchronize(self) -> None:
+        """Waits for everything MXNet's engine has queued, on every device."""
+        self._mx.nd.waitall()
+
+    def loss(self) -> float:
+        if self._loss is None:
+            return 0.0
+        return float(self._loss.astype("float64").mean().asscalar())
+
+    def environment(self) -> dict[str, Any]:
+        mx = self._mx
+        env: dict[str, Any] = {
+            "framework": "mxnet",
+            "framework_version": mx.__version__,
+            "threads": self.threads,
+            "parameters": self.parameters,
+            "compiled": self.compiled,
+            "data_parallel_ranks": self.kvstore.num_workers if self.kvstore else 1,
+            "kvstore": self.kvstore.type if self.kvstore else None,
+        }
+        if self.cuda:
+            env["device_name"] = f"GPU {self.context.device_id}"
+        return env
+
+    def close(self) -> None:
+        # The store's roles exit once every worker has finalized (at interpreter exit, in
+        # MXNet's own finalizer, which waits for the others at a barrier): waiting for them
+        # here would wait for this very worker's finalizing.
+        self._mx.nd.waitall()
+
+
+def cross_entropy(mx: Any) -> Callable[[Any, Any], Any]:
+    """The default loss: softmax cross-entropy of class logits against integer labels, the mean
+    over the batch (and over every token of a language model's ``[B, T, V]`` logits), in fp32
+    (AMP's bf16 logits cast up, as torch's autocast runs cross-entropy in fp32)."""
+    loss = mx.gluon.loss.SoftmaxCrossEntropyLoss()
+
+    def criterion(outputs: Any, targets: Any) -> Any:
+        outputs = outputs.astype("float32", copy=False)  # bf16 logits under AMP: fp32 loss
+        if len(outputs.shape) > 2:
+            outputs = outputs.reshape((-1, outputs.shape[-1]))
+            targets = targets.reshape((-1,))
+        return loss(outputs, targets).mean()
+
+    return criterion
+
+
+def clip_global_norm(nd: Any, grads: list[Any], max_norm: float) -> None:
+    """torch's ``clip_grad_norm_``: every gradient scaled by ``max_norm / (norm + 1e-6)`` where
+    the norm of all of them together is above ``max_norm``; in place, on the device, nothing
+    read back (no synchronization). Each square sum a dot product (BLAS): Gluon's
+    ``clip_global_norm`` takes ``nd.norm``, 0.09 s for BERT-base's 30522 x 768 gradient here
+    against 0.01 s, and reads the norm back unless told not to."""
+    squares = [nd.dot(g.reshape((-1,)), g.reshape((-1,))) for g in grads]
+    total = nd.sqrt(nd.add_n(*squares) if len(squares) > 1 else squares[0])
+    scale = nd.minimum(max_norm / (total + 1e-6), 1.0)
+    for grad in grads:
+        nd.broadcast_mul(grad, scale, out=grad)
+
+
+def make_optimizer(mx: Any, params: list[Any], opt: OptimizerSpec) -> Any:
+    """The workload's optimizer. SGD with momentum and coupled weight decay is MXNet's ``sgd``
+    (its momentum buffer is torch's times -lr, the same update at a fixed rate). AdamW is
+    torch's, written here from NDArray operators (``_adamw``): MXNet 1.9 registers no AdamW,
+    and its ``contrib.adamw_update`` kernel has no bias correction and scales the decay by
+    ``eta``, not the rate. 1-D parameters get no decay where the spec says so (``wd_mult``)."""
+    for p in params:
+        p.wd_mult = 1.0 if opt.decays(p.shape) else 0.0
+    if opt.kind == "sgd":
+        return mx.optimizer.SGD(learning_rate=opt.lr, momentum=opt.momentum,
+                                wd=opt.weight_decay)
+    if opt.kind == "adamw":
+        from ._mxnet_adamw import adamw
+
+        return adamw(mx)(learning_rate=opt.lr, betas=opt.betas, epsilon=opt.eps,
+                         wd=opt.weight_decay)
+    raise ValueError(f"the mxnet adapter has no optimizer {opt.kind!r} (has: sgd, adamw)")
+
+
+def amp_unavailable(device_type: str) -> str | None:
+    return None  # bf16 on CPU (mxnet.contrib.amp), fp16 with a dynamic loss scale on CUDA
+
+
+def compile_unavailable(device_type: str) -> str | None:
+    return None  # hybridize compiles on CPU and GPU alike
+
+
+def build_trainer(spec: RankSpec, dist: DistEnv,
+                  recipe: Callable[[BuildContext], Parts] | None) -> MXNetTrainer:
+    if recipe is None:
+        raise ValueError("the mxnet adapter needs the workload's mxnet recipe")
+    return MXNetTrainer(spec, dist, recipe)
