@@ -110,12 +110,13 @@ def executable(path: Path, text: str) -> None:
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """scripts/perf in a stand-in checkout: stubs for scripts/setup, scripts/setup-oneflow,
-    scripts/setup-mindspore and .venv/bin/python that only note they ran, so no test here sets
-    anything up or trains."""
+    scripts/setup-mindspore, scripts/setup-mxnet and .venv/bin/python that only note they ran,
+    so no test here sets anything up or trains."""
     executable(tmp_path / "scripts" / "perf", (ROOT / "scripts" / "perf").read_text())
     executable(tmp_path / "scripts" / "setup", "#!/bin/sh\ntouch setup-ran\n")
     executable(tmp_path / "scripts" / "setup-oneflow", "#!/bin/sh\necho /of/python\n")
     executable(tmp_path / "scripts" / "setup-mindspore", "#!/bin/sh\necho /ms/python\n")
+    executable(tmp_path / "scripts" / "setup-mxnet", "#!/bin/sh\necho /mx/python\n")
     executable(tmp_path / ".venv" / "bin" / "python", "#!/bin/sh\nprintf '%s\\n' \"$@\"\n")
     return tmp_path
 
@@ -182,6 +183,7 @@ def test_the_real_run_passes_the_same_protocol_to_pytest(repo: Path) -> None:
     run = perf(repo, "-k", "1n1d", dry_run=False)
     assert (repo / "setup-ran").exists()
     assert argv(run) == ["-m", "pytest", "perf_tests", *QUICK,
-                         "--dlperf-python", "oneflow=/of/python,mindspore=/ms/python", "-k",
+                         "--dlperf-python", "oneflow=/of/python,mindspore=/ms/python,mxnet=/mx/python",
+                         "-k",
                          "1n1d"]
     assert NO_GPU_LINE in run.stderr.splitlines()
