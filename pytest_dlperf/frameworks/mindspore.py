@@ -26,13 +26,21 @@ import contextlib
 import math
 import os
 import subprocess
-import sys
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from ..core.spec import OptimizerSpec, RankSpec
 from ..core.workload import BuildContext, Parts, WorkloadError
-from . import Batches, DeviceUnavailable, DistEnv, PhasePlan, fresh, map_batch, require_parameters
+from . import (
+    Batches,
+    DeviceUnavailable,
+    DistEnv,
+    PhasePlan,
+    _roles,
+    fresh,
+    map_batch,
+    require_parameters,
+)
 from . import _mindspore_phases as phases
 from ._mindspore_adamw import adamw
 
@@ -44,48 +52,26 @@ INSTALL_HINT = ("MindSpore 2.10 needs numpy<2: create its worker interpreter wit
                 "--dlperf-python mindspore=$(scripts/setup-mindspore)")
 
 # The scheduler's whole program: MindSpore's init() in the MS_SCHED role serves the cluster's
-# registration and heartbeats and returns once every worker has gone. Tethered to rank 0 by a
-# pipe whose write end only rank 0 holds: a watcher forked before MindSpore is imported (init()
-# holds the GIL, so a thread would never run) reads EOF when rank 0 has gone, and stops the
-# scheduler after a grace period for the other workers' unregistering. Without the tether, rank
-# 0 killed before every worker had registered left it waiting, reparented to init, for minutes.
+# registration and heartbeats and returns once every worker has gone; tethered to rank 0
+# (``_roles.tethered``: MindSpore's init() holds the GIL, so a thread in it would never run).
 SCHEDULER_GRACE_S = 10
-SCHEDULER = f"""import ctypes, os, select, signal, sys, time
-tether, scheduler = int(os.environ["DLPERF_MS_TETHER_FD"]), os.getpid()
-if os.fork() == 0:
-    if sys.platform == "linux":  # gone with the scheduler at once, not at the next poll
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    while os.getppid() == scheduler:
-        if select.select([tether], [], [], 0.5)[0] and not os.read(tether, 1):
-            time.sleep({SCHEDULER_GRACE_S})
-            if os.getppid() == scheduler:
-                os.kill(scheduler, signal.SIGKILL)
-            break
-    os._exit(0)
-os.close(tether)
-import mindspore as ms
+SCHEDULER = _roles.tethered("""import mindspore as ms
 from mindspore.communication import init
 ms.set_device("CPU")
 init()
-"""
+""", SCHEDULER_GRACE_S)
 
 
 def prepare_environ(environ: MutableMapping[str, str], dist: DistEnv) -> None:
     """What MindSpore's dynamic cluster reads, from the launcher's variables (before MindSpore
-    is imported). The scheduler listens on the launcher's spare port on the first node (under
-    torchrun, MASTER_PORT is the agent's store); ranks started with no agent and no spare port
-    (srun under ``--dlperf-launcher external``) use MASTER_PORT. MindSpore's workers retry their
-    registration every 3-5 s by default: 1 s here (a two-rank cluster formed in 8-10 s instead
-    of 17-20 s, measured on this 2-core VM)."""
-    port = environ.get("DLPERF_FRAMEWORK_PORT")
-    if not port:
-        if environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-            raise RuntimeError(
-                "MindSpore's scheduler needs a free port on the first node: torchrun's agent "
-                "holds MASTER_PORT and DLPERF_FRAMEWORK_PORT is not set; export "
-                "DLPERF_FRAMEWORK_PORT=<a free port on the first node> for every rank")
-        port = environ.get("MASTER_PORT", "0")
-    environ.update(MS_SCHED_HOST=scheduler_address(environ.get("MASTER_ADDR", "127.0.0.1")),
+    is imported). The scheduler listens on the launcher's spare port on the first node
+    (``_roles.spare_port``); its URL takes an address, not a name ("Parse ip failed, url:
+    node1:35573" on the Slurm cluster, whose MASTER_ADDR is the first node's name). MindSpore's
+    workers retry their registration every 3-5 s by default: 1 s here (a two-rank cluster
+    formed in 8-10 s instead of 17-20 s, measured on this 2-core VM)."""
+    port = _roles.spare_port(environ, "MindSpore's scheduler")
+    environ.update(MS_SCHED_HOST=_roles.ipv4(environ.get("MASTER_ADDR", "127.0.0.1"),
+                                             "MindSpore's scheduler"),
                    MS_SCHED_PORT=port,
                    MS_WORKER_NUM=str(dist.world_size), MS_NODE_ID=str(dist.rank),
                    MS_ROLE="MS_WORKER")
@@ -93,32 +79,13 @@ def prepare_environ(environ: MutableMapping[str, str], dist: DistEnv) -> None:
     environ.setdefault("MS_RETRY_INTERVAL_UPPER", "1")
 
 
-def scheduler_address(host: str) -> str:
-    """MASTER_ADDR as the IPv4 address MindSpore's scheduler URL needs: it parses no host
-    names ("Parse ip failed, url: node1:35573" on the Slurm cluster, whose MASTER_ADDR is the
-    first node's name); the name is resolved where this rank runs."""
-    import socket
-
-    try:
-        return socket.gethostbyname(host)
-    except (OSError, UnicodeError) as err:
-        raise RuntimeError(f"MASTER_ADDR={host!r} does not resolve on this node ({err}): "
-                           "MindSpore's scheduler needs the first node's IPv4 address") from err
-
-
 def start_scheduler(environ: MutableMapping[str, str]) -> subprocess.Popen[bytes]:
-    """The cluster's scheduler, a child of rank 0 under this interpreter: in rank 0's process
-    group, so a launcher that stops the group stops it too; it exits by itself once every worker
-    has unregistered, or ``SCHEDULER_GRACE_S`` after rank 0 has gone."""
-    read, write = os.pipe()  # the write end stays open, uninherited, for rank 0's lifetime
-    env = {**environ, "MS_ROLE": "MS_SCHED", "DLPERF_MS_TETHER_FD": str(read)}
+    """The cluster's scheduler, a child of rank 0 (``_roles.start``); it exits by itself once
+    every worker has unregistered, or ``SCHEDULER_GRACE_S`` after rank 0 has gone."""
+    env = {**environ, "MS_ROLE": "MS_SCHED"}
     env.pop("MS_NODE_ID", None)
-    try:
-        return subprocess.Popen([sys.executable, "-c", SCHEDULER], env=env, pass_fds=(read,),
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-    finally:
-        os.close(read)
+    (scheduler,) = _roles.start(SCHEDULER, [env])
+    return scheduler
 
 
 class MindSporeTrainer:

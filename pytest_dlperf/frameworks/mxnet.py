@@ -33,13 +33,21 @@ import math
 import os
 import socket
 import subprocess
-import sys
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from ..core.spec import OptimizerSpec, RankSpec
 from ..core.workload import BuildContext, Parts, WorkloadError
-from . import Batches, DeviceUnavailable, DistEnv, PhasePlan, fresh, map_batch, require_parameters
+from . import (
+    Batches,
+    DeviceUnavailable,
+    DistEnv,
+    PhasePlan,
+    _roles,
+    fresh,
+    map_batch,
+    require_parameters,
+)
 from . import _mxnet_phases as phases
 
 DISTRIBUTION = ("mxnet", "mxnet-cu112", "mxnet-cu117", "mxnet-mkl")
@@ -50,58 +58,25 @@ INSTALL_HINT = ("MXNet 1.9.1 needs numpy<1.24: create its worker interpreter wit
                 "--dlperf-python mxnet=$(scripts/setup-mxnet)")
 
 # The scheduler's and the server's whole program: importing MXNet in the DMLC_ROLE "scheduler"
-# or "server" runs that role until every worker has finalized, then exits. Tethered to rank 0
-# by a pipe whose write end only rank 0 holds: a watcher forked before MXNet is imported reads
-# EOF when rank 0 has gone and stops the role after a grace period for the other workers'
-# finalizing (a killed worker leaves the others and these roles waiting forever otherwise).
+# or "server" runs that role until every worker has finalized, then exits; tethered to rank 0
+# (``_roles.tethered``: a killed worker leaves the others and these roles waiting forever).
 ROLE_GRACE_S = 10
-ROLE = f"""import ctypes, os, select, signal, sys, time
-tether, role = int(os.environ["DLPERF_MX_TETHER_FD"]), os.getpid()
-if os.fork() == 0:
-    if sys.platform == "linux":  # gone with the role at once, not at the next poll
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    while os.getppid() == role:
-        if select.select([tether], [], [], 0.5)[0] and not os.read(tether, 1):
-            time.sleep({ROLE_GRACE_S})
-            if os.getppid() == role:
-                os.kill(role, signal.SIGKILL)
-            break
-    os._exit(0)
-os.close(tether)
-import mxnet
-"""
+ROLE = _roles.tethered("import mxnet\n", ROLE_GRACE_S)
 
 
 def prepare_environ(environ: MutableMapping[str, str], dist: DistEnv) -> None:
     """What MXNet's distributed key-value store reads, from the launcher's variables (before
     MXNet is imported). The scheduler listens on the launcher's spare port on the first node
-    (under torchrun, MASTER_PORT is the agent's store); ranks started with no agent and no
-    spare port (srun under ``--dlperf-launcher external``) use MASTER_PORT. ``PORT`` is removed:
-    ps-lite binds every node to it when set (a shell's PORT made each node take the
-    scheduler's port here, and a worker aborted on "Check failed: is_scheduler_")."""
-    port = environ.get("DLPERF_FRAMEWORK_PORT")
-    if not port:
-        if environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-            raise RuntimeError(
-                "MXNet's scheduler needs a free port on the first node: torchrun's agent "
-                "holds MASTER_PORT and DLPERF_FRAMEWORK_PORT is not set; export "
-                "DLPERF_FRAMEWORK_PORT=<a free port on the first node> for every rank")
-        port = environ.get("MASTER_PORT", "0")
-    root = scheduler_address(environ.get("MASTER_ADDR", "127.0.0.1"))
+    (``_roles.spare_port``), at MASTER_ADDR as an address (a Slurm cluster's is the first node's
+    name). ``PORT`` is removed: ps-lite binds every node to it when set (a shell's PORT made
+    each node take the scheduler's port here, and a worker aborted on "Check failed:
+    is_scheduler_")."""
+    port = _roles.spare_port(environ, "MXNet's scheduler")
+    root = _roles.ipv4(environ.get("MASTER_ADDR", "127.0.0.1"), "MXNet's scheduler")
     environ.pop("PORT", None)
     environ.update(DMLC_ROLE="worker", DMLC_PS_ROOT_URI=root, DMLC_PS_ROOT_PORT=port,
                    DMLC_NUM_SERVER="1", DMLC_NUM_WORKER=str(dist.world_size),
                    DMLC_NODE_HOST=own_address(root, int(port)))
-
-
-def scheduler_address(host: str) -> str:
-    """MASTER_ADDR as an IPv4 address (ps-lite connects to the address as given; a Slurm
-    cluster's MASTER_ADDR is the first node's name), resolved where this rank runs."""
-    try:
-        return socket.gethostbyname(host)
-    except (OSError, UnicodeError) as err:
-        raise RuntimeError(f"MASTER_ADDR={host!r} does not resolve on this node ({err}): "
-                           "MXNet's scheduler needs the first node's IPv4 address") from err
 
 
 def own_address(root: str, port: int) -> str:
@@ -114,21 +89,10 @@ def own_address(root: str, port: int) -> str:
 
 
 def start_roles(environ: MutableMapping[str, str]) -> list[subprocess.Popen[bytes]]:
-    """The store's scheduler and its server, children of rank 0 under this interpreter: in rank
-    0's process group, so a launcher that stops the group stops them too; they exit by
-    themselves once every worker has finalized, or ``ROLE_GRACE_S`` after rank 0 has gone."""
-    read, _write = os.pipe()  # the write end stays open, uninherited, for rank 0's lifetime
-    roles = []
-    try:
-        for role in ("scheduler", "server"):
-            env = {**environ, "DMLC_ROLE": role, "DLPERF_MX_TETHER_FD": str(read)}
-            roles.append(subprocess.Popen(
-                [sys.executable, "-c", ROLE], env=env, pass_fds=(read,),
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL))
-    finally:
-        os.close(read)
-    return roles
+    """The store's scheduler and its server, children of rank 0 (``_roles.start``); they exit
+    by themselves once every worker has finalized, or ``ROLE_GRACE_S`` after rank 0 has gone."""
+    return _roles.start(ROLE, [{**environ, "DMLC_ROLE": role} for role in ("scheduler",
+                                                                          "server")])
 
 
 class MXNetTrainer:
