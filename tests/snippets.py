@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -93,3 +95,14 @@ def mxnet_interpreter() -> Path:
     """MXNet's worker interpreter: DLPERF_TEST_MXNET_PYTHON, else scripts/setup-mxnet's."""
     return Path(os.environ.get("DLPERF_TEST_MXNET_PYTHON")
                 or REPO / ".venv-mxnet" / "bin" / "python")
+
+
+def still_running_after(find: Callable[[], list[int]], seconds: float) -> list[int]:
+    """What ``find`` lists once it lists nothing or ``seconds`` have passed: processes a rank
+    started beside it (a scheduler, a server) leave by themselves once the workers have gone, or
+    when their tether to rank 0 fires, a grace period after rank 0 has gone; a check made the
+    moment the ranks exit races them (CI saw MindSpore's scheduler still up 10 s after)."""
+    deadline = time.monotonic() + seconds
+    while (left := find()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left

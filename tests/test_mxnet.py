@@ -17,10 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from snippets import WINDOW_AGAINST_A_CLOCK, free_ports, in_a_file, run_snippet, run_together
+from snippets import (
+    WINDOW_AGAINST_A_CLOCK,
+    free_ports,
+    in_a_file,
+    run_snippet,
+    run_together,
+    still_running_after,
+)
 
 from pytest_dlperf.frameworks import DistEnv
-from pytest_dlperf.frameworks.mxnet import ROLE, prepare_environ
+from pytest_dlperf.frameworks.mxnet import ROLE, ROLE_GRACE_S, prepare_environ
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -86,10 +93,8 @@ def test_two_ranks_average_their_gradients(mode: str, mxnet_python: str) -> None
     each = [_flat(r["after"]) for r in alone]
     assert each[0] != pytest.approx(each[1], abs=1e-4)  # the ranks' data differ
     assert first == pytest.approx([(a + b) / 2 for a, b in zip(*each)], abs=1e-6)
-    deadline = time.monotonic() + 15
-    while roles() and time.monotonic() < deadline:  # they exit once the workers finalized
-        time.sleep(0.2)
-    assert roles() == []
+    # They exit once the workers finalized, or ROLE_GRACE_S after rank 0 has gone.
+    assert still_running_after(roles, ROLE_GRACE_S + 5) == []
 
 
 ADAMW = """
@@ -284,4 +289,4 @@ def test_an_own_model_trains_on_two_nodes(pytester: pytest.Pytester, mxnet_pytho
 
         if fabric.available()[0]:
             assert len(set(info["network"]["addresses"])) == 2, info["network"]
-    assert roles() == []
+    assert still_running_after(roles, ROLE_GRACE_S + 5) == []
