@@ -6,7 +6,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from snippets import mindspore_interpreter, mxnet_interpreter, oneflow_interpreter
+from snippets import (
+    jax_interpreter,
+    mindspore_interpreter,
+    mxnet_interpreter,
+    oneflow_interpreter,
+)
 
 from pytest_dlperf.core import topology
 
@@ -177,6 +182,16 @@ def mxnet_python() -> str:
     path = mxnet_interpreter()
     if not os.access(path, os.X_OK):
         pytest.skip(f"no MXNet interpreter at {path}: run scripts/setup-mxnet")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def jax_python() -> str:
+    """JAX's worker interpreter (scripts/setup-jax's, or DLPERF_TEST_JAX_PYTHON); the test skips
+    saying so without one."""
+    path = jax_interpreter()
+    if not os.access(path, os.X_OK):
+        pytest.skip(f"no JAX interpreter at {path}: run scripts/setup-jax")
     return str(path)
 
 

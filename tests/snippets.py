@@ -97,6 +97,12 @@ def mxnet_interpreter() -> Path:
                 or REPO / ".venv-mxnet" / "bin" / "python")
 
 
+def jax_interpreter() -> Path:
+    """JAX's worker interpreter: DLPERF_TEST_JAX_PYTHON, else scripts/setup-jax's."""
+    return Path(os.environ.get("DLPERF_TEST_JAX_PYTHON")
+                or REPO / ".venv-jax" / "bin" / "python")
+
+
 def still_running_after(find: Callable[[], list[int]], seconds: float) -> list[int]:
     """What ``find`` lists once it lists nothing or ``seconds`` have passed: processes a rank
     started beside it (a scheduler, a server) leave by themselves once the workers have gone, or
