@@ -129,3 +129,30 @@ def mxnet_random(ctx: BuildContext) -> Parts:
     return Parts(model=model, inputs=mx.nd.array(rng.standard_normal((BATCH, IN))),
                  targets=mx.nd.array(rng.standard_normal((BATCH, OUT))),
                  loss=lambda out, target: ((out - target) ** 2).mean())
+
+
+def jax(ctx: BuildContext) -> Parts:
+    import jax.numpy as jnp
+    from flax import nnx
+    from jax.nn import initializers
+
+    model = nnx.Linear(IN, OUT, bias_init=initializers.uniform(0.5), rngs=nnx.Rngs(ctx.seed))
+    factor = LOSS[str(ctx.sizes["loss"])]
+    return Parts(model=model, inputs=jnp.ones((BATCH, IN)), targets=jnp.zeros((BATCH,)),
+                 loss=lambda out, _: factor * out.sum())
+
+
+def jax_random(ctx: BuildContext) -> Parts:
+    """``paddle_random`` in JAX: random data of its own per ``data_rank``, the same model on
+    every rank (seeded by the case)."""
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import nnx
+    from jax.nn import initializers
+
+    model = nnx.Linear(IN, OUT, kernel_init=initializers.uniform(0.5),
+                       bias_init=initializers.uniform(0.5), rngs=nnx.Rngs(ctx.seed))
+    rng = np.random.default_rng(100 + int(ctx.sizes["data_rank"]))
+    return Parts(model=model, inputs=jnp.asarray(rng.standard_normal((BATCH, IN)), jnp.float32),
+                 targets=jnp.asarray(rng.standard_normal((BATCH, OUT)), jnp.float32),
+                 loss=lambda out, target: ((out - target) ** 2).mean())

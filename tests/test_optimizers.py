@@ -14,7 +14,13 @@ import os
 import sys
 
 import pytest
-from snippets import mindspore_interpreter, mxnet_interpreter, oneflow_interpreter, run_snippet
+from snippets import (
+    jax_interpreter,
+    mindspore_interpreter,
+    mxnet_interpreter,
+    oneflow_interpreter,
+    run_snippet,
+)
 
 STEP = """
 import json, sys
@@ -32,6 +38,10 @@ def weights(trainer):
     if FRAMEWORK == "tensorflow":
         return [w.numpy().T.tolist() if len(w.shape) == 2 else w.numpy().tolist()
                 for w in trainer.model.trainable_weights]
+    if FRAMEWORK == "jax":  # Flax's kernel is (in, out); the weight first, as torch's
+        import numpy as np
+        arrays = sorted((np.asarray(p) for p in trainer.params), key=lambda a: -a.ndim)
+        return [a.T.tolist() if a.ndim == 2 else a.tolist() for a in arrays]
     if FRAMEWORK in ("mindspore", "mxnet"):
         return [p.asnumpy().tolist() if FRAMEWORK == "mindspore" else p.data().asnumpy().tolist()
                 for p in trainer.params]
@@ -82,13 +92,14 @@ def norm(values: list[float]) -> float:
 
 def interpreters() -> list[object]:
     oneflow, mindspore = str(oneflow_interpreter()), str(mindspore_interpreter())
-    mxnet = str(mxnet_interpreter())
+    mxnet, jax = str(mxnet_interpreter()), str(jax_interpreter())
     cases = [("torch", sys.executable, "eager"), ("tensorflow", sys.executable, "eager"),
              ("tensorflow", sys.executable, "compiled"),
              ("oneflow", oneflow, "eager"), ("oneflow", oneflow, "compiled"),
              ("paddle", sys.executable, "eager"), ("paddle", sys.executable, "compiled"),
              ("mindspore", mindspore, "eager"), ("mindspore", mindspore, "compiled"),
-             ("mxnet", mxnet, "eager"), ("mxnet", mxnet, "compiled")]
+             ("mxnet", mxnet, "eager"), ("mxnet", mxnet, "compiled"),
+             ("jax", jax, "compiled")]
     return [pytest.param(*case, id=f"{case[0]}-{case[2]}") for case in cases]
 
 
@@ -99,6 +110,8 @@ def _need(framework: str, python: str) -> None:
         pytest.skip(f"no MindSpore interpreter at {python}: run scripts/setup-mindspore")
     if framework == "mxnet" and not os.access(python, os.X_OK):
         pytest.skip(f"no MXNet interpreter at {python}: run scripts/setup-mxnet")
+    if framework == "jax" and not os.access(python, os.X_OK):
+        pytest.skip(f"no JAX interpreter at {python}: run scripts/setup-jax")
     if framework == "tensorflow":
         pytest.importorskip("tensorflow")
     if framework == "paddle" and importlib.util.find_spec("paddle") is None:

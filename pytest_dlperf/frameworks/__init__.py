@@ -20,6 +20,8 @@ and optionally:
 - ``COMPILER``: what its ``compiled`` mode is (``"torch.compile"``); the options' help and the
   docs list the built-in adapters' from here;
 - ``compile_unavailable(device_type) -> str | None``: why its ``compiled`` mode cannot run here;
+- ``eager_unavailable(device_type) -> str | None``: why it has no ``eager`` mode to measure (JAX:
+  its training runs are compiled);
 - ``amp_unavailable(device_type) -> str | None``: why it has no mixed precision on that device.
 
 A trainer may also offer ``phase_plan() -> PhasePlan``: its step cut into phases, for the

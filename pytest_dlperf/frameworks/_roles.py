@@ -44,6 +44,17 @@ def ipv4(host: str, who: str) -> str:
                            "needs the first node's IPv4 address") from err
 
 
+def own_address(root: str, port: int) -> str:
+    """The address this node reaches the first node (``root``) from, which the others reach it
+    at: ps-lite and gloo otherwise announce an address of their own choosing (ps-lite its first
+    non-loopback interface's, whatever the route; gloo its hostname's, 127.0.0.1 inside a node's
+    network namespace). A UDP socket's connect sends nothing; it asks the kernel for the
+    route's source address."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((root, port or 9))
+        return str(probe.getsockname()[0])
+
+
 def tethered(body: str, grace_s: int) -> str:
     """A ``python -c`` program that runs ``body`` tethered to the process that starts it
     (``start``): that process holds the only write end of a pipe whose read end the program

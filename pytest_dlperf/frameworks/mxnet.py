@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import subprocess
 from collections.abc import Callable, MutableMapping
 from typing import Any
@@ -76,16 +75,7 @@ def prepare_environ(environ: MutableMapping[str, str], dist: DistEnv) -> None:
     environ.pop("PORT", None)
     environ.update(DMLC_ROLE="worker", DMLC_PS_ROOT_URI=root, DMLC_PS_ROOT_PORT=port,
                    DMLC_NUM_SERVER="1", DMLC_NUM_WORKER=str(dist.world_size),
-                   DMLC_NODE_HOST=own_address(root, int(port)))
-
-
-def own_address(root: str, port: int) -> str:
-    """The address this node reaches the scheduler from, which the others reach it at: ps-lite
-    otherwise announces its first non-loopback interface's, whatever the route. A UDP socket's
-    connect sends nothing; it asks the kernel for the route's source address."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.connect((root, port or 9))
-        return str(probe.getsockname()[0])
+                   DMLC_NODE_HOST=_roles.own_address(root, int(port)))
 
 
 def start_roles(environ: MutableMapping[str, str]) -> list[subprocess.Popen[bytes]]:

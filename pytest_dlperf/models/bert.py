@@ -70,6 +70,7 @@ WORKLOAD = Workload(
         "paddle": "pytest_dlperf.models.bert_paddle:recipe",
         "mindspore": "pytest_dlperf.models.bert_mindspore:recipe",
         "mxnet": "pytest_dlperf.models.bert_mxnet:recipe",
+        "jax": "pytest_dlperf.models.bert_jax:recipe",
     },
 )
 

@@ -168,7 +168,8 @@ WORKLOAD = Workload(
     flops_per_sample=flops_per_sequence,
     optimizer=AdamW(lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, clip_norm=1.0),
     layouts=("dp", "fsdp", "tp", "pp"),
-    recipes={"torch": "pytest_dlperf.models.gpt:torch_recipe"},
+    recipes={"torch": "pytest_dlperf.models.gpt:torch_recipe",
+             "jax": "pytest_dlperf.models.gpt_jax:recipe"},
 )
 
 

@@ -43,6 +43,7 @@ WORKLOAD = Workload(
         "paddle": "pytest_dlperf.models.resnet50:paddle_recipe",
         "mindspore": "pytest_dlperf.models.resnet50_mindspore:recipe",
         "mxnet": "pytest_dlperf.models.resnet50_mxnet:recipe",
+        "jax": "pytest_dlperf.models.resnet50_jax:recipe",
     },
 )
 

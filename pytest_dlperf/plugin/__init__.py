@@ -175,7 +175,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "amp" in named:
         metafunc.parametrize("amp", state.settings.precisions or PRECISIONS, indirect=True)
     if "compiler" in named:
-        metafunc.parametrize("compiler", state.compilers, indirect=True)
+        metafunc.parametrize(
+            "compiler", state.compilers_for(getattr(metafunc.module, "FRAMEWORK", None)),
+            indirect=True)
 
 
 def _under_xdist(config: pytest.Config) -> bool:

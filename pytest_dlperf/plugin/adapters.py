@@ -97,8 +97,9 @@ class Adapter:
         return None
 
     def unavailable(self, mode: str, device_type: str) -> str | None:
-        """Why ``mode`` ("amp" or "compile") cannot run on ``device_type`` here, as the
-        adapter's optional ``amp_unavailable`` / ``compile_unavailable`` says; None: it can."""
+        """Why ``mode`` ("amp", "eager" or "compile") cannot run on ``device_type`` here, as
+        the adapter's optional ``amp_unavailable`` / ``eager_unavailable`` /
+        ``compile_unavailable`` says; None: it can."""
         check = getattr(self.module, f"{mode}_unavailable", None)
         return check(device_type) if check is not None else None
 

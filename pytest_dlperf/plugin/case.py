@@ -117,13 +117,18 @@ class Case:
         return version
 
     def check_modes(self) -> None:
-        """AMP and the compiled step where the adapter says it cannot run them: a skip with
-        its reason. A compiled case needs a warm-up step to compile in."""
+        """AMP, the eager or the compiled step where the adapter says it cannot run them: a
+        skip with its reason. A compiled case needs a warm-up step to compile in."""
         device = self.cluster.device_type
         reason = self.adapter.unavailable("amp", device) if self.amp.enabled else None
         if reason:
             pytest.skip(f"{self.framework} has no AMP on {device}: {reason}")
         if self.compiler == "eager":
+            reason = self.adapter.unavailable("eager", device)
+            if reason:
+                pytest.skip(f"{self.framework} has no eager mode to measure: {reason} (its "
+                            "cases run with --dlperf-compilers compiled, and by default in a "
+                            f"test module whose FRAMEWORK = {self.framework!r})")
             return
         if self.protocol.warmup_steps < 1:
             self.fail("a compiled case needs at least one warm-up step (compilation happens "

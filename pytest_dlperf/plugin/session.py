@@ -198,6 +198,25 @@ class SessionState:
             return self.settings.compilers
         return ("eager", "compiled") if self.device_type == "cuda" else ("eager",)
 
+    def compilers_for(self, framework: object) -> tuple[str, ...]:
+        """The compiler axis of a test module whose ``FRAMEWORK`` is ``framework`` (as
+        perf_tests' modules name theirs; None where it names none): by default, a framework
+        that has no eager mode (its adapter's ``eager_unavailable``: JAX) gets its compiled
+        one instead of cases that would all skip."""
+        compilers = self.compilers
+        if self.settings.compilers is not None or not isinstance(framework, str) \
+                or "compiled" in compilers:
+            return compilers
+        from ..frameworks import load
+
+        try:
+            check = getattr(load(framework), "eager_unavailable", None)
+        except LookupError:
+            return compilers  # the case says what is wrong with the name, when it runs
+        if check is not None and check(self.device_type):
+            return tuple(c for c in compilers if c != "eager") + ("compiled",)
+        return compilers
+
     def ladder(self, multinode: bool) -> list[Topology]:
         """DLPerf's ladder: 1 device, then a full node; multinode cases add 2, 4, ... nodes."""
         per_node = self.devices_per_node if multinode else self.started.node_devices

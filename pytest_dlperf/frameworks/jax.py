@@ -1,0 +1,276 @@
+"""JAX (with Flax NNX models and Optax optimizers): a workload's ``nnx.Module`` trained by one
+compiled step, ``jax.jit`` of a ``jax.shard_map`` over the ranks' devices (``_jax_step``).
+
+JAX 0.11 and later need Python >= 3.12, so its ranks run under their own interpreter
+(``--dlperf-python jax=PATH``; ``scripts/setup-jax`` makes one). JAX has no launcher: the
+plugin's launchers (local nodes, Slurm, external) start one process per device, and each calls
+``jax.distributed.initialize`` from their variables (the coordinator, a service rank 0's
+process hosts, at the launcher's spare port on the first node); the mesh is every process's
+device on one axis, and the collectives are XLA's (gloo between CPU processes, NCCL between
+GPUs).
+
+Layouts: ``dp`` and ``fsdp`` (parameters, gradients and optimizer state sharded over the ranks;
+``_jax_step`` says how). Tensor and pipeline parallelism are not ported.
+
+The compiled axis: JAX trains under ``jax.jit``; without it every operation is dispatched and
+compiled on its own, a debugging mode no training run uses, so the adapter's ``compiled`` is the
+whole step under ``jax.jit`` and its ``eager`` cases skip, saying so (``eager_unavailable``).
+
+AMP: JAX has no autocast; the models compute in bf16 (``BuildContext.amp_dtype``: the Flax
+modules' ``dtype``) with fp32 parameters, gradients and optimizer state, and the loss in fp32.
+On CUDA the plugin's AMP is fp16 with a loss scale, which this adapter does not implement.
+
+JAX is asynchronous on CPU too: a step returns once it is dispatched (issue 44: a step handed
+off in 0.1 ms finished at 85 ms), so ``synchronize`` blocks until the last step's outputs exist
+(``jax.block_until_ready``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, MutableMapping
+from typing import Any
+
+from ..core.spec import OptimizerSpec, RankSpec
+from ..core.workload import BuildContext, Parts, WorkloadError
+from . import DeviceUnavailable, DistEnv, _jax_step, _roles, fresh, require_parameters
+
+DISTRIBUTION = ("jax",)
+RECIPE_FOR = "jax"
+COMPILER = "jax.jit (the whole step)"
+INSTALL_HINT = ("JAX 0.12 needs Python >= 3.12: create its worker interpreter with "
+                "scripts/setup-jax (in pytest-dlperf's repository) and run with "
+                "--dlperf-python jax=$(scripts/setup-jax)")
+
+
+def prepare_environ(environ: MutableMapping[str, str], threads: int) -> None:
+    """What XLA reads at start: one rank's thread budget (XLA's CPU thread pool takes every
+    core, whatever OMP_NUM_THREADS says: with two ranks on two cores, four threads)."""
+    if threads == 1:
+        flags = environ.get("XLA_FLAGS", "")
+        environ["XLA_FLAGS"] = " ".join(filter(None, [
+            flags, "--xla_cpu_multi_thread_eigen=false", "intra_op_parallelism_threads=1"]))
+
+
+def gloo_at(address: str) -> None:
+    """JAX's CPU client with gloo's collectives announcing ``address`` (this node's, as the
+    first node sees it): gloo announces its hostname's address otherwise, 127.0.0.1 inside a
+    node's network namespace, and the other nodes' connections to it were refused. JAX offers
+    no setting for it; its CPU backend factory is registered again, as JAX registers it, with
+    the collectives made at the address (``make_gloo_tcp_collectives(hostname=...)``). Before
+    the first backend is made."""
+    from jax._src import distributed, xla_bridge
+    from jax._src.lib import _jax
+
+    def make() -> Any:
+        return xla_bridge.make_cpu_client(collectives=_jax.make_gloo_tcp_collectives(
+            distributed_client=distributed.global_state.client, hostname=address))
+
+    xla_bridge.register_backend_factory("cpu", make, priority=0, fail_quietly=False)
+
+
+class JaxTrainer:
+    def __init__(self, spec: RankSpec, dist: DistEnv,
+                 recipe: Callable[[BuildContext], Parts]) -> None:
+        self.world_size = dist.world_size
+        self.cuda = spec.device_type == "cuda"
+        self.threads = spec.threads
+        jax = self._jax = self._join(dist)
+        from flax import nnx
+        from jax.sharding import Mesh
+
+        self.layout = layout = spec.parallel(dist.world_size)
+        if set(layout.kinds) - {"dp", "fsdp"}:
+            raise WorkloadError(f"layout {layout.id}: the JAX adapter runs dp and fsdp layouts "
+                                "only (tensor and pipeline parallelism are not ported)")
+        self.mesh = Mesh(jax.devices(), (_jax_step.AXIS,))
+        parts = recipe(spec.context(dist.rank, dist.world_size, dist.local_rank,
+                                    f"cuda:{dist.local_rank}" if self.cuda else "cpu"))
+        model = parts.model
+        model.train()
+        graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+        leaves, self.treedef = jax.tree.flatten(params)
+        shapes = [tuple(leaf.shape) for leaf in leaves]
+        self.parameters = sum(math.prod(shape) for shape in shapes)
+        require_parameters(self.parameters, recipe)
+        self.dims = _jax_step.shard_dims(shapes, dist.world_size, layout.uses("fsdp"))
+        optimizer = make_optimizer(spec.optimizer, shapes)
+        self.params = [self._global(leaf, dim) for leaf, dim in zip(leaves, self.dims)]
+        self.rest = jax.tree.map(lambda leaf: self._global(leaf, None), rest)
+        self.opt_state = self._optimizer_state(optimizer)
+        step = _jax_step.make_step(graphdef, parts.loss or cross_entropy, optimizer, self.dims,
+                                   self.treedef, spec.optimizer.clip_norm)
+        self._step = self._compile(step)
+        self.inputs, self.targets = parts.inputs, parts.targets
+        if parts.data is not None:
+            raise WorkloadError("the JAX adapter trains on resident synthetic batches (Parts."
+                                "inputs / targets); Parts.data is not ported")
+        self._inputs = self._batch(self.inputs)
+        self._loss: Any = None
+
+    def _join(self, dist: DistEnv) -> Any:
+        """JAX imported with this rank's thread budget, in the job's distributed runtime when
+        there are several ranks (rank 0's process hosting the coordinator)."""
+        prepare_environ(os.environ, self.threads)
+        import jax
+
+        if dist.world_size > 1:
+            port = _roles.spare_port(os.environ, "JAX's coordinator")
+            host = _roles.ipv4(os.environ.get("MASTER_ADDR", "127.0.0.1"), "JAX's coordinator")
+            if not self.cuda:
+                gloo_at(_roles.own_address(host, int(port)))
+            jax.distributed.initialize(
+                coordinator_address=f"{host}:{port}", num_processes=dist.world_size,
+                process_id=dist.rank,
+                local_device_ids=[dist.local_rank] if self.cuda else None)
+        if self.cuda and not any(d.platform == "gpu" for d in jax.local_devices()):
+            raise DeviceUnavailable(
+                f"the case runs on CUDA (NVML found GPUs) but JAX {jax.__version__} has no "
+                "GPU here (the jax wheel is CPU only): install jax[cuda12] in its "
+                "interpreter, or run with --dlperf-device cpu")
+        return jax
+
+    def _global(self, local: Any, dim: int | None) -> Any:
+        """A parameter or state leaf every rank holds whole (the same model on every rank) as
+        one array over the mesh: replicated, or this rank's shard along ``dim``."""
+        from jax.sharding import NamedSharding
+
+        sharding = NamedSharding(self.mesh, _jax_step.partition(dim, local.ndim))
+        return self._jax.make_array_from_callback(local.shape, sharding,
+                                                  lambda index: local[index])
+
+    def _optimizer_state(self, optimizer: Any) -> Any:
+        """The optimizer's state over the mesh, made there: what mirrors a parameter (momentum,
+        Adam's moments) sharded as the parameter is, the rest (Adam's step count) replicated.
+        Left to itself, ``jit`` replicated the zeros a momentum starts from (they depend on no
+        input), and a sharded parameter's update met a whole buffer."""
+        import optax
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        jax = self._jax
+        specs = [_jax_step.partition(d, len(p.shape)) for d, p in zip(self.dims, self.params)]
+        shape = jax.eval_shape(optimizer.init, self.params)
+        shardings = optax.tree_utils.tree_map_params(
+            optimizer, lambda _, spec: NamedSharding(self.mesh, spec), shape, specs,
+            transform_non_params=lambda _: NamedSharding(self.mesh, P()))
+        return jax.jit(optimizer.init, out_shardings=shardings)(self.params)
+
+    def _batch(self, local: Any) -> Any:
+        """This rank's batch (an array or a tuple of them) as the global batch's shard."""
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        sharding = NamedSharding(self.mesh, P(_jax_step.AXIS))
+        make = self._jax.make_array_from_process_local_data
+        if isinstance(local, (tuple, list)):
+            return type(local)(make(sharding, part) for part in local)
+        return make(sharding, local)
+
+    def _compile(self, step: Callable[..., Any]) -> Callable[..., Any]:
+        """The step over the mesh, compiled whole; parameters, optimizer state and the model's
+        state donated (updated in place)."""
+        from jax.sharding import PartitionSpec as P
+
+        jax = self._jax
+        params = [_jax_step.partition(d, len(p.shape)) for d, p in zip(self.dims, self.params)]
+        opt = jax.tree.map(lambda leaf: leaf.sharding.spec, self.opt_state)
+        rest = jax.tree.map(lambda leaf: P(), self.rest)
+        batch = P(_jax_step.AXIS)
+        mapped = jax.shard_map(step, mesh=self.mesh,
+                               in_specs=(params, opt, rest, batch, batch),
+                               out_specs=(params, opt, rest, P()))
+        return jax.jit(mapped, donate_argnums=(0, 1, 2))  # type: ignore[no-any-return]
+
+    def step(self) -> None:
+        targets = self._batch(fresh(self.targets))
+        self.params, self.opt_state, self.rest, self._loss = self._step(
+            self.params, self.opt_state, self.rest, self._inputs, targets)
+
+    def synchronize(self) -> None:
+        """Blocks until the last step's parameters, state and loss exist."""
+        self._jax.block_until_ready((self.params, self.opt_state, self.rest, self._loss))
+
+    def loss(self) -> float:
+        return 0.0 if self._loss is None else float(self._loss)
+
+    def environment(self) -> dict[str, Any]:
+        jax = self._jax
+        device = jax.local_devices()[0]
+        env: dict[str, Any] = {
+            "framework": "jax",
+            "framework_version": jax.__version__,
+            "threads": self.threads,
+            "parameters": self.parameters,
+            "compiled": True,
+            "data_parallel_ranks": self.layout.data_parallel,
+            "devices": jax.device_count(),
+        }
+        if self.cuda:
+            env["device_name"] = getattr(device, "device_kind", str(device))
+        return env
+
+    def close(self) -> None:
+        self.synchronize()
+
+
+def cross_entropy(outputs: Any, targets: Any) -> Any:
+    """The default loss: softmax cross-entropy of class logits against integer labels, the mean
+    over the batch (and over every token of a language model's ``[B, T, V]`` logits), in fp32
+    (bf16 logits under AMP cast up, as torch's autocast runs cross-entropy in fp32)."""
+    import jax.numpy as jnp
+    import optax
+
+    logits = outputs.astype(jnp.float32)
+    return optax.softmax_cross_entropy_with_integer_labels(
+        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)).mean()
+
+
+def make_optimizer(opt: OptimizerSpec, shapes: list[tuple[int, ...]]) -> Any:
+    """The workload's optimizer in Optax, torch's update: SGD with momentum (torch's buffer:
+    ``momentum * buf + grad``, no dampening) after coupled weight decay (``grad + wd * p``);
+    AdamW with bias correction and the decay decoupled (``p - lr * (adam + wd * p)``: torch's
+    ``p * (1 - lr * wd) - lr * adam``). The parameters the spec exempts from decay (1-D ones,
+    by their whole shape: a shard's would mislead) get none."""
+    import optax
+
+    mask = [opt.decays(shape) for shape in shapes]
+    if opt.kind == "sgd":
+        return optax.chain(optax.add_decayed_weights(opt.weight_decay, mask=mask),
+                           optax.sgd(opt.lr, momentum=opt.momentum or None))
+    if opt.kind == "adamw":
+        return optax.adamw(opt.lr, b1=opt.betas[0], b2=opt.betas[1], eps=opt.eps,
+                           weight_decay=opt.weight_decay, mask=mask)
+    raise ValueError(f"the jax adapter has no optimizer {opt.kind!r} (has: sgd, adamw)")
+
+
+def eager_unavailable(device_type: str) -> str | None:
+    return ("JAX trains under jax.jit (the whole step, compiled: the adapter's 'compiled'); "
+            "op-by-op dispatch is a debugging mode no training run uses, not a figure to gate")
+
+
+def compile_unavailable(device_type: str) -> str | None:
+    return None
+
+
+def amp_unavailable(device_type: str) -> str | None:
+    if device_type == "cuda":
+        return ("the plugin's CUDA AMP is fp16 with a loss scale, which the JAX adapter does not "
+                "implement (its CPU AMP is bf16)")
+    return None
+
+
+def layout_unavailable(kinds: tuple[str, ...], device_type: str) -> str | None:
+    extra = sorted(set(kinds) - {"dp", "fsdp"})
+    if extra:
+        return (f"the JAX adapter runs dp and fsdp layouts; {', '.join(extra)} is not ported "
+                "(its shardings would be NamedShardings over a mesh axis of their own)")
+    return None
+
+
+def build_trainer(spec: RankSpec, dist: DistEnv,
+                  recipe: Callable[[BuildContext], Parts] | None) -> JaxTrainer:
+    if recipe is None:
+        raise ValueError("the jax adapter needs the workload's jax recipe")
+    return JaxTrainer(spec, dist, recipe)
