@@ -133,9 +133,25 @@ def mxnet_mlp(ctx):
                  targets=targets)
 
 
+def jax_mlp(ctx):
+    import jax
+    from flax import nnx
+
+    rngs = nnx.Rngs(0)
+    model = nnx.Sequential(nnx.Linear(32, 64, rngs=rngs), nnx.relu, nnx.Linear(64, 10, rngs=rngs))
+    keys = iter(jax.random.split(jax.random.key(1 + ctx.rank), 10_000))
+
+    def targets():
+        step()
+        return jax.random.randint(next(keys), (ctx.batch_size,), 0, 10)
+
+    return Parts(model=model, inputs=jax.random.normal(next(keys), (ctx.batch_size, 32)),
+                 targets=targets)
+
+
 MLP = Workload("mlp", recipes={"torch": torch_mlp, "tensorflow": tensorflow_mlp,
                                "oneflow": oneflow_mlp, "paddle": paddle_mlp,
-                               "mindspore": mindspore_mlp, "mxnet": mxnet_mlp},
+                               "mindspore": mindspore_mlp, "mxnet": mxnet_mlp, "jax": jax_mlp},
                batch_size={"cpu": 2})
 """
 
@@ -271,7 +287,7 @@ class Job:
 
 
 def framework_args(framework: str, request: pytest.FixtureRequest) -> list[str]:
-    if framework in ("oneflow", "mindspore", "mxnet"):
+    if framework in ("oneflow", "mindspore", "mxnet", "jax"):
         python = request.getfixturevalue(f"{framework}_python")
         return ["--dlperf-python", f"{framework}={python}"]
     if importlib.util.find_spec(framework) is None:
@@ -283,6 +299,7 @@ def framework_args(framework: str, request: pytest.FixtureRequest) -> list[str]:
 @pytest.mark.parametrize("framework, how, layout", [
     ("torch", "sbatch", "dp"), ("tensorflow", "salloc", "dp"), ("oneflow", "salloc", "dp"),
     ("paddle", "salloc", "dp"), ("mindspore", "salloc", "dp"), ("mxnet", "salloc", "dp"),
+    ("jax", "salloc", "dp"),  # compiled: the test names no compiler, and JAX has no eager
     # Issue 40: FSDP2 over two Slurm nodes, its all-gathers between their namespaces.
     ("torch", "salloc", "fsdp")])
 def test_a_two_node_job_trains_one_rank_on_each_node(

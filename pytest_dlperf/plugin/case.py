@@ -65,7 +65,14 @@ class Case:
 
     @property
     def compiler(self) -> str:
-        return str(getattr(self.node, "funcargs", {}).get("compiler", "eager"))
+        """The test's ``compiler`` fixture; a test without one runs eager, or compiled where
+        the framework has no eager mode (JAX: the adapter's ``eager_unavailable``)."""
+        given = getattr(self.node, "funcargs", {}).get("compiler")
+        if given is not None:
+            return str(given)
+        if self.adapter.unavailable("eager", self.cluster.device_type):
+            return "compiled"
+        return "eager"
 
     @property
     def layout(self) -> Layout:
