@@ -309,7 +309,11 @@ def test_the_verdict_is_taken_after_every_launch(pytester: pytest.Pytester) -> N
                                  "launch medians)*beyond a factor of 2*"])
     assert launches_taken() == (1, "regression")
     # As measured, over five runs within 1%; judged at 90%: after one launch the interval is
-    # within the tolerance.
+    # within the tolerance. "As measured" is the figure this run just read, not the recording's
+    # median: a fresh CI machine's first launches of these 2-step windows read 50,948, 23,674
+    # and 29,153 samples/s, the next runs 56,606 and 56,005, +92% over that median.
+    measured = json.loads((pytester.path / "r.json").read_text())["benchmarks"][0][
+        "extra_info"]["samples_per_s"]
     rewrite(1, 0.005, [1] * 5)
     run(pytester, *three, "--dlperf-tolerance", "90%").assert_outcomes(passed=1)
     assert launches_taken() == (1, "pass")
