@@ -40,7 +40,7 @@ def shard_dims(shapes: list[tuple[int, ...]], ranks: int, fsdp: bool) -> list[in
             for shape in shapes]
 
 
-def partition(dim: int | None, ndim: int) -> Any:
+def partition(dim: int | None) -> Any:
     """The ``PartitionSpec`` of a parameter sharded along ``dim`` (None: replicated)."""
     from jax.sharding import PartitionSpec as P
 

@@ -95,6 +95,7 @@ class JaxTrainer:
         self.parameters = sum(math.prod(shape) for shape in shapes)
         require_parameters(self.parameters, recipe)
         self.dims = _jax_step.shard_dims(shapes, dist.world_size, layout.uses("fsdp"))
+        self.specs = [_jax_step.partition(dim) for dim in self.dims]
         optimizer = make_optimizer(spec.optimizer, shapes)
         self.params = [self._global(leaf, dim) for leaf, dim in zip(leaves, self.dims)]
         self.rest = jax.tree.map(lambda leaf: self._global(leaf, None), rest)
@@ -136,7 +137,7 @@ class JaxTrainer:
         one array over the mesh: replicated, or this rank's shard along ``dim``."""
         from jax.sharding import NamedSharding
 
-        sharding = NamedSharding(self.mesh, _jax_step.partition(dim, local.ndim))
+        sharding = NamedSharding(self.mesh, _jax_step.partition(dim))
         return self._jax.make_array_from_callback(local.shape, sharding,
                                                   lambda index: local[index])
 
@@ -150,10 +151,9 @@ class JaxTrainer:
         from jax.sharding import PartitionSpec as P
 
         jax = self._jax
-        specs = [_jax_step.partition(d, len(p.shape)) for d, p in zip(self.dims, self.params)]
         shape = jax.eval_shape(optimizer.init, self.params)
         shardings = optax.tree_utils.tree_map_params(
-            optimizer, lambda _, spec: NamedSharding(self.mesh, spec), shape, specs,
+            optimizer, lambda _, spec: NamedSharding(self.mesh, spec), shape, self.specs,
             transform_non_params=lambda _: NamedSharding(self.mesh, P()))
         return jax.jit(optimizer.init, out_shardings=shardings)(self.params)
 
@@ -174,7 +174,7 @@ class JaxTrainer:
         from jax.sharding import PartitionSpec as P
 
         jax = self._jax
-        params = [_jax_step.partition(d, len(p.shape)) for d, p in zip(self.dims, self.params)]
+        params = self.specs
         opt = jax.tree.map(lambda leaf: leaf.sharding.spec, self.opt_state)
         rest = jax.tree.map(lambda leaf: P(), self.rest)
         batch = P(_jax_step.AXIS)
