@@ -54,8 +54,19 @@ def test_unchanged(cluster, width, throughput_meter):
 # judging run of two (CI of 3ea4d41; here: -25.9%, p 0.010 against alpha 0.005, the spread 6.8%);
 # at 300 the same verdict read -28.5%, spread 2.7%, p 2e-5, for 20 s more.
 RUN = ["-p", "no:cacheprovider", "--devices-per-node", "1", "--dlperf-protocol", "quick",
-       "--dlperf-steps", "300", "--dlperf-launches", "3", "--dlperf-baselines", "bl",
-       "--dlperf-machine", "box", "--dlperf-precisions", "fp32"]
+       "--dlperf-steps", "300", "--dlperf-launches", "3", "--dlperf-machine", "box",
+       "--dlperf-precisions", "fp32"]
+# The pooled drift between runs above which a 28% drop cannot be proven from three runs at the
+# verdict's level (t ~3.7 with six degrees of freedom, times sqrt(1 + 1/3) runs' worth of
+# spread): a quiet machine's recordings read 2-3%. Such a machine is what this test is about;
+# these VMs are not always one. CI's run of 2026-11-26 recorded its second run ~30% slower in
+# every case (a neighbour: 30k against 46k, 52k against 73k samples/s), and the verdict was,
+# honestly, inconclusive; the same evening here a recording drifted 6.4% (runs of 41-46k) and the
+# wider model read -31.1% at p=0.011, then in a later session -46.7%. So a judging whose own
+# evidence says the machine moved (an inconclusive verdict over a drift beyond this, or a change
+# beyond DOUBT_FACTOR that the drift no longer decides) records and judges again, once, in a
+# fresh directory; the second must prove the drop.
+DRIFTED = 0.07
 
 
 def verdicts(path: Path) -> dict[str, dict[str, object]]:
@@ -63,29 +74,56 @@ def verdicts(path: Path) -> dict[str, dict[str, object]]:
             for b in json.loads(path.read_text())["benchmarks"]}
 
 
-def test_a_28_percent_slower_model_fails_against_a_three_run_baseline(
-        pytester: pytest.Pytester) -> None:
+def record_then_judge(pytester: pytest.Pytester, baselines: str
+                      ) -> tuple[dict[str, object], pytest.RunResult]:
+    """Three runs recorded into ``baselines``, then the wider model judged against them: the
+    changed case's verdict and the judging session."""
     perf = pytester.path / "test_models.py"
     perf.write_text(PERF.format(hidden=1024))
+    run = [*RUN, "--dlperf-baselines", baselines]
     for number, update in enumerate(("all", "add", "add")):
         # The recording rule (--dlperf-unstable-cv) is tested on its own; here a window that a
         # CI neighbour slowed (a fresh clone's run once read 31k among 43k samples/s, 12.5%
         # within launches) must not stop the three runs this verdict is judged by.
-        recorded = pytester.runpytest_subprocess(*RUN, f"--dlperf-update-baselines={update}",
+        recorded = pytester.runpytest_subprocess(*run, f"--dlperf-update-baselines={update}",
                                                  "--dlperf-unstable-cv", "30",
-                                                 "--dlperf-json", f"r{number}.json",
+                                                 "--dlperf-json", f"{baselines}-r{number}.json",
                                                  timeout=600)
         recorded.assert_outcomes(passed=3)
-    # 1.75x the hidden width: ~28% fewer samples/s (-19% at 1.45x; the judged run's figures
-    # say how many).
-    perf.write_text(PERF.format(hidden=1792))
-    judged = pytester.runpytest_subprocess(*RUN, "-k", "test_changed", "--dlperf-json",
-                                           "j.json", timeout=600)
-    verdict = verdicts(pytester.path / "j.json")["test_changed[1n1d]"]
-    delta = float(verdict["delta"])  # type: ignore[arg-type]
-    assert -0.45 < delta < -0.15, verdict  # the slowdown this test is about
-    assert verdict["outcome"] == "regression", verdict
-    assert verdict["level"] == "machine"
-    judged.assert_outcomes(failed=1)
-    judged.stdout.fnmatch_lines(["*REGRESSION in test_models.py::test_changed[[]1n1d[]]*"
+    # 1.625x the hidden width: -28% to -33% samples/s on a quiet VM here (1.45x: -19%; 1.75x:
+    # -28% to -52%, too near the 2x that the drift does not decide).
+    perf.write_text(PERF.format(hidden=1664))
+    judged = pytester.runpytest_subprocess(*run, "-k", "test_changed", "--dlperf-json",
+                                           f"{baselines}-j.json", timeout=600)
+    return verdicts(pytester.path / f"{baselines}-j.json")["test_changed[1n1d]"], judged
+
+
+def moved(verdict: dict[str, object]) -> bool:
+    """Whether the judging's own evidence says the machine moved more than this test is about."""
+    return bool(verdict["beyond_doubt"]) or (verdict["outcome"] == "inconclusive"
+                                             and float(verdict["spread"]) > DRIFTED)  # type: ignore[arg-type]
+
+
+def test_a_28_percent_slower_model_fails_against_a_three_run_baseline(
+        pytester: pytest.Pytester) -> None:
+    verdict, judged = record_then_judge(pytester, "bl")
+    if moved(verdict):
+        print(f"the machine moved (drift {verdict['spread']:.1%}, delta "
+              f"{verdict['delta']:+.1%}, {verdict['outcome']}): recorded and judged again")
+        verdict, judged = record_then_judge(pytester, "bl-again")
+    # Judged by the machine's pooled drift, whatever came out.
+    assert verdict["level"] == "machine", verdict
+    judged.stdout.fnmatch_lines(["*test_models.py::test_changed[[]1n1d[]]*"
                                  "pooled over 9 runs of 3 cases on this machine*"])
+    delta = float(verdict["delta"])  # type: ignore[arg-type]
+    if moved(verdict):
+        # Never a pass on a moving machine; a drop it cannot prove is said to be so.
+        assert verdict["outcome"] in ("inconclusive", "regression"), verdict
+        pytest.skip(f"the machine moved in both attempts (last: drift {verdict['spread']:.1%}, "
+                    f"delta {delta:+.1%}, {verdict['outcome']}): the power this test is about "
+                    f"needs a machine that drifts less than {DRIFTED:.0%} between runs")
+    assert -0.5 < delta < -0.15, verdict  # the slowdown this test is about
+    assert verdict["outcome"] == "regression", verdict
+    assert not verdict["beyond_doubt"], verdict  # proven by the drift, not beyond it
+    judged.assert_outcomes(failed=1)
+    judged.stdout.fnmatch_lines(["*REGRESSION in test_models.py::test_changed[[]1n1d[]]*"])
