@@ -1,4 +1,4 @@
-"""Issue 16 for TensorFlow, OneFlow, Paddle, MindSpore and MXNet, through the plugin with real ranks
+"""Issue 16 for TensorFlow, OneFlow, Paddle, MindSpore, MXNet and JAX, through the plugin with real ranks
 on CPU: --dlperf-batch-size max searches under a memory limit the OS enforces, each probe a fresh
 launch of that framework, and the case is measured at the batch found (test_memory_cases.py does
 the same, and more, for torch)."""
@@ -103,8 +103,30 @@ def mx_wide(ctx):
                  targets=lambda: mx.nd.random.randint(0, 10, (ctx.batch_size,)))
 
 
+def jx_wide(ctx):
+    # XLA would fuse a tile, its ReLU and the mean into one reduction that keeps nothing: a
+    # convolution's output is kept for backward instead (16 MiB a sample at 256x256x64, and its
+    # gradient as much). With 32 channels a launch's own jitter moved the edge by one (batch
+    # 12 fitted as a probe, not when measured); with 64, three searches found 5 each.
+    import jax
+    from flax import nnx
+
+    class Wide(nnx.Module):
+        def __init__(self, rngs):
+            self.conv = nnx.Conv(3, 64, (3, 3), rngs=rngs)
+            self.head = nnx.Linear(64, 10, rngs=rngs)
+
+        def __call__(self, x):
+            return self.head(nnx.relu(self.conv(x)).mean((1, 2)))
+
+    keys = iter(jax.random.split(jax.random.key(ctx.seed), 100_000))
+    return Parts(model=Wide(nnx.Rngs(ctx.seed)),
+                 inputs=jax.random.normal(next(keys), (ctx.batch_size, 256, 256, 3)),
+                 targets=lambda: jax.random.randint(next(keys), (ctx.batch_size,), 0, 10))
+
+
 WIDE = Workload("wide", recipes={"tensorflow": tf_wide, "oneflow": of_wide, "paddle": pd_wide,
-                                 "mindspore": ms_wide, "mxnet": mx_wide},
+                                 "mindspore": ms_wide, "mxnet": mx_wide, "jax": jx_wide},
                 batch_size={"cpu": 8})
 """
 
@@ -114,7 +136,8 @@ import pytest
 from wide_recipes import WIDE
 
 
-@pytest.mark.parametrize("framework", ["tensorflow", "oneflow", "paddle", "mindspore", "mxnet"])
+@pytest.mark.parametrize("framework",
+                         ["tensorflow", "oneflow", "paddle", "mindspore", "mxnet", "jax"])
 def test_wide(framework, throughput_meter):
     throughput_meter.measure(framework, WIDE)
 """
@@ -124,7 +147,7 @@ def test_wide(framework, throughput_meter):
 def framework_args(request: pytest.FixtureRequest) -> tuple[str, ...]:
     """What the child run needs for this framework; skips where it is not installed."""
     framework = request.param
-    if framework in ("oneflow", "mindspore", "mxnet"):
+    if framework in ("oneflow", "mindspore", "mxnet", "jax"):
         python = request.getfixturevalue(f"{framework}_python")
         return ("--dlperf-python", f"{framework}={python}")
     if importlib.util.find_spec(framework) is None:
@@ -134,7 +157,8 @@ def framework_args(request: pytest.FixtureRequest) -> tuple[str, ...]:
 
 @pytest.mark.usefixtures("subprocess_env")
 @pytest.mark.parametrize("framework_args",
-                         ["tensorflow", "oneflow", "paddle", "mindspore", "mxnet"], indirect=True)
+                         ["tensorflow", "oneflow", "paddle", "mindspore", "mxnet", "jax"],
+                         indirect=True)
 def test_batch_size_max_searches_each_frameworks_own_memory(
         pytester: pytest.Pytester, framework_args: tuple[str, ...],
         request: pytest.FixtureRequest) -> None:
