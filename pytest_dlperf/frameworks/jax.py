@@ -10,7 +10,8 @@ device on one axis, and the collectives are XLA's (gloo between CPU processes, N
 GPUs).
 
 Layouts: ``dp`` and ``fsdp`` (parameters, gradients and optimizer state sharded over the ranks;
-``_jax_step`` says how). Tensor and pipeline parallelism are not ported.
+``_jax_step`` says how); ``tp`` with ``dp`` (the recipe's plan as shardings over a ``tp`` mesh
+axis, the step partitioned by XLA: ``_jax_tp``). Pipeline parallelism is not ported.
 
 The compiled axis: JAX trains under ``jax.jit``; without it every operation is dispatched and
 compiled on its own, a debugging mode no training run uses, so the adapter's ``compiled`` is the
@@ -34,7 +35,7 @@ from typing import Any
 
 from ..core.spec import OptimizerSpec, RankSpec
 from ..core.workload import BuildContext, Parts, WorkloadError
-from . import DeviceUnavailable, DistEnv, _jax_step, _roles, fresh, require_parameters
+from . import DeviceUnavailable, DistEnv, _jax_step, _jax_tp, _roles, fresh, require_parameters
 
 DISTRIBUTION = ("jax",)
 RECIPE_FOR = "jax"
@@ -78,15 +79,16 @@ class JaxTrainer:
         self.threads = spec.threads
         jax = self._jax = self._join(dist)
         from flax import nnx
-        from jax.sharding import Mesh
 
         self.layout = layout = spec.parallel(dist.world_size)
-        if set(layout.kinds) - {"dp", "fsdp"}:
-            raise WorkloadError(f"layout {layout.id}: the JAX adapter runs dp and fsdp layouts "
-                                "only (tensor and pipeline parallelism are not ported)")
-        self.mesh = Mesh(jax.devices(), (_jax_step.AXIS,))
+        refused = layout_unavailable(layout.kinds, spec.device_type)
+        if refused:
+            raise WorkloadError(f"layout {layout.id}: {refused}")
+        # tp1 (named on one rank) runs tp's step on a mesh of one, as torch's does.
+        self.tp = layout.tp if layout.uses("tp") else 0
         parts = recipe(spec.context(dist.rank, dist.world_size, dist.local_rank,
                                     f"cuda:{dist.local_rank}" if self.cuda else "cpu"))
+        self.mesh = self._mesh()
         model = parts.model
         model.train()
         graphdef, params, rest = nnx.split(model, nnx.Param, ...)
@@ -95,14 +97,26 @@ class JaxTrainer:
         self.parameters = sum(math.prod(shape) for shape in shapes)
         require_parameters(self.parameters, recipe)
         self.dims = _jax_step.shard_dims(shapes, dist.world_size, layout.uses("fsdp"))
-        self.specs = [_jax_step.partition(dim) for dim in self.dims]
+        if self.tp:
+            if not parts.tp_plan:
+                raise WorkloadError("a tensor-parallel layout needs the recipe's Parts.tp_plan "
+                                    "(module path -> 'colwise' / 'rowwise')")
+            self.specs = _jax_tp.specs(_jax_tp.leaf_names(params), shapes, parts.tp_plan,
+                                       self.tp)
+        else:
+            self.specs = [_jax_step.partition(dim) for dim in self.dims]
         optimizer = make_optimizer(spec.optimizer, shapes)
-        self.params = [self._global(leaf, dim) for leaf, dim in zip(leaves, self.dims)]
+        self.params = [self._global(leaf, spec) for leaf, spec in zip(leaves, self.specs)]
         self.rest = jax.tree.map(lambda leaf: self._global(leaf, None), rest)
         self.opt_state = self._optimizer_state(optimizer)
-        step = _jax_step.make_step(graphdef, parts.loss or cross_entropy, optimizer, self.dims,
-                                   self.treedef, spec.optimizer.clip_norm)
-        self._step = self._compile(step)
+        loss_of = parts.loss or cross_entropy
+        if self.tp:
+            self._step = self._compile_global(_jax_tp.make_step(
+                graphdef, loss_of, optimizer, self.treedef, spec.optimizer.clip_norm))
+        else:
+            self._step = self._compile(_jax_step.make_step(
+                graphdef, loss_of, optimizer, self.dims, self.treedef,
+                spec.optimizer.clip_norm))
         self.inputs, self.targets = parts.inputs, parts.targets
         if parts.data is not None:
             raise WorkloadError("the JAX adapter trains on resident synthetic batches (Parts."
@@ -132,12 +146,26 @@ class JaxTrainer:
                 "interpreter, or run with --dlperf-device cpu")
         return jax
 
-    def _global(self, local: Any, dim: int | None) -> Any:
-        """A parameter or state leaf every rank holds whole (the same model on every rank) as
-        one array over the mesh: replicated, or this rank's shard along ``dim``."""
-        from jax.sharding import NamedSharding
+    def _mesh(self) -> Any:
+        """The ranks' devices on one axis, ``data``; under tensor parallelism two, ``data`` x
+        ``tp``, the ranks of one replica side by side (``core.parallel``'s order)."""
+        from jax.sharding import Mesh
 
-        sharding = NamedSharding(self.mesh, _jax_step.partition(dim))
+        devices = sorted(self._jax.devices(), key=lambda d: (d.process_index, d.id))
+        if not self.tp:
+            return Mesh(devices, (_jax_step.AXIS,))
+        import numpy as np
+
+        grid = np.array(devices, dtype=object).reshape(len(devices) // self.tp, self.tp)
+        return Mesh(grid, (_jax_step.AXIS, _jax_tp.TP))
+
+    def _global(self, local: Any, spec: Any) -> Any:
+        """A parameter or state leaf every rank holds whole (the same model on every rank) as
+        one array over the mesh, laid out by ``spec`` (None: replicated)."""
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        sharding = NamedSharding(self.mesh, P() if spec is None else spec)
         return self._jax.make_array_from_callback(local.shape, sharding,
                                                   lambda index: local[index])
 
@@ -182,6 +210,20 @@ class JaxTrainer:
                                in_specs=(params, opt, rest, batch, batch),
                                out_specs=(params, opt, rest, P()))
         return jax.jit(mapped, donate_argnums=(0, 1, 2))  # type: ignore[no-any-return]
+
+    def _compile_global(self, step: Callable[..., Any]) -> Callable[..., Any]:
+        """The global step compiled with every array's sharding: XLA partitions it."""
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        jax = self._jax
+        params = [NamedSharding(self.mesh, spec) for spec in self.specs]
+        opt = jax.tree.map(lambda leaf: leaf.sharding, self.opt_state)
+        rest = jax.tree.map(lambda leaf: leaf.sharding, self.rest)
+        batch = NamedSharding(self.mesh, P(_jax_step.AXIS))
+        return jax.jit(step, in_shardings=(params, opt, rest, batch, batch),  # type: ignore[no-any-return]
+                       out_shardings=(params, opt, rest, NamedSharding(self.mesh, P())),
+                       donate_argnums=(0, 1, 2))
 
     def step(self) -> None:
         targets = self._batch(fresh(self.targets))
@@ -262,10 +304,13 @@ def amp_unavailable(device_type: str) -> str | None:
 
 
 def layout_unavailable(kinds: tuple[str, ...], device_type: str) -> str | None:
-    extra = sorted(set(kinds) - {"dp", "fsdp"})
+    extra = sorted(set(kinds) - {"dp", "fsdp", "tp"})
     if extra:
-        return (f"the JAX adapter runs dp and fsdp layouts; {', '.join(extra)} is not ported "
-                "(its shardings would be NamedShardings over a mesh axis of their own)")
+        return (f"the JAX adapter runs dp, fsdp and tp layouts; {', '.join(extra)} is not "
+                "ported")
+    if "fsdp" in kinds and "tp" in kinds:
+        return ("the JAX adapter runs tp with dp, not with fsdp (fsdp's step is a shard_map, "
+                "tp's a step XLA partitions: not ported together)")
     return None
 
 

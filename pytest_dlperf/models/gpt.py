@@ -348,7 +348,7 @@ def pipeline_split(shape: GPTShape, stages: int) -> list[str]:
     return [f"layers.{i * shape.num_layers // stages}" for i in range(1, stages)]
 
 
-def _check_tp(shape: GPTShape, degree: int) -> None:
+def check_tp(shape: GPTShape, degree: int) -> None:
     for what, value in (("num_heads", shape.num_heads), ("num_kv_heads", shape.num_kv_heads),
                         ("vocab_size", shape.vocab_size),
                         ("intermediate_size", shape.intermediate_size)):
@@ -387,7 +387,7 @@ def torch_recipe(ctx: BuildContext) -> Parts:
 
     plan, split = None, None
     if layout is not None and layout.uses("tp"):
-        _check_tp(shape, layout.tp)
+        check_tp(shape, layout.tp)
         plan = tp_plan(shape)
     if layout is not None and layout.uses("pp"):
         virtual = 2 if layout.schedule == "interleaved1f1b" else 1

@@ -52,7 +52,7 @@ from typing import Any
 
 from ..core.workload import BuildContext, Parts, WorkloadError
 from . import _jax_torch
-from .gpt import NORM_EPS, GPTShape
+from .gpt import NORM_EPS, GPTShape, check_tp
 
 INIT_STD = 0.02  # GPT-2's, every matrix and table
 # A block's modules with parameters, in the order torch's Block registers them.
@@ -104,7 +104,25 @@ def recipe(ctx: BuildContext) -> Parts:
         keys[0], targets = draw(keys[0])
         return targets
 
-    return Parts(model=gpt, inputs=tokens, targets=fresh_targets)
+    plan = None
+    if ctx.layout is not None and ctx.layout.uses("tp"):
+        check_tp(shape, ctx.layout.tp)
+        plan = tp_plan(shape)
+    return Parts(model=gpt, inputs=tokens, targets=fresh_targets, tp_plan=plan)
+
+
+def tp_plan(shape: GPTShape) -> dict[str, str]:
+    """torch's recipe's plan (``gpt.tp_plan``: torchtitan's) in the JAX adapter's styles: the
+    token embedding's rows (the vocabulary; the tied head follows it), the attention's Q/K/V
+    and the MLP's first matrix by columns (heads and hidden units), their output projections
+    by rows."""
+    plan = {"tok_embeddings": "rowwise"}
+    for i in range(shape.num_layers):
+        for name in ("attention.wq", "attention.wk", "attention.wv", "feed_forward.w1"):
+            plan[f"layers.{i}.{name}"] = "colwise"
+        for name in ("attention.wo", "feed_forward.w2"):
+            plan[f"layers.{i}.{name}"] = "rowwise"
+    return plan
 
 
 def named_parameters(model: Any) -> dict[str, Any]:
