@@ -143,6 +143,25 @@ def averaged_state(state: Any) -> Any:
     return jax.tree.map(replicated, state)
 
 
+def loss_function(graphdef: Any, loss_of: Callable[[Any, Any], Any], treedef: Any,
+                  whole: Callable[[list[Any]], list[Any]] = list) -> Callable[..., Any]:
+    """``(leaves, rest, inputs, targets) -> (loss, the model's other state)``: the model merged
+    from its parameters (``whole`` of the flat leaves, e.g. fsdp's gathered shards), run on the
+    batch."""
+    import jax
+    from flax import nnx
+
+    def loss_fn(leaves: list[Any], rest: Any, inputs: Any, targets: Any) -> Any:
+        params = jax.tree.unflatten(treedef, whole(leaves))
+        # copy=True: the Variables made afresh in this trace (BatchNorm writes its statistics
+        # into them; into the caller's, from inside the gradient's trace, it may not).
+        model = nnx.merge(graphdef, params, rest, copy=True)
+        outputs = model(*inputs) if isinstance(inputs, tuple) else model(inputs)
+        return loss_of(outputs, targets), nnx.state(model, nnx.Not(nnx.Param))
+
+    return loss_fn
+
+
 def make_step(graphdef: Any, loss_of: Callable[[Any, Any], Any], optimizer: Any,
               dims: list[int | None], treedef: Any, clip_norm: float | None
               ) -> Callable[..., Any]:
@@ -151,16 +170,8 @@ def make_step(graphdef: Any, loss_of: Callable[[Any, Any], Any], optimizer: Any,
     order; ``dims`` as ``shard_dims``)."""
     import jax
     import optax
-    from flax import nnx
 
-    def loss_fn(leaves: list[Any], rest: Any, inputs: Any, targets: Any) -> Any:
-        params = jax.tree.unflatten(treedef, gathered(leaves, dims))
-        # copy=True: the Variables made afresh in this trace (BatchNorm writes its statistics
-        # into them; into the caller's, from inside the gradient's trace, it may not).
-        model = nnx.merge(graphdef, params, rest, copy=True)
-        outputs = model(*inputs) if isinstance(inputs, tuple) else model(inputs)
-        loss = loss_of(outputs, targets)
-        return loss, nnx.state(model, nnx.Not(nnx.Param))
+    loss_fn = loss_function(graphdef, loss_of, treedef, lambda leaves: gathered(leaves, dims))
 
     def step(leaves: list[Any], opt_state: Any, rest: Any, inputs: Any, targets: Any) -> Any:
         # Replicated parameters marked per-device outside the differentiated function: inside

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..core.workload import WorkloadError
+from ._jax_step import clip_by_global_norm, loss_function
 
 TP = "tp"
 # style -> parameter name -> the axes of its PartitionSpec (Flax's layouts).
@@ -89,23 +90,15 @@ def make_step(graphdef: Any, loss_of: Callable[[Any, Any], Any], optimizer: Any,
     rest, loss)`` for ``jax.jit`` to partition: the loss the global batch's mean, the gradient
     clipped by its global norm as torch's ``clip_grad_norm_``, then the optimizer."""
     import jax
-    import jax.numpy as jnp
     import optax
-    from flax import nnx
 
-    def loss_fn(leaves: list[Any], rest: Any, inputs: Any, targets: Any) -> Any:
-        model = nnx.merge(graphdef, jax.tree.unflatten(treedef, leaves), rest, copy=True)
-        outputs = model(*inputs) if isinstance(inputs, tuple) else model(inputs)
-        return loss_of(outputs, targets), nnx.state(model, nnx.Not(nnx.Param))
+    loss_fn = loss_function(graphdef, loss_of, treedef)
 
     def step(leaves: list[Any], opt_state: Any, rest: Any, inputs: Any, targets: Any) -> Any:
         (loss, rest), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             leaves, rest, inputs, targets)
-        if clip_norm is not None:
-            total = sum((jnp.sum(jnp.square(g.astype(jnp.float32))) for g in grads),
-                        start=jnp.float32(0))
-            scale = jnp.minimum(clip_norm / (jnp.sqrt(total) + 1e-6), 1.0)
-            grads = [g * scale.astype(g.dtype) for g in grads]
+        if clip_norm is not None:  # global arrays: their norm is the whole gradient's
+            grads = clip_by_global_norm(grads, [None] * len(grads), clip_norm)
         updates, opt_state = optimizer.update(grads, opt_state, leaves)
         return optax.apply_updates(leaves, updates), opt_state, rest, loss
 
