@@ -148,6 +148,16 @@ BAD = [
     Bad("cli-slurm-outside-allocation", ("*--dlperf-launcher=slurm, but this is not inside a "
                                          "Slurm allocation*salloc or sbatch*",),
         args=("--dlperf-launcher", "slurm")),
+    Bad("cli-allocator-unknown", ("*bad value for --dlperf-allocator=ptmalloc: expected glibc "
+                                  "(fixed thresholds, the default), glibc:MMAP,TRIM, "
+                                  "glibc-dynamic, jemalloc, tcmalloc or a library's path*",),
+        args=("--dlperf-allocator", "ptmalloc")),
+    Bad("cli-allocator-no-library", ("*bad value for --dlperf-allocator=*libnone.so: no shared "
+                                     "library at *libnone.so to preload*",),
+        args=("--dlperf-allocator", "{root}/libnone.so")),
+    Bad("env-allocator-one-threshold", ("*environment variable DLPERF_ALLOCATOR='glibc:4M'*"
+                                        "glibc's fixed thresholds are glibc:MMAP,TRIM*",),
+        env={"DLPERF_ALLOCATOR": "glibc:4M"}),
     Bad("env-tolerance", ("*environment variable DLPERF_TOLERANCE='lots'*expected a fraction*",),
         env={"DLPERF_TOLERANCE": "lots"}),
     Bad("env-nodes-zero", ("*environment variable DLPERF_NODES='0'*integer >= 1*",),
@@ -247,6 +257,14 @@ BAD = [
                                        "your code and the error left out*"),
         env={"BREAK": "shape"}, args=("--devices-per-node", "2"), usage=False,
         never=("*distributed.py*", "*_call_impl*", "*--- rank 1 ---*")),
+    # A library the dynamic linker will not preload (it says so, and carries on without it):
+    # the rank refuses to measure another heap than the case's.
+    Bad("allocator-not-preloaded", ("*test_mlp*1n1d*",
+                                    "*AllocatorError: --dlperf-allocator libbroken.so: this "
+                                    "rank's malloc is *libc.so*, not *libbroken.so: the dynamic "
+                                    "linker did not preload it here*"),
+        files={"libbroken.so": "not a shared library\n"},
+        args=("--dlperf-allocator", "{root}/libbroken.so"), usage=False),
     Bad("unknown-framework", ("*test_mlp: no framework adapter named 'tensorflw' (known: *",),
         env={"FRAMEWORK": "tensorflw"}, usage=False),
     # -- recording a baseline on a busy machine: refused, the stored one kept as it was --------

@@ -49,6 +49,7 @@ def expected_fingerprint() -> dict[str, object]:
 
     import torch
 
+    from pytest_dlperf.core.allocator import Allocator
     from pytest_dlperf.core.topology import detect_hardware, fingerprint, make_topology
     from pytest_dlperf.plugin.settings import default_machine
 
@@ -57,7 +58,7 @@ def expected_fingerprint() -> dict[str, object]:
                        precision="fp32", model="resnet50", batch_size=2, sizes={"image_size": 64},
                        protocol_slug="w1-s2",
                        python=".".join(platform.python_version_tuple()[:2]),
-                       machine=default_machine())
+                       machine=default_machine(), allocator=Allocator().label)
 
 
 @pytest.mark.usefixtures("subprocess_env")

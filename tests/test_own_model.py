@@ -55,6 +55,12 @@ def test_the_readme_example_records_then_compares_on_one_and_two_ranks(
         fp = info["fingerprint"]
         assert (fp["model"], fp["width"], fp["batch_size"]) == ("mlp", 256, 128)
         assert "image_size" not in fp
+        # The ranks' heap by default: glibc with fixed thresholds, whose steps take no fresh
+        # pages (glibc as it comes took ~1,300 a step of a model this size).
+        assert fp["allocator"] == "glibc mmap=32M trim=64M"
+        assert info["environment"]["allocator_in_effect"]["MALLOC_MMAP_THRESHOLD_"] == str(32 << 20)
+        faults = [f for launch in info["page_faults_per_step_launches"] for f in launch]
+        assert len(faults) == len(info["samples_per_s_repeats"]) and max(faults) < 50, faults
     stored = sorted(p.relative_to(pytester.path).parent.as_posix()
                     for p in (pytester.path / "baselines").rglob("*.json"))
     assert stored == [f"baselines/{default_machine()}/test_my_model/test_mlp-{case}"

@@ -128,6 +128,8 @@ class RankFigures:
     memory_source: str = ""
     # The framework's counters and NVML's figure of this rank's worst window (bytes).
     memory_counters: dict[str, float] = field(default_factory=dict)
+    # Each window's minor page faults per step (``rank.memory``); empty: not measured.
+    faults_per_step: list[float] = field(default_factory=list)
 
     @property
     def median_step_s(self) -> float:
@@ -149,7 +151,8 @@ class RankFigures:
         return RankFigures(self.rank, self.node_rank, self.local_rank, self.host,
                            self.step_s + more.step_s, self.local_step_s + more.local_step_s,
                            self.peak_bytes + more.peak_bytes,
-                           self.memory_source or more.memory_source, dict(worst))
+                           self.memory_source or more.memory_source, dict(worst),
+                           self.faults_per_step + more.faults_per_step)
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "node_rank": self.node_rank, "local_rank": self.local_rank,
@@ -165,16 +168,22 @@ class RankFigures:
         peaks = [w["peak_bytes"] for w in windows if w.get("peak_bytes") is not None]
         worst: dict[str, Any] = max(windows, key=lambda w: w.get("peak_bytes") or 0, default={})
         local = rank_result.get("local_step_s")
+        timed = rank_result.get("windows", [])
+        faults = [w.get("minor_faults") for w in windows]
         return cls(rank=int(rank_result.get("rank", 0)),
                    node_rank=int(rank_result.get("node_rank", 0)),
                    local_rank=int(rank_result.get("local_rank", 0)),
                    host=str(rank_result.get("host", "")),
-                   step_s=[w["elapsed_s"] / w["steps"] for w in rank_result.get("windows", [])],
+                   step_s=[w["elapsed_s"] / w["steps"] for w in timed],
                    local_step_s=[float(local)] if local is not None else [],
                    peak_bytes=[float(p) for p in peaks] if len(peaks) == len(windows) else [],
                    memory_source=str(memory.get("source", "")),
                    memory_counters={k: float(v) for k, v in worst.items()
-                                    if isinstance(v, (int, float)) and k != "peak_bytes"})
+                                    if isinstance(v, (int, float))
+                                    and k not in ("peak_bytes", "minor_faults")},
+                   faults_per_step=([f / w["steps"] for f, w in zip(faults, timed)]
+                                    if len(faults) == len(timed) and None not in faults
+                                    else []))
 
 
 @dataclass
@@ -199,6 +208,8 @@ class Result:
     interference: list[Interference] = field(default_factory=list)
     # The diagnostic steps' phases, every launch's (None: none ran, or --dlperf-phases off).
     phases: PhaseSamples | None = None
+    # Each window's minor page faults per step, the most over the ranks; empty: not measured.
+    faults_per_step: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.launch_windows and sum(self.launch_windows) != len(self.samples_per_s):
@@ -237,6 +248,7 @@ class Result:
         if (more.steps, more.global_batch) != (self.steps, self.global_batch):
             raise ValueError("extra repeats must use the same steps per window and global batch")
         both = bool(self.memory_bytes) and bool(more.memory_bytes)
+        faulted = bool(self.faults_per_step) and bool(more.faults_per_step)
         ranks = ([a.extended(b) for a, b in zip(self.ranks, more.ranks)]
                  if len(self.ranks) == len(more.ranks) else self.ranks)
         return Result(samples_per_s=self.samples_per_s + more.samples_per_s,
@@ -248,12 +260,19 @@ class Result:
                       memory_bytes=self.memory_bytes + more.memory_bytes if both else [],
                       ranks=ranks, interference=self.interference + more.interference,
                       phases=self.phases.extended(more.phases) if self.phases is not None
-                      else more.phases)
+                      else more.phases,
+                      faults_per_step=(self.faults_per_step + more.faults_per_step if faulted
+                                       else []))
 
     @property
     def memory_launches(self) -> list[list[float]]:
         """Each window's peak memory, grouped by launch (empty: not measured)."""
         return split(self.memory_bytes, self.launch_windows) if self.memory_bytes else []
+
+    @property
+    def faults_launches(self) -> list[list[float]]:
+        """Each window's page faults per step, grouped by launch (empty: not measured)."""
+        return split(self.faults_per_step, self.launch_windows) if self.faults_per_step else []
 
     @property
     def peak_memory(self) -> float | None:
@@ -288,8 +307,12 @@ def aggregate(rank_results: list[dict[str, Any]], per_device_batch: int, wall_s:
     memory: list[float] = []
     if windows and all(len(r.peak_bytes) == windows for r in ranks):
         memory = [max(r.peak_bytes[i] for r in ranks) for i in range(windows)]
+    faults: list[float] = []
+    if windows and all(len(r.faults_per_step) == windows for r in ranks):
+        faults = [max(r.faults_per_step[i] for r in ranks) for i in range(windows)]
     return Result(samples_per_s=rates, window_s=window_s, steps=steps, global_batch=global_batch,
                   warmup_s=max(r["warmup_s"] for r in rank_results), wall_s=wall_s,
                   timed_from=max(r.get("timed_from", 0.0) for r in rank_results),
                   first_step_s=max(r.get("first_step_s", 0.0) for r in rank_results),
-                  memory_bytes=memory, ranks=ranks, phases=PhaseSamples.of(rank_results))
+                  memory_bytes=memory, ranks=ranks, phases=PhaseSamples.of(rank_results),
+                  faults_per_step=faults)

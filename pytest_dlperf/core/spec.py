@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from .allocator import Allocator
 from .parallel import Layout
 from .protocol import Protocol
 from .recipes import RecipeReference, recipe_reference
@@ -94,7 +95,7 @@ class RankSpec:
     threads: int = 1
     python: str | None = None  # the interpreter the ranks run under; None: pytest's
     workers: list[str] | None = None  # TensorFlow: every rank's host:port, when known upfront
-    count_flops: bool = False  # rank 0 counts the torch recipe's FLOPs per sample first
+    count_flops: bool = False  # rank 0 counts the torch recipe's FLOPs after its windows
     memory_limit: int | None = None  # bytes per rank, enforced by the OS (--dlperf-memory-limit)
     progress: str | None = None  # rank 0 appends its phases to this file (live progress)
     # The folder a user's own adapter module is imported from (None: built-in or installed).
@@ -115,6 +116,9 @@ class RankSpec:
     # Diagnostic steps after the timed windows, the step cut into phases (rank.phases);
     # 0: none (--dlperf-phases off).
     phase_steps: int = 0
+    # The heap allocator the ranks start under (set by the launcher, checked by the rank);
+    # None: whatever the launcher's environment gives.
+    allocator: Allocator | None = None
 
     def parallel(self, world_size: int) -> Layout:
         """The case's layout on ``world_size`` ranks (plain data parallelism where none)."""
@@ -166,6 +170,7 @@ class RankSpec:
                 values["recipe"] = RecipeReference(**values["recipe"])
             if "precision" in values:
                 values["precision"] = PrecisionSpec(**values["precision"])
+            values["allocator"] = Allocator.from_json(values.get("allocator"))
             return cls(**values)
         except (KeyError, TypeError) as exc:
             raise SpecError(f"rank spec: missing or malformed field ({exc})") from None

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .allocator import DYNAMIC
+
 
 @dataclass(frozen=True)
 class Hardware:
@@ -151,14 +153,15 @@ def fingerprint(topology: Topology, *, framework: str, framework_version: str, p
                 model: str, batch_size: int | str, sizes: Mapping[str, Any], protocol_slug: str,
                 python: str | None = None, accelerator_stack: str | None = None,
                 compiler: str = "eager", machine: str | None = None,
-                link: str | None = None) -> dict[str, Any]:
+                link: str | None = None, allocator: str | None = None) -> dict[str, Any]:
     """Everything that must match for two throughput figures to be comparable: the workload's
     own sizes (ResNet-50's ``image_size``, a transformer's sequence length) sit beside the
     batch. ``python`` is the ranks' interpreter (major.minor). (``compiler`` appears only when
     it is not eager, so eager fingerprints stay what they always were.) ``machine`` names the
     host the figures belong to (``--dlperf-machine``): two hosts of one model are still two.
     ``link``: the network between local nodes that are hosts of their own (``--dlperf-link``,
-    or "unshaped")."""
+    or "unshaped"). ``allocator``: the ranks' heap allocator (``core.allocator``'s label):
+    glibc's thresholds alone moved a small model's step 1.5x."""
     fp: dict[str, Any] = {
         "device_type": topology.device_type,
         "device_model": topology.device_name,
@@ -183,7 +186,35 @@ def fingerprint(topology: Topology, *, framework: str, framework_version: str, p
         fp["machine"] = machine
     if link:
         fp["link"] = link
+    if allocator:
+        fp["allocator"] = allocator
     return fp
+
+
+def earlier_fingerprints(fp: dict[str, Any]) -> list[dict[str, Any]]:
+    """The fingerprints older versions filed ``fp``'s figures under: without an allocator
+    where the ranks run on glibc as it comes (before ``--dlperf-allocator`` they all did), and
+    with pytest's Python (before the ranks' was recorded)."""
+    fps = [fp]
+    if fp.get("allocator") == DYNAMIC:
+        fps.append({k: v for k, v in fp.items() if k != "allocator"})
+    pytest_python = python_minor(None)
+    fps += [{**f, "python": pytest_python} for f in fps if f.get("python") != pytest_python]
+    return fps[1:]
+
+
+def nearest_difference(fp: dict[str, Any], others: list[dict[str, Any]]
+                       ) -> list[tuple[str, Any, Any]]:
+    """Where the nearest of ``others`` (the fewest fields apart) differs from ``fp``: each
+    field as (name, its value there, here), None where a side has none; empty where none of
+    ``others`` differs from ``fp`` (or none is given)."""
+    nearest: list[str] | None = None
+    chosen: dict[str, Any] = {}
+    for other in others:
+        keys = sorted(k for k in set(fp) | set(other) if fp.get(k) != other.get(k))
+        if keys and (nearest is None or len(keys) < len(nearest)):
+            nearest, chosen = keys, other
+    return [(key, chosen.get(key), fp.get(key)) for key in nearest or []]
 
 
 def fingerprint_id(fp: dict[str, Any]) -> str:

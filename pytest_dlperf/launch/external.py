@@ -13,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from ..core import allocator
 from ..core.topology import Topology
 from ..frameworks import DistEnv
 from .base import Launcher, LaunchError
@@ -82,6 +83,9 @@ class ExternalLauncher(Launcher):
         prefix = f"dlperf/case{self._calls}"
         os.environ["OMP_NUM_THREADS"] = str(spec["threads"])
         try:
+            chosen = allocator.Allocator.from_json(spec.get("allocator"))
+            if chosen is not None:  # this process started before the plugin chose
+                allocator.apply_in_process(chosen)
             mine: dict[str, Any] = run_worker(spec, self.dist)
         except Exception as exc:
             mine = {"rank": self.dist.rank, "error": error_text(exc)}

@@ -156,7 +156,8 @@ class LocalLauncher(Launcher):
         # Every local node has this host's address.
         # (An agent reads the ranks' interpreter from the environment; rank_command names it.)
         env = worker_environment(topology, tmp_dir, None if ranks_here else spec.get("python"),
-                                 free_loopback_port(), nodes_share_host=topology.nodes > 1)
+                                 free_loopback_port(), nodes_share_host=topology.nodes > 1,
+                                 allocator=spec.get("allocator"))
         if ranks_here:
             env = one_node_environment(env, topology)
         return run_processes(commands, env, run_dir, out_dir, topology.world_size, timeout_s,
@@ -190,5 +191,6 @@ class LocalLauncher(Launcher):
             commands = [netns.wrap(commands, logs, run_dir / "netns-plan.json",
                                    hosts=str(self.link))]
         env = worker_environment(topology, tmp_dir, spec.get("python"), framework_port,
-                                 nodes_share_host=False, worker_host=None)
+                                 nodes_share_host=False, worker_host=None,
+                                 allocator=spec.get("allocator"))
         return run_processes(commands, env, run_dir, out_dir, topology.world_size, timeout_s)

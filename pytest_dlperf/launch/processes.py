@@ -15,12 +15,13 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from ..core.allocator import Allocator
 from ..core.lifeline import tethered
 from ..core.ports import free_loopback_port
 from ..core.topology import Topology
@@ -90,7 +91,8 @@ def rank_variables(rank: int) -> dict[str, str]:
 
 def worker_environment(topology: Topology, tmp_dir: Path, python: str | None,
                        framework_port: int, nodes_share_host: bool,
-                       worker_host: str | None = "127.0.0.1") -> dict[str, str]:
+                       worker_host: str | None = "127.0.0.1",
+                       allocator: Mapping[str, Any] | None = None) -> dict[str, str]:
     """What the agents (and so the ranks) inherit. ``python``: the ranks' interpreter, when not
     the agents' own (torchrun reads ``PYTHON_EXEC``). ``framework_port``: a free port on the
     first node for a framework that runs its own rendezvous beside torchrun's store (OneFlow's
@@ -98,7 +100,9 @@ def worker_environment(topology: Topology, tmp_dir: Path, python: str | None,
     ``nodes_share_host``: several nodes have one host address, so a framework that groups ranks
     into nodes by address (OneFlow) must number them as one host's processes.
     ``worker_host``: the address peers reach this node's ranks at, for a framework that runs
-    its own servers (TensorFlow); None: the node's own host name (a real cluster's nodes)."""
+    its own servers (TensorFlow); None: the node's own host name (a real cluster's nodes).
+    ``allocator``: the spec's heap allocator (``core.allocator``), set in the environment
+    every process of the launch starts with (None: this process's environment as it is)."""
     env = dict(os.environ)
     env.pop("PYTHON_EXEC", None)
     if python:
@@ -120,7 +124,8 @@ def worker_environment(topology: Topology, tmp_dir: Path, python: str | None,
     env.pop("DLPERF_WORKER_HOST", None)
     if worker_host:
         env["DLPERF_WORKER_HOST"] = worker_host
-    return env
+    chosen = Allocator.from_json(allocator)
+    return env if chosen is None else chosen.environment(env)
 
 
 def kill_tree(procs: list[subprocess.Popen[bytes]], grace_s: float = 3.0,

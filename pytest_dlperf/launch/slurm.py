@@ -103,7 +103,8 @@ class SlurmLauncher(Launcher):
         ]
         # Slurm nodes are separate hosts, unless the allocation lists one host twice.
         env = worker_environment(topology, tmp_dir, spec.get("python"), port + 1,
-                                 nodes_share_host=len(set(hosts)) < len(hosts), worker_host=None)
+                                 nodes_share_host=len(set(hosts)) < len(hosts), worker_host=None,
+                                 allocator=spec.get("allocator"))
         # run_processes logs its one command (srun) there.
         watch = StepWatch(run_dir / "launch-0.log", str(spec_path))
         watch.start()

@@ -11,6 +11,7 @@ from typing import Any
 from ..core.batchsearch import Search
 from ..core.phases import Phases
 from ..core.protocol import Protocol
+from ..core.topology import nearest_difference
 from ..store.baselines import EFFICIENCY, THROUGHPUT, Baseline, BaselineError, Change, Metric, Run
 from ..verdict import drift
 from ..verdict.drift import Drift
@@ -25,6 +26,13 @@ class Elsewhere:
 
     other_machines: tuple[str, ...] = ()
     unnamed: str | None = None
+    # How this machine's nearest baseline of the case differs from its fingerprint.
+    differs: str | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The case record's fields that say it."""
+        return dict(other_machines=list(self.other_machines), unnamed_baselines=self.unnamed,
+                    other_fingerprint=self.differs)
 
 
 def load(case: Case, fp: dict[str, Any]) -> Baseline | None:
@@ -59,7 +67,24 @@ def elsewhere(case: Case, fp: dict[str, Any]) -> Elsewhere:
     state = case.state
     others, unnamed = state.store.elsewhere(case.id, [c for c, _ in case.aliases(case.id, fp)])
     return Elsewhere(tuple(m for m in others if m != state.settings.machine),
-                     case.display(unnamed) if unnamed else None)
+                     case.display(unnamed) if unnamed else None,
+                     described(nearest_difference(
+                         fp, state.store.fingerprints(case.id, state.settings.machine))))
+
+
+def described(differs: list[tuple[str, Any, Any]]) -> str | None:
+    """Fields another baseline of the case differs in, as the message of a case without one
+    says them: ``allocator (not recorded there, glibc mmap=32M trim=64M here)``."""
+    if not differs:
+        return None
+    text = ", ".join(f"{key} ({'not recorded' if there is None else there} there, "
+                     f"{'not recorded' if here is None else here} here)"
+                     for key, there, here in differs)
+    if [(key, there) for key, there, _ in differs] == [("allocator", None)]:
+        text += (": it was recorded before the ranks' heap allocator was part of the "
+                 "fingerprint, on glibc as it comes, which --dlperf-allocator glibc-dynamic "
+                 "judges against")
+    return text
 
 
 def reference_median(case: Case, other: str | None, fp: dict[str, Any]

@@ -19,7 +19,7 @@ from ..core.phases import diagnostic_steps
 from ..core.protocol import Protocol, launch_size
 from ..core.recipes import RecipeReference
 from ..core.spec import RankSpec, spec_for
-from ..core.topology import Topology, fingerprint, python_minor
+from ..core.topology import Topology, earlier_fingerprints, fingerprint, python_minor
 from ..core.workload import (
     CaseWorkload,
     Precision,
@@ -39,7 +39,7 @@ from .session import SessionState
 # Fingerprint fields that do not bear on how much memory a batch takes: an earlier search's
 # answer is a good start whatever they are.
 NOT_MEMORY = ("framework_version", "python", "accelerator_stack", "protocol", "batch_size",
-              "link")
+              "link", "allocator")
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,8 @@ class Case:
                         batch_size=sized.batch_size, sizes=dict(sized.sizes), recipe=recipe,
                         layout=self.layout).with_(memory_limit=self.state.settings.memory_limit,
                                 adapter_path=self.adapter.import_root,
-                                phase_steps=self.phase_steps)
+                                phase_steps=self.phase_steps,
+                                allocator=self.state.settings.allocator)
 
     @property
     def phase_steps(self) -> int:
@@ -180,7 +181,8 @@ class Case:
                            python=python_minor(env.get("python")),
                            accelerator_stack=self._accelerator_stack(topology, env),
                            compiler=self.compiler, machine=self.state.settings.machine,
-                           link=self.cluster.launcher.link_fingerprint(topology))
+                           link=self.cluster.launcher.link_fingerprint(topology),
+                           allocator=self.state.settings.allocator.label)
 
     def memory_match(self, version: str, sized: CaseWorkload) -> dict[str, Any]:
         """The fingerprint fields that bear on how much memory a batch takes."""
@@ -196,13 +198,11 @@ class Case:
     def aliases(self, case: str, fp: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         """Where older versions filed this case's baseline: under the test file's basename
         (before cases were keyed by rootdir-relative path), with pytest's Python in the
-        fingerprint (before it was the ranks')."""
+        fingerprint (before it was the ranks'), and without an allocator where the ranks ran
+        on glibc as it comes (before --dlperf-allocator, they all did)."""
         name = case.partition("::")[2]
         cases = [case, f"{self.node.path.name}::{name}"]
-        fps = [fp]
-        pytest_python = python_minor(None)
-        if fp.get("python") != pytest_python:
-            fps.append({**fp, "python": pytest_python})
+        fps = [fp, *earlier_fingerprints(fp)]
         return [(c, f) for c in cases for f in fps][1:]
 
     def policy(self, baseline: Baseline | None) -> Policy:

@@ -53,7 +53,8 @@ def _first_line(exc: LaunchError) -> str:
 @dataclass
 class Launches:
     """The launches of one case. ``rank_flops``: what rank 0 of the last launch that counted
-    FLOPs reported (torch ranks count on the first launch where the session has no count).
+    FLOPs reported (torch ranks count after the first launch's windows where the session has
+    no count).
     ``retry_busy``: a launch beside more interference than --dlperf-busy-threshold is run
     again (``busy.RETRIES`` times), then ``MachineBusy`` is raised; off, interference is only
     recorded (A/B, where both sides share it)."""
@@ -73,8 +74,10 @@ class Launches:
         env: dict[str, Any] = {}
         planned = planned or len(windows)
         for index, count in enumerate(windows):
-            # The phases' diagnostic steps in the run's first launch only: a case's wall time
-            # pays for them once (docs/phases.md).
+            # The FLOP count and the phases' diagnostic steps in the run's first launch only,
+            # after its timed windows: a case's wall time pays for them once (docs/phases.md),
+            # and every launch times the same steps after the same start (a count before the
+            # windows made launch 1 of a small CPU model 1.3-1.8x faster than the others).
             launched = replace(spec, protocol=replace(spec.protocol, repeats=count),
                                count_flops=spec.count_flops and index == 0,
                                phase_steps=spec.phase_steps if done + index == 0 else 0)

@@ -21,9 +21,9 @@ from ..core.spec import RankSpec
 from ..core.topology import make_topology
 from ..core.workload import CaseWorkload, Precision, SizeValue, Workload
 from ..launch import Cluster
-from ..store.baselines import Change, Metric
+from ..store.baselines import Baseline, Change, Metric
 from ..verdict import busy as busy_text
-from ..verdict import decide, unstable
+from ..verdict import decide, position, unstable
 from ..verdict.decide import Policy
 from ..verdict.drift import Drift
 from ..verdict.mfu import FlopsCount
@@ -146,9 +146,10 @@ class ThroughputMeter:
                 sized = replace(sized, batch_size=found)
 
     def _rank_counts_flops(self, case: Case, workload: Workload, sized: CaseWorkload) -> bool:
-        """Rank 0 of the first launch counts FLOPs where a torch rank can and the session has
-        no count yet. Not under a memory limit: counting builds the model once more (BERT's on
-        the CPU), memory the probes of a batch search did not use; a subprocess counts then."""
+        """Rank 0 of the first launch counts FLOPs (after its windows) where a torch rank can
+        and the session has no count yet. Not under a memory limit: counting builds the model
+        once more (BERT's on the CPU), memory the probes of a batch search did not use; a
+        subprocess counts then."""
         key = flops_key(workload, sized, self.cluster.device_type)
         return (key not in self.state.flops_counts and workload.flops_per_sample is None
                 and case.adapter.recipe_key == "torch"
@@ -192,17 +193,14 @@ class ThroughputMeter:
                    if reporter and self.state.history is not None else None)
         elsewhere = baselines.elsewhere(case, fp) if baseline is None else None
         speedup = result.median / reference if reference is not None else None
-        model = phases.scaling(self.cluster, one_device, result, speedup,
-                               make_topology(self.state.hardware, 1, 1,
-                                             self.cluster.device_type).threads_per_worker)
+        model = self._scaling_model(one_device, result, speedup)
         report = CaseReport(
             **case.identity(version, env, sized, fp), result=result,
             verdict=verdicts[0], efficiency_verdict=verdicts[1], memory_verdict=verdicts[2],
             baseline_path=case.display(self.state.store.path_for(case.id, fp)),
             baseline_change=change, launched_at=measured.launched_at,
             cv=cv, within_cv=within_cv, record_refused=refused, batch_search=search,
-            other_machines=list(elsewhere.other_machines) if elsewhere else [],
-            unnamed_baselines=elsewhere.unnamed if elsewhere else None,
+            **(elsewhere.fields() if elsewhere else {}),
             reference=reference, speedup=speedup,
             efficiency=speedup / devices if speedup is not None else None,
             flops=flops, achieved_flops_per_s=used.achieved_flops_per_s, peak=used.peak,
@@ -212,8 +210,29 @@ class ThroughputMeter:
             history_blocking=history.blocking if history else None,
             baseline_phases=baselines.recorded_phases(baseline),
             scaling_model=model.model if model else None,
-            scaling_warning=model.warning if model else None)
+            scaling_warning=model.warning if model else None,
+            launch_position=self._position(baseline, result, policy))
         return report, policy
+
+    def _scaling_model(self, one_device: Phases | None, result: Result,
+                       speedup: float | None) -> phases.Scaled | None:
+        """The scaling model held against a multi-device case's efficiency (None: none)."""
+        threads = make_topology(self.state.hardware, 1, 1,
+                                self.cluster.device_type).threads_per_worker
+        return phases.scaling(self.cluster, one_device, result, speedup, threads)
+
+    @staticmethod
+    def _position(baseline: Baseline | None, result: Result, policy: Policy
+                  ) -> position.FirstLaunchApart | None:
+        """The first launch of each run apart from the others: over the baseline's runs, and
+        this run's where it took enough launches (verdict.position). A baseline without an
+        allocator in its fingerprint was recorded before launches started alike (its launch 1
+        counted FLOPs first): its runs are not evidence of the workload's own."""
+        runs = ([] if baseline is None or "allocator" not in baseline.fingerprint
+                else position.baseline_runs(baseline.throughput.launches,
+                                            [run.launches for run in baseline.runs],
+                                            policy.keep_launches))
+        return position.first_launch_apart([*runs, result.launches])
 
     def _history(self, case: Case, fp: dict[str, Any], metrics: dict[str, Metric],
                  verdict: Verdict, change: Change | None) -> Judged:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from .. import frameworks
+from ..core import allocator as allocator_mod
 from ..core import protocol as protocol_mod
 from ..core.units import parse_flops, parse_size
 from ..core.workload import COMPILERS
@@ -138,6 +139,16 @@ OPTIONS: tuple[Option, ...] = (
            "optimizer, exposed communication), which the results, the baseline and a "
            "regression's message report; off: none. Default: on.",
            _choice("on", "off"), "on", metavar="on|off"),
+    Option("allocator", "the heap allocator every rank runs under, set the same way in every "
+           "launch and part of the fingerprint: glibc (glibc's malloc with its mmap and trim "
+           "thresholds fixed at 32M and 64M, the most its own dynamic rule reaches: every "
+           "launch starts in the state a long training process ends in), glibc:MMAP,TRIM "
+           "(other fixed thresholds: glibc:4M,32M), glibc-dynamic (glibc as it comes: its "
+           "thresholds follow what the process allocated and freed before, and a small CPU "
+           "model's step ran 1.5x apart for it), jemalloc or tcmalloc (preloaded, found on "
+           "this machine), or a shared library's path to preload. Why and what each gave: "
+           "docs/resources.md. Default: glibc.",
+           allocator_mod.parse, allocator_mod.Allocator(), metavar="NAME"),
     Option("peak_flops", "the device's dense peak FLOP/s for the precision the cases compute "
            "in (989.4T), for MFU on a device the built-in table lacks (every CPU, a GPU newer "
            "than this release); it replaces the table's figure. Default: the table's, by NVML "

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from ..core import protocol as protocol_mod
+from ..core.allocator import Allocator
 from .options import OPTIONS, Option
 
 
@@ -28,6 +29,7 @@ class Settings:
     straggler_threshold: float
     peak_flops: float | None
     phases: str  # "on": diagnostic steps cut into phases after the windows; "off": none
+    allocator: Allocator  # the ranks' heap allocator
     launches: int
     max_repeats: int
     unstable_cv: float

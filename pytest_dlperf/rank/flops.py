@@ -84,8 +84,8 @@ def count(spec: Any) -> dict[str, Any]:
 
 
 def count_in_rank(spec: Any) -> dict[str, Any]:
-    """The count, in a torch rank before it builds its trainer (torch is imported there
-    anyway); a failure is reported, never raised: FLOPs are not what the case measures."""
+    """The count, in a torch rank after its timed windows (torch is imported there anyway);
+    a failure is reported, never raised: FLOPs are not what the case measures."""
     try:
         return count(spec)
     except Exception as exc:  # noqa: BLE001

@@ -3,6 +3,10 @@ out-of-memory error looks like in each framework.
 
 Runs in every training rank: standard library only (ranks may run under another Python).
 
+- **Page faults**: the minor page faults the rank's process took over each window (every thread,
+  ``getrusage``): pages the heap got fresh from the kernel. A step that takes many has an
+  allocator handing memory back and fetching it again (glibc under thresholds that are too low
+  for the step's tensors: ``core.allocator``), which the step's time pays for.
 - **CPU**: the rank's peak resident set size. Linux keeps a resettable high-water mark per
   process: writing ``5`` to ``/proc/self/clear_refs`` sets ``VmHWM`` (``/proc/self/status``)
   back to the current RSS, so the peak of one window is read without sampling. Where that file
@@ -103,15 +107,18 @@ class WindowMemory:
         self.trainer, self.cuda, self.local_rank = trainer, cuda, local_rank
         self.rss = RssPeak()
         self.windows: list[dict[str, Any]] = []
+        self._faults = 0
 
     def before_window(self) -> None:
         self.rss.reset()
+        self._faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         reset = getattr(self.trainer, "reset_peak_memory", None)
         if self.cuda and reset is not None:
             reset()
 
     def after_window(self) -> None:
-        entry: dict[str, Any] = {"host_rss_bytes": self.rss.peak()}
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - self._faults
+        entry: dict[str, Any] = {"host_rss_bytes": self.rss.peak(), "minor_faults": faults}
         if self.cuda:
             counters = getattr(self.trainer, "peak_memory", None)
             entry.update(counters() if counters is not None else {})

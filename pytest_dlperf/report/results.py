@@ -77,6 +77,9 @@ def benchmark_entry(report: CaseReport) -> dict[str, Any]:
             "peak_memory_bytes": report.result.peak_memory,
             "peak_memory_launches": report.result.memory_launches,
             "peak_memory_per_rank": [r.to_json() for r in report.result.ranks],
+            # Each window's minor page faults per step, the most over the ranks, by launch:
+            # the heap's state (docs/resources.md "The heap allocator").
+            "page_faults_per_step_launches": report.result.faults_launches,
             "memory_verdict": (report.memory_verdict.to_json()
                                if report.memory_verdict else None),
             "flops_per_sample": report.flops.per_sample if report.flops else None,

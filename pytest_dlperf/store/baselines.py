@@ -172,6 +172,18 @@ class BaselineStore:
                         and any((self.root / name).glob("*.json"))), None)
         return machines, unnamed
 
+    def fingerprints(self, case: str, machine: str | None) -> list[dict[str, Any]]:
+        """The fingerprints of ``case``'s readable baselines on ``machine`` (None: the store's
+        root), for the message of a case with none of its own fingerprint."""
+        folder = (self.root / machine if machine else self.root) / case_dirname(case)
+        found = []
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                found.append(read(path).fingerprint)
+            except BaselineError:
+                continue
+        return found
+
     def _machine_folders(self) -> list[Path]:
         try:
             return [p for p in self.root.iterdir() if p.is_dir()]

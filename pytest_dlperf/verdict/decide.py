@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from ..core.protocol import RankFigures, split
 from ..core.units import format_bytes, format_flops
 from ..store.baselines import EFFICIENCY, THROUGHPUT, Baseline
-from . import phases
+from . import phases, position
 from .changepoints import Step
 from .drift import Drift
 from .levels import compare_runs
@@ -250,6 +250,9 @@ def without_baseline(report: CaseReport, policy: Policy) -> Decision:
         decision.warnings.append(superlinear)
     if report.scaling_warning:
         decision.warnings.append(f"pytest-dlperf: {report.case}: {report.scaling_warning}")
+    if report.launch_position is not None:
+        decision.warnings.append(position.warning(report.case, report.launch_position,
+                                                  report.workload.unit))
     if report.record_refused:
         decision.failure = unrecorded_message(report, policy.unstable_cv)
     elif policy.min_mfu is not None:
@@ -279,6 +282,10 @@ def no_baseline_message(report: CaseReport) -> str:
         message += (f". This case has baselines of other machines ({', '.join(report.other_machines)}"
                     "), which do not judge this one (hosts of one model have run 40-70% apart); "
                     "if this host is one of them, pass --dlperf-machine NAME")
+    if report.other_fingerprint:
+        message += (". A baseline judges runs of its own fingerprint only, and this "
+                    "machine's nearest baseline of this case differs in "
+                    f"{report.other_fingerprint}")
     if report.unnamed_baselines:
         message += (f". Baselines recorded before machines were named are in "
                     f"{report.unnamed_baselines}: if they were measured on this host, move them "

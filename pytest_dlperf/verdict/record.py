@@ -19,6 +19,7 @@ from ..core.workload import CaseWorkload, Precision
 from ..store.baselines import EFFICIENCY, MEMORY, THROUGHPUT, Change, Metric
 from .changepoints import Step
 from .mfu import FlopsCount, Peak
+from .position import FirstLaunchApart
 from .scaling import ScalingModel
 from .stats import Verdict
 
@@ -70,6 +71,8 @@ class CaseReport:
     machine: str = ""  # --dlperf-machine: whose baselines judge this case
     other_machines: list[str] = field(default_factory=list)  # with a baseline of this case
     unnamed_baselines: str | None = None  # this case's baselines from before machines were named
+    # How this machine's nearest baseline of the case differs from this fingerprint.
+    other_fingerprint: str | None = None
     # --dlperf-history: runs of this case and fingerprint in it (this one included), the steps
     # of each metric over them, and the one tonight sits after unaccepted (it fails the case).
     history_runs: int | None = None
@@ -86,6 +89,9 @@ class CaseReport:
     baseline_phases: Phases | None = None
     scaling_model: ScalingModel | None = None
     scaling_warning: str | None = None  # the measured efficiency far below the model's
+    # The first launch of each run apart from the others, over the baseline's runs and this
+    # one's (verdict.position); None: alike, or too few runs to tell.
+    launch_position: FirstLaunchApart | None = None
 
     @property
     def phases(self) -> Phases | None:
