@@ -8,7 +8,8 @@ Usage::
         [--trials 400] [--tolerance 0.02] [--pool-out pool.json | --pool-in pool.json]
 
 Method. 1. *Collect* (real launches; the workload: an MLP of width 256, batch 128, timed with
-the plugin's own window timer, ``rank.timing.measure``; every launch a fresh Python process):
+the plugin's own window timer, ``rank.timing.measure``; every launch a fresh Python process on
+the heap ``--allocator`` names, as the plugin's ranks start on ``--dlperf-allocator``'s):
 
 - **turns**: a pair is a base launch and a head launch one after the other, in the A/B mode's
   order (base-head, head-base, ...), each on every core (threads = cores), as ``--dlperf-ab``
@@ -53,6 +54,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pytest_dlperf.core import allocator  # noqa: E402
 from pytest_dlperf.verdict import paired  # noqa: E402
 from pytest_dlperf.verdict.stats import ALPHA, REGRESSION  # noqa: E402
 
@@ -129,9 +131,9 @@ def command(args: argparse.Namespace, *, threads: int, slow: float = 0.0,
     return made
 
 
-def run_one(cmd: list[str]) -> dict[str, Any]:
+def run_one(cmd: list[str], env: dict[str, str]) -> dict[str, Any]:
     begin = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     result["wall_s"] = time.perf_counter() - begin
     return result
@@ -139,8 +141,9 @@ def run_one(cmd: list[str]) -> dict[str, Any]:
 
 def turns_pair(index: int, slow: float, args: argparse.Namespace) -> dict[str, Any]:
     cores = os.cpu_count() or 1
-    made = {side: run_one(command(args, threads=cores, slow=slow if side == "head" else 0.0))
-            for side in paired.order(index)}
+    env = allocator.parse(args.allocator).environment(os.environ)
+    made = {side: run_one(command(args, threads=cores, slow=slow if side == "head" else 0.0),
+                          env) for side in paired.order(index)}
     return {"base": made["base"]["samples_per_s"], "head": made["head"]["samples_per_s"],
             "wall_s": made["base"]["wall_s"] + made["head"]["wall_s"]}
 
@@ -154,7 +157,8 @@ def duet_pair(index: int, slow: float, args: argparse.Namespace) -> dict[str, An
         procs = {side: subprocess.Popen(
             command(args, threads=len(halves[0]), slow=slow if side == "head" else 0.0,
                     cpus=halves[base_half if side == "base" else 1 - base_half],
-                    barrier=folder), stdout=subprocess.PIPE, text=True)
+                    barrier=folder), stdout=subprocess.PIPE, text=True,
+            env=allocator.parse(args.allocator).environment(os.environ))
             for side in ("base", "head")}
         outs = {side: p.communicate()[0] for side, p in procs.items()}
         wall = time.perf_counter() - begin
@@ -274,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--allocator", default=allocator.DEFAULT,
+                        help="the launches' heap, as --dlperf-allocator takes it")
     parser.add_argument("--per-round", type=int, default=3, help="pairs a look adds")
     parser.add_argument("--most", type=int, default=6, help="pairs before the one-sided limit")
     parser.add_argument("--trials", type=int, default=400)

@@ -10,7 +10,8 @@ Usage::
 
 Method. 1. *Collect* (real launches): ``--runs`` quiet **runs**, each as a pytest session would
 take it: for every one of ``--cases`` cases (an MLP of its own width, batch 128), ``--launches``
-launches, each a fresh Python process that imports torch, warms up, times ``--windows`` windows
+launches, each a fresh Python process (on the heap ``--allocator`` names, as the plugin's ranks
+start on ``--dlperf-allocator``'s) that imports torch, warms up, times ``--windows`` windows
 of ``--steps`` steps with the plugin's own window timer (``rank.timing.measure``), then times two
 **canaries**: a fixed torch matmul loop (the same framework build) and a framework-free Python
 loop. Runs are ``--pause`` seconds apart, so each sees the machine as a later session would.
@@ -56,7 +57,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_dlperf.core import interference  # noqa: E402
+from pytest_dlperf.core import allocator, interference  # noqa: E402
 from pytest_dlperf.store.baselines import THROUGHPUT, Baseline, Metric, Run  # noqa: E402
 from pytest_dlperf.verdict import drift  # noqa: E402
 from pytest_dlperf.verdict.decide import Policy, next_launches, verdicts  # noqa: E402
@@ -99,7 +100,8 @@ def launch(width: int, args: argparse.Namespace) -> dict[str, Any]:
                "--threads", str(args.threads)]
     watch = interference.Watch()
     begin = time.perf_counter()
-    out = subprocess.run(command, capture_output=True, text=True, check=True)
+    out = subprocess.run(command, capture_output=True, text=True, check=True,
+                         env=allocator.parse(args.allocator).environment(os.environ))
     seen = watch.stop()
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     result.update(wall_s=time.perf_counter() - begin, busy_share=seen.share)
@@ -301,6 +303,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--allocator", default=allocator.DEFAULT,
+                        help="the launches' heap, as --dlperf-allocator takes it")
     parser.add_argument("--pause", type=float, default=10.0, help="seconds between runs")
     parser.add_argument("--trials", type=int, default=400)
     parser.add_argument("--tolerance", type=float, default=0.05)
