@@ -239,20 +239,24 @@ def resample(pool: dict[str, Any], args: argparse.Namespace) -> None:
     header = "| baseline | judged | normalized | " + " | ".join(
         f"{level:.0%}" for level in LEVELS) + " | launches | wall per case |"
     print("\n" + header + "\n|" + "---|" * (header.count("|") - 1))
+    # A baseline is drawn from the runs the plugin would have recorded (=add refuses the
+    # others), the judged run from the other quiet runs: rejection sampling of whole draws never
+    # ends where fewer runs are recordable than a baseline takes.
+    kept = [run for run in quiet if recordable([run], args.planned, args.unstable_cv)]
     for runs in args.baseline_runs:
-        if runs + 1 > len(quiet):
-            print(f"| {runs} runs | - | - | (needs {runs + 1} quiet runs) |")
+        if runs > len(kept) or runs + 1 > len(quiet):
+            print(f"| {runs} runs | - | - | (needs {runs} recordable quiet runs and one more: "
+                  f"{len(kept)} of {len(quiet)} were recordable) |")
             continue
         for canary in canaries:
             rates, used = [], []
             for level in LEVELS:
                 caught = 0
                 for _ in range(args.trials):
-                    picked = rng.sample(quiet, runs + 1)
-                    while not recordable(picked[:runs], args.planned, args.unstable_cv):
-                        picked = rng.sample(quiet, runs + 1)
-                    outcome, taken, _ = judge(rng.choice(cases), picked[:runs], picked[runs],
-                                              level, pool, canary, args)
+                    base = rng.sample(kept, runs)
+                    judged = rng.choice([run for run in quiet if run not in base])
+                    outcome, taken, _ = judge(rng.choice(cases), base, judged, level, pool,
+                                              canary, args)
                     caught += outcome == REGRESSION
                     used.append(taken)
                 rates.append(caught / args.trials)
@@ -261,14 +265,15 @@ def resample(pool: dict[str, Any], args: argparse.Namespace) -> None:
                   + f" | {statistics.fmean(used):.1f} | {statistics.fmean(used) * wall:.0f} s |")
     if not hogged:
         return
-    runs = min(3, len(quiet))
+    runs = min(3, len(kept))
+    if not runs:
+        print("no recordable quiet run to judge the hog runs against")
+        return
     rates, busy_rates, used = [], [], []
     for level in LEVELS:
         caught = busy = 0
         for _ in range(args.trials):
-            base = rng.sample(quiet, runs)
-            while not recordable(base, args.planned, args.unstable_cv):
-                base = rng.sample(quiet, runs)
+            base = rng.sample(kept, runs)
             outcome, taken, was_busy = judge(rng.choice(cases), base,
                                              rng.choice(hogged), level, pool, None, args)
             busy += was_busy
