@@ -147,6 +147,34 @@ def test_a_preloaded_allocator_serves_malloc_and_a_missing_one_is_refused(name: 
         allocator.check(wanted, plain)
 
 
+NON_PIE_PYTHON = "/usr/bin/python3.11"  # Debian's: an executable at a fixed address
+WHOSE_MALLOC = f"""
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("allocator", {str(Path(allocator.__file__))!r})
+module = sys.modules["allocator"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+print(module.malloc_library())
+"""
+
+
+@pytest.mark.skipif(not Path(NON_PIE_PYTHON).exists(), reason=f"needs {NON_PIE_PYTHON}")
+@pytest.mark.parametrize("name", ["glibc", "tcmalloc"])
+def test_the_heap_is_told_under_an_executable_that_holds_mallocs_address(name: str) -> None:
+    """A non-PIE executable taking malloc's address makes the symbol resolve to a stub of its
+    own: a rank on Debian's /usr/bin/python3.11 was refused as 'malloc is /usr/bin/python3.11'."""
+    try:
+        wanted = allocator.parse(name)
+    except ValueError as exc:
+        pytest.skip(str(exc))
+    env = {k: v for k, v in wanted.environment(os.environ).items() if k != "PYTHONPATH"}
+    done = subprocess.run([NON_PIE_PYTHON, "-I", "-c", WHOSE_MALLOC], env=env,
+                          capture_output=True, text=True, check=True)
+    library = done.stdout.strip()
+    assert Path(library).name.startswith("libc." if name == "glibc" else "libtcmalloc"), library
+    allocator.check(wanted, {"malloc": library, **{
+        k: env[k] for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_") if k in env}})
+
+
 # -- launches alike, through a pytest run -------------------------------------------------------
 
 # The issue's model of one's own: launch 1 read 1.29-1.76x the others in 15 of 15 sessions

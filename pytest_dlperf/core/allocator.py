@@ -197,19 +197,51 @@ class _DlInfo(ctypes.Structure):
 def malloc_library() -> str | None:
     """The file of the shared object whose ``malloc`` this process calls (the first in the
     global lookup order: a preloaded allocator's, else the C library's); None where the
-    dynamic linker cannot say."""
+    dynamic linker cannot say.
+
+    A non-PIE executable that takes ``malloc``'s address (Debian's /usr/bin/python3.11) holds
+    the symbol's canonical address itself, a stub jumping to the real one: there the answer is
+    the first preloaded library that defines ``malloc``, else the C library."""
     try:
         process = ctypes.CDLL(None)
-        address = ctypes.cast(process.malloc, ctypes.c_void_p).value
-        dladdr = getattr(process, "dladdr", None)
-        if dladdr is None:  # glibc before 2.34 keeps it in libdl
-            dladdr = ctypes.CDLL(ctypes.util.find_library("dl") or "libdl.so.2").dladdr
-        info = _DlInfo()
-        if not dladdr(ctypes.c_void_p(address), ctypes.byref(info)) or not info.dli_fname:
-            return None
-        return os.path.realpath(bytes(info.dli_fname).decode())
+        found = _defining_file(process, process)
+        if found is None or found != os.path.realpath("/proc/self/exe"):
+            return found
+        for name in _preloaded():
+            try:
+                library = ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+            except OSError:
+                continue
+            defining = _defining_file(process, library)
+            if defining is not None and os.path.basename(defining).split(".so")[0] == \
+                    os.path.basename(os.path.realpath(name)).split(".so")[0]:
+                return defining
+        return _defining_file(process, ctypes.CDLL(ctypes.util.find_library("c")
+                                                   or "libc.so.6"))
     except (OSError, AttributeError, TypeError):
         return None
+
+
+def _defining_file(process: ctypes.CDLL, handle: ctypes.CDLL) -> str | None:
+    """The file holding the ``malloc`` that ``handle``'s lookup finds."""
+    address = ctypes.cast(handle.malloc, ctypes.c_void_p).value
+    dladdr = getattr(process, "dladdr", None)
+    if dladdr is None:  # glibc before 2.34 keeps it in libdl
+        dladdr = ctypes.CDLL(ctypes.util.find_library("dl") or "libdl.so.2").dladdr
+    info = _DlInfo()
+    if not dladdr(ctypes.c_void_p(address), ctypes.byref(info)) or not info.dli_fname:
+        return None
+    return os.path.realpath(bytes(info.dli_fname).decode())
+
+
+def _preloaded() -> list[str]:
+    """LD_PRELOAD's libraries, then /etc/ld.so.preload's, in the dynamic linker's order."""
+    names = re.split(r"[:\s]+", os.environ.get("LD_PRELOAD", ""))
+    try:
+        names += Path("/etc/ld.so.preload").read_text().split()
+    except OSError:
+        pass
+    return [name for name in names if name]
 
 
 class _MallInfo2(ctypes.Structure):
