@@ -180,10 +180,17 @@ def test_batch_size_max_searches_each_frameworks_own_memory(
     assert info["batch_size"] == found
     # The edge, each side a fresh launch of this framework's ranks: the found batch trained,
     # one more was ended for lack of memory (the cgroup's OOM killer, or the framework's own
-    # error under an address-space limit), and was reported as such.
+    # error under an address-space limit), and was reported as such: by its probe, or by the
+    # measurement at it after its probe fitted (a batch at the edge does not fit every time:
+    # the search steps one down, core.batchsearch's retreat; TensorFlow's did in CI).
     probes = {p["batch"]: p for p in searched["probes"] if p["stage"] == "probe"}
-    assert probes[found]["fits"] and not probes[found + 1]["fits"]
-    assert f"ran out of memory at batch {found + 1}" in probes[found + 1]["message"]
+    over = [p for p in searched["probes"] if p["batch"] == found + 1 and not p["fits"]]
+    assert over, searched
+    assert f"ran out of memory at batch {found + 1}" in over[0]["message"]
+    if over[0]["stage"] == "probe":
+        assert probes[found]["fits"]
+    else:  # a retreat: the measurement ran out where a probe had fitted
+        assert over[0]["stage"] == "measurement" and probes[found + 1]["fits"]
     assert 2 <= found < 30, "512 MiB should bound this workload within a few dozen"
     assert info["peak_memory_bytes"] > 0 and info["samples_per_s"] > 0
     result.stdout.fnmatch_lines([f"*test_wide*{framework}*max={found}*"])
