@@ -66,6 +66,37 @@ def test_mlp(throughput_meter):
     throughput_meter.measure(os.environ.get("FRAMEWORK", "torch"), MLP)
 """
 
+# A tensor-parallel plan written for another model's paths, and one for a convolution.
+TP_TEST = """
+import os
+
+import pytest
+import torch
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+from pytest_dlperf import BuildContext, Parts, Workload
+
+
+def build(ctx: BuildContext) -> Parts:
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+    plan = {"layers.0.q": ColwiseParallel(), "layers.0.o": RowwiseParallel()}
+    if os.environ["BREAK"] == "tp-conv":
+        model = torch.nn.Sequential(torch.nn.Unflatten(1, (1, 32)), torch.nn.Conv1d(1, 1, 1),
+                                    torch.nn.Flatten(), torch.nn.Linear(32, 10))
+        plan = {"1": ColwiseParallel(), "3": RowwiseParallel()}
+    return Parts(model=model, inputs=torch.randn(ctx.batch_size, 32),
+                 targets=torch.randint(0, 10, (ctx.batch_size,)), tp_plan=plan)
+
+
+TP = Workload(name="tp", recipes={"torch": build}, batch_size={"cpu": 16, "cuda": 16},
+              layouts=("dp", "tp"))
+
+
+@pytest.mark.layouts("tp")
+def test_tp(layout, throughput_meter):
+    throughput_meter.measure("torch", TP)
+"""
+
 LAMBDA_TEST = """
 from pytest_dlperf import Workload
 
@@ -257,6 +288,25 @@ BAD = [
                                        "your code and the error left out*"),
         env={"BREAK": "shape"}, args=("--devices-per-node", "2"), usage=False,
         never=("*distributed.py*", "*_call_impl*", "*--- rank 1 ---*")),
+    # A tensor-parallel plan that names no module of the model (torch skips such an entry with
+    # a warning: the case measured an unsharded model as tp2), and one for a layer kind its
+    # style cannot shard (torch's own error names no module): refused before training.
+    Bad("tp-plan-names-no-module", ("*test_tp[[]tp] failed on 1n2d: 2 of 2 ranks "
+                                    "failed*",
+                                    "*WorkloadError: Parts.tp_plan names 'layers.0.q', which "
+                                    "matches no module of the model (Sequential; its modules: "
+                                    "0, 1, 2)*"),
+        env={"BREAK": "tp-missing"}, files={"test_tp.py": TP_TEST},
+        args=("--devices-per-node", "2", "-k", "tp"),
+        usage=False, never=("*samples/s*",)),
+    Bad("tp-plan-on-a-convolution", ("*test_tp[[]tp] failed on 1n2d: 2 of 2 ranks "
+                                     "failed*",
+                                     "*WorkloadError: Parts.tp_plan: '1' -> ColwiseParallel, "
+                                     "which shards nn.Linear and nn.Embedding only, and 1 is "
+                                     "Conv1d*"),
+        env={"BREAK": "tp-conv"}, files={"test_tp.py": TP_TEST},
+        args=("--devices-per-node", "2", "-k", "tp"),
+        usage=False, never=("*currently only support*",)),
     # A library the dynamic linker will not preload (it says so, and carries on without it):
     # the rank refuses to measure another heap than the case's.
     Bad("allocator-not-preloaded", ("*test_mlp*1n1d*",

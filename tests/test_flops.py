@@ -87,3 +87,18 @@ def test_flops_figures_parse_with_suffixes(text: str, value: float) -> None:
 def test_bad_flops_figures_say_what_is_expected(text: str) -> None:
     with pytest.raises(ValueError, match="FLOP/s"):
         units.parse_flops(text)
+
+
+def test_a_case_without_mfu_says_why() -> None:
+    """Issue 52: --dlperf-peak-flops was ignored without a word where the FLOPs were unknown."""
+    unknown = mfu.FlopsCount(None, "none", "counting FLOPs failed: RuntimeError: shapes")
+    used = pytest_flops.utilization(unknown, 100.0, "float16", {}, None, 1e11)
+    assert used.mfu is None and used.missing == (
+        "its FLOPs per sample are unknown (counting FLOPs failed: RuntimeError: shapes); "
+        "--dlperf-peak-flops 1e+11 is not used without them")
+    counted = mfu.FlopsCount(2e6, "workload")
+    used = pytest_flops.utilization(counted, 100.0, "float32", {}, None, None)
+    assert used.achieved_flops_per_s == 2e8 and used.mfu is None
+    assert used.missing == ("the peak FLOP/s of this CPU in fp32 is not known: give it with "
+                            "--dlperf-peak-flops")
+    assert pytest_flops.utilization(counted, 100.0, "float16", {}, None, 1e9).missing is None

@@ -189,3 +189,46 @@ def test_layouts_the_torch_adapter_cannot_run() -> None:
     assert "torch.compile" in (layout_unavailable(("fsdp", "tp"), "cpu", compiled=True) or "")
     assert "no cp layout" in (layout_unavailable(("cp",), "cpu") or "")
 
+
+
+def test_every_name_a_recipe_gives_must_be_a_module_of_its_model() -> None:
+    """Issue 52: torch skips a plan entry that matches nothing (a warning), and the case then
+    measured an unsharded model as tp2; a ColwiseParallel on a Conv1d failed mid-launch naming
+    no module. Both are refused before anything is sharded, naming the entry."""
+    import torch
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up, self.conv, self.down = (torch.nn.Linear(4, 8), torch.nn.Conv1d(1, 1, 1),
+                                             torch.nn.Linear(8, 4))
+
+    model = torch.nn.Module()
+    model.layers = torch.nn.ModuleList([Block(), Block()])
+    tp = parse_layout("tp2").resolve(2)
+    plan = {"layers.*.up": ColwiseParallel(), "layers.*.down": RowwiseParallel()}
+    assert parallel.check_names(torch, model, Parts(model=model, inputs=0, tp_plan=plan), tp,
+                                []) == {"tp": ["layers.0.down", "layers.0.up", "layers.1.down",
+                                               "layers.1.up"]}
+    missing = {"layers.0.q": ColwiseParallel(), "layers.0.o": RowwiseParallel()}
+    with pytest.raises(WorkloadError, match=r"Parts\.tp_plan names 'layers\.0\.q', which "
+                       r"matches no module of the model \(Module; its modules: .*layers\.0\.up"):
+        parallel.check_names(torch, model, Parts(model=model, inputs=0, tp_plan=missing), tp,
+                             [])
+    conv = {"layers.1.conv": ColwiseParallel()}
+    with pytest.raises(WorkloadError, match=r"'layers\.1\.conv' -> ColwiseParallel, which "
+                       r"shards nn\.Linear and nn\.Embedding only, and layers\.1\.conv is "
+                       r"Conv1d"):
+        parallel.check_names(torch, model, Parts(model=model, inputs=0, tp_plan=conv), tp, [])
+    split = Parts(model=model, inputs=0, pipeline_split=["layers.2"])
+    with pytest.raises(WorkloadError, match=r"pipeline_split names 'layers\.2', not a module"):
+        parallel.check_names(torch, model, split, parse_layout("pp2").resolve(2), [])
+    fsdp = parse_layout("fsdp2").resolve(2)
+    with pytest.raises(WorkloadError, match=r"fsdp_units names 'blocks\.0', not a module"):
+        parallel.check_names(torch, model, Parts(model=model, inputs=0), fsdp,
+                             ["layers.0", "blocks.0"])
+    assert parallel.check_names(torch, model, Parts(model=model, inputs=0), fsdp,
+                                parallel.fsdp_unit_names(torch, model, Parts(model=model,
+                                                                             inputs=0))) == {
+        "fsdp": ["layers.0", "layers.1", "(root)"]}

@@ -129,6 +129,21 @@ def test_the_docs_sharded_example_trains_data_parallel_fsdp2_and_tensor_parallel
     assert sorted(files) == sorted(f"test_lm-{name[8:-1]}" for name in cases)
     assert "layout" not in files["test_lm-1n2d"] and files["test_lm-1n2d-tp2"]["layout"] == "tp2"
     result.stdout.fnmatch_lines(["*test_lm[[]1n2d-fsdp2[]]*1 x 2*tokens/s*recorded*"])
+    # Issue 52: the FLOP count took the default loss on the sequence's logits ("Expected target
+    # size [1, 512], got [1, 64]"), so MFU was missing without a word; the count uses the
+    # trainer's loss, and a case without MFU says why on the terminal.
+    for name, info in cases.items():
+        assert info["flops_problem"] is None and info["flops_per_sample"] > 0, name
+    result.stdout.fnmatch_lines(["pytest-dlperf: no MFU for test_my_lm.py::test_lm[[]*: the peak "
+                                 "FLOP/s of this CPU in fp32 is not known: give it with "
+                                 "--dlperf-peak-flops"])
+    # What the tensor-parallel plan sharded (the embedding and the head stay whole), and FSDP's
+    # units.
+    sharded = {name: info["environment"].get("sharded_modules") for name, info in cases.items()}
+    assert sharded["test_lm[1n2d-tp2]"] == {"tp": sorted(
+        f"layers.{i}.{m}" for i in range(2) for m in ("q", "k", "v", "o", "up", "down"))}
+    assert sharded["test_lm[1n2d-fsdp2]"] == {"fsdp": ["layers.0", "layers.1", "(root)"]}
+    assert sharded["test_lm[1n2d]"] is None
 
 
 @pytest.mark.usefixtures("subprocess_env")

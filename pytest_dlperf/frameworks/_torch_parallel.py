@@ -12,8 +12,10 @@ Runs inside a rank; torch is passed in or imported inside the functions, never a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import difflib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Any
 
 from ..core.parallel import MESH_ORDER, Layout
@@ -91,6 +93,78 @@ def _has(module: Any, name: str) -> bool:
 def _replace(module: Any, name: str, new: Any) -> None:
     parent, _, child = name.rpartition(".")
     module.get_submodule(parent).register_module(child, new)
+
+
+# -- what the recipe names, checked against the model before anything is sharded ------------
+
+def _named(model: Any, names: Sequence[str]) -> str:
+    """The model's module paths, for a message: those closest to ``names`` first, then the
+    rest, at most twelve."""
+    paths = [name for name, _ in model.named_modules() if name]
+    close = [p for name in names for p in difflib.get_close_matches(name, paths, n=3)]
+    shown = list(dict.fromkeys([*close, *paths]))[:12]
+    more = f" and {len(paths) - len(shown)} more" if len(paths) > len(shown) else ""
+    return f"its modules: {', '.join(shown) or 'none'}{more}"
+
+
+def plan_targets(torch: Any, model: Any, plan: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Each tensor-parallel plan entry's modules, matched as ``parallelize_module`` matches
+    them (``fnmatch`` a dotted part at a time: ``layers.*.q``). An entry that matches nothing
+    (torch warns and skips it: the case would measure an unsharded model as tp) or a module
+    its style cannot shard (``ColwiseParallel`` and ``RowwiseParallel`` take ``nn.Linear`` and
+    ``nn.Embedding``; torch says so mid-launch without naming the module) is a
+    ``WorkloadError`` naming the entry."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    modules = dict(model.named_modules(remove_duplicate=False))
+    targets: dict[str, list[str]] = {}
+    for key, style in plan.items():
+        pattern = key.split(".")
+        matched = ([""] if not key else
+                   [name for name in modules if name and len(name.split(".")) == len(pattern)
+                    and all(map(fnmatchcase, name.split("."), pattern))])
+        if not matched:
+            raise WorkloadError(
+                f"Parts.tp_plan names {key!r}, which matches no module of the model "
+                f"({type(model).__name__}; {_named(model, [key])}): fix the entry's path "
+                "(module names as model.named_modules() gives them, * for any one part); "
+                "torch would skip it and the case would measure a model it did not shard")
+        if isinstance(style, (ColwiseParallel, RowwiseParallel)):
+            kinds = (torch.nn.Linear, torch.nn.Embedding)
+            wrong = [f"{name} is {type(modules[name]).__name__}" for name in matched
+                     if not isinstance(modules[name], kinds)]
+            if wrong:
+                raise WorkloadError(
+                    f"Parts.tp_plan: {key!r} -> {type(style).__name__}, which shards "
+                    f"nn.Linear and nn.Embedding only, and {'; '.join(wrong[:3])}: plan that "
+                    "module's Linear layers instead, or leave it replicated")
+        targets[key] = sorted(matched)
+    return targets
+
+
+def check_names(torch: Any, model: Any, parts: Parts, layout: Layout,
+                units: Sequence[str]) -> dict[str, Any]:
+    """What the layout will shard, by kind, every name the recipe gave checked against the
+    model first (a ``WorkloadError`` naming one that is not there): the plan's modules, the
+    pipeline's split points, the FSDP units. Said in the results (``sharded_modules``)."""
+    sharded: dict[str, Any] = {}
+    if layout.uses("tp") and parts.tp_plan:
+        sharded["tp"] = sorted({name for names in plan_targets(torch, model,
+                                                                parts.tp_plan).values()
+                                for name in names})
+    if layout.uses("pp") and parts.pipeline_split:
+        missing = [name for name in parts.pipeline_split if not _has(model, name)]
+        if missing:
+            raise WorkloadError(f"Parts.pipeline_split names {', '.join(map(repr, missing))}, "
+                                f"not a module of the model ({_named(model, missing)})")
+        sharded["pp"] = list(parts.pipeline_split)
+    if layout.uses("fsdp"):
+        missing = [name for name in units if not _has(model, name)]
+        if missing:
+            raise WorkloadError(f"Parts.fsdp_units names {', '.join(map(repr, missing))}, "
+                                f"not a module of the model ({_named(model, missing)})")
+        sharded["fsdp"] = [*units, "(root)"]
+    return sharded
 
 
 # -- one function per strategy ----------------------------------------------------------------
@@ -228,6 +302,7 @@ class Sharded:
     stage_group: Any = None  # the pipeline's group: the gradient norm spans its stages
     mixed_precision: bool = False  # FSDP's policy casts: no autocast around it
     units: list[str] = field(default_factory=list)
+    sharded: dict[str, Any] = field(default_factory=dict)  # check_names: by kind
 
     def parameters(self) -> list[Any]:
         return [p for module in self.modules for p in module.parameters() if p.requires_grad]
@@ -307,6 +382,7 @@ def shard(torch: Any, model: Any, parts: Parts, inputs: Any, layout: Layout, mes
     if reason:
         raise WorkloadError(f"layout {layout.id}: {reason}")
     units = fsdp_unit_names(torch, model, parts)
+    sharded = check_names(torch, model, parts, layout, units)
 
     def shard_part(part: Any) -> None:
         if layout.uses("tp"):
@@ -329,4 +405,4 @@ def shard(torch: Any, model: Any, parts: Parts, inputs: Any, layout: Layout, mes
     return Sharded(modules, pipeline, replica_group=replicas,
                    stage_group=mesh["pp"].get_group() if layout.uses("pp") else None,
                    mixed_precision=layout.uses("fsdp") and spec.precision.enabled,
-                   units=units)
+                   units=units, sharded=sharded)

@@ -258,7 +258,8 @@ class TorchTrainer:
         }
         if self.sharded is not None:
             env.update(data_parallel_ranks=self.layout.data_parallel, layout=self.layout.id,
-                       parameter_bytes_per_rank=self.sharded.parameter_bytes(torch))
+                       parameter_bytes_per_rank=self.sharded.parameter_bytes(torch),
+                       sharded_modules=self.sharded.sharded)
         if self.cuda:
             images = self.inputs if isinstance(self.inputs, torch.Tensor) else None
             env.update(

@@ -21,6 +21,7 @@ from ..report.tables import (
     AB_HEADER,
     ab_rows,
     frameworks_side_by_side,
+    mfu_notes,
     pivot_rows,
     rows,
     text_table,
@@ -307,6 +308,8 @@ def _throughput_summary(terminalreporter: Any, state: SessionState) -> None:
         f"{settings.launches} launch(es), median; machine {settings.machine})")
     benchmarks = [benchmark_entry(r) for r in state.reports]
     for line in text_table(rows(benchmarks)):
+        terminalreporter.write_line(line)
+    for line in mfu_notes(benchmarks):
         terminalreporter.write_line(line)
     network = next((r.network for r in state.reports if r.network), None)
     if network:  # so nobody takes a bridge's figure for a data-centre NIC

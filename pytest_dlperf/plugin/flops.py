@@ -130,6 +130,7 @@ class Utilization:
     achieved_flops_per_s: float | None = None
     peak: Peak | None = None
     mfu: float | None = None
+    missing: str | None = None  # why there is no MFU (the terminal and the results say it)
 
 
 def utilization(flops: FlopsCount, per_device_rate: float, amp_dtype: str,
@@ -140,11 +141,16 @@ def utilization(flops: FlopsCount, per_device_rate: float, amp_dtype: str,
     the peak, never shown as a figure."""
     per_unit = flops.per_unit
     if per_unit is None:
-        return Utilization()
+        unused = (f"; --dlperf-peak-flops {peak_override:g} is not used without them"
+                  if peak_override is not None else "")
+        why = flops.problem or "not counted"
+        return Utilization(missing=f"its FLOPs per sample are unknown ({why}){unused}")
     achieved = per_unit * per_device_rate
-    peak = peak_for(device_name, math_precision(amp_dtype, environment), peak_override)
+    precision = math_precision(amp_dtype, environment)
+    peak = peak_for(device_name, precision, peak_override)
     if peak is None:
-        return Utilization(achieved)
+        return Utilization(achieved, missing=f"the peak FLOP/s of {device_name or 'this CPU'} "
+                           f"in {precision} is not known: give it with --dlperf-peak-flops")
     try:
         mfu = model_flops_utilization(achieved, peak, flops, per_device_rate)
     except ImpossibleMFU as exc:

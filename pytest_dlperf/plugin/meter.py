@@ -204,7 +204,7 @@ class ThroughputMeter:
             reference=reference, speedup=speedup,
             efficiency=speedup / devices if speedup is not None else None,
             flops=flops, achieved_flops_per_s=used.achieved_flops_per_s, peak=used.peak,
-            mfu=used.mfu,
+            mfu=used.mfu, mfu_missing=used.missing,
             history_runs=history.runs if history else None,
             history_steps=list(history.steps) if history else [],
             history_blocking=history.blocking if history else None,

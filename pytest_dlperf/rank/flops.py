@@ -47,10 +47,10 @@ def _to(value: Any, device: str) -> Any:
 
 def _count_step(spec: Any, device: str) -> float:
     """FLOPs of one forward and backward step of the spec's torch recipe on ``device``."""
-    import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     from ..core.recipes import load_recipe
+    from ..frameworks.torch import cross_entropy
 
     recipe = load_recipe(spec.recipe)
     # The whole model, unsharded, whatever the case's layout: no mesh exists here, and model
@@ -63,7 +63,9 @@ def _count_step(spec: Any, device: str) -> float:
     else:
         inputs, targets = parts.inputs, parts.targets
     inputs, targets = _to(inputs, device), _to(targets, device)
-    criterion = parts.loss or torch.nn.functional.cross_entropy
+    # The loss the trainer uses: the recipe's, else the adapter's default (a language model's
+    # [B, T, V] logits against [B, T] tokens too).
+    criterion = parts.loss or cross_entropy
     with FlopCounterMode(display=False) as counter:
         outputs = model(*inputs) if isinstance(inputs, tuple) else model(inputs)
         criterion(outputs, targets).backward()

@@ -87,6 +87,7 @@ def benchmark_entry(report: CaseReport) -> dict[str, Any]:
             "flops_problem": report.flops.problem if report.flops else None,
             "achieved_flops_per_s": report.achieved_flops_per_s,
             "mfu": report.mfu,
+            "mfu_missing": report.mfu_missing,
             "mfu_peak": report.peak.to_json() if report.peak else None,
             "speedup": report.speedup,
             "scaling_efficiency": report.efficiency,

@@ -77,6 +77,20 @@ def rows(benchmarks: list[dict[str, Any]]) -> list[list[str]]:
     return out
 
 
+def mfu_notes(benchmarks: list[dict[str, Any]]) -> list[str]:
+    """Why cases have no MFU, a line per reason naming its cases (three, then a count)."""
+    by_reason: dict[str, list[str]] = {}
+    for bench in benchmarks:
+        info = bench["extra_info"]
+        if info.get("mfu_missing"):
+            by_reason.setdefault(info["mfu_missing"], []).append(info["case"])
+    lines = []
+    for why, cases in by_reason.items():
+        named = ", ".join(cases[:3]) + (f" and {len(cases) - 3} more" if len(cases) > 3 else "")
+        lines.append(f"pytest-dlperf: no MFU for {named}: {why}")
+    return lines
+
+
 def frameworks_side_by_side(benchmarks: list[dict[str, Any]]) -> dict[str, Any] | None:
     """DLPerf's pivot: one row per case (test name and parameters, which the frameworks' perf
     files share), one column per framework: throughput (in the case's unit) and speedup. None

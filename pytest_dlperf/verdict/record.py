@@ -60,6 +60,7 @@ class CaseReport:
     achieved_flops_per_s: float | None = None  # per device
     peak: Peak | None = None  # the device's dense peak the MFU is taken against
     mfu: float | None = None
+    mfu_missing: str | None = None  # why there is no MFU
     reference: float | None = None  # the 1n1d median the speedup is taken against
     cv: float = 0.0  # coefficient of variation of the repeats
     # Of windows around their own launch's mean, pooled over the launches (None: no launch
