@@ -8,11 +8,12 @@ from dataclasses import replace
 
 import pytest
 
+from pytest_dlperf.core.parallel import parse_layout
 from pytest_dlperf.core.protocol import QUICK, Result, split
 from pytest_dlperf.core.topology import Topology
 from pytest_dlperf.core.workload import CaseWorkload, Precision
 from pytest_dlperf.store.baselines import EFFICIENCY, THROUGHPUT, Baseline, Change, Metric, Run
-from pytest_dlperf.verdict import decide, stats, unstable
+from pytest_dlperf.verdict import decide, stats, superlinear, unstable
 from pytest_dlperf.verdict.drift import Drift
 from pytest_dlperf.verdict.record import CaseReport
 from pytest_dlperf.verdict.stats import INCONCLUSIVE, NO_BASELINE, PASS, REGRESSION, Verdict
@@ -198,7 +199,7 @@ def test_recording_an_unstable_case_is_refused_saying_how_to_force_it() -> None:
     within = stats.within_launch_cv(split(noisy, LAUNCHES))
     assert within is not None and within > 1.0
     verdict, _ = decide.verdicts(noisy, LAUNCHES, None, None, 1, 0.05, recording)
-    refused = report(noisy, verdict, cv=1.22, within_cv=within, record_refused=True)
+    refused = report(noisy, verdict, cv=1.22, within_cv=within, record_refused="unstable")
     outcome = decide.decide(refused, recording)
     assert outcome.failure is not None
     assert outcome.failure.startswith(
@@ -216,7 +217,7 @@ def test_recording_an_unstable_case_is_refused_saying_how_to_force_it() -> None:
     assert "nothing was written to baselines/x.json" in outcome.failure
     judged, _ = decide.verdicts(noisy, LAUNCHES, baseline(STEADY), None, 1, 0.05, recording)
     kept = decide.decide(report(noisy, judged, cv=1.22, within_cv=within,
-                                record_refused=True), recording)
+                                record_refused="unstable"), recording)
     assert kept.failure is not None
     assert "the stored baseline baselines/x.json is left as it was" in kept.failure
     assert not any("is unstable" in w for w in outcome.warnings)  # said once, in the failure
@@ -262,11 +263,11 @@ def test_a_scaling_efficiency_above_one_warns_that_the_reference_was_disturbed()
     """828% efficiency (a disturbed 1n1d reference) used to pass without a word."""
     verdict, _ = decide.verdicts(STEADY, LAUNCHES, baseline(STEADY), None, 2, 0.05, POLICY)
     # (``report``'s ``efficiency`` is the efficiency verdict; the figure is set here)
-    assert decide.superlinear_warning(replace(report(STEADY, verdict), speedup=2.08,
+    assert superlinear.warning(replace(report(STEADY, verdict), speedup=2.08,
                                               efficiency=1.04, reference=48.0)) is None
-    assert decide.superlinear_warning(report(STEADY, verdict, speedup=None)) is None
+    assert superlinear.warning(report(STEADY, verdict, speedup=None)) is None
     disturbed = replace(report(STEADY, verdict), speedup=16.56, efficiency=8.28, reference=6.04)
-    warning = decide.superlinear_warning(disturbed)
+    warning = superlinear.warning(disturbed)
     assert warning is not None
     assert warning.startswith("pytest-dlperf: perf/test_m.py::test_m[1n2d]: scaling efficiency "
                               "828.0% (speedup 16.56 on 2 devices) is above 100%")
@@ -275,9 +276,20 @@ def test_a_scaling_efficiency_above_one_warns_that_the_reference_was_disturbed()
     outcome = decide.decide(disturbed, POLICY)
     assert outcome.failure is None and warning in outcome.warnings
     # Recording runs too: a baseline's efficiency taken against a disturbed reference is wrong.
-    recorded = replace(disturbed, baseline_change=Change(
+    slightly = replace(disturbed, speedup=2.6, efficiency=1.3)
+    recorded = replace(slightly, baseline_change=Change(
         path=None, action="recorded", new=baseline(STEADY)))  # type: ignore[arg-type]
-    assert warning in decide.decide(recorded, POLICY).warnings
+    assert superlinear.warning(slightly) in decide.decide(recorded, POLICY).warnings
+    # Far beyond linear (verdict.superlinear.BOUND), a recording run refused it: the case
+    # fails naming the bound, and the warning is not said twice.
+    refused = decide.decide(replace(disturbed, record_refused="efficiency"), POLICY)
+    assert refused.failure is not None and warning not in refused.warnings
+    assert "baseline not recorded: scaling efficiency 828.0%" in refused.failure
+    assert "refuses an efficiency above 150%" in refused.failure
+    # A layout's own reason: tensor parallelism splits one replica's work.
+    tp = superlinear.warning(replace(disturbed, layout=parse_layout("tp2").resolve(2)))
+    assert "tensor parallelism split one replica's work over its ranks, at best" in (tp or "")
+    assert "data parallelism" not in (tp or "")
 
 
 def test_before_the_planned_launches_only_a_change_beyond_doubt_is_a_regression() -> None:

@@ -90,10 +90,12 @@ def described(differs: list[tuple[str, Any, Any]]) -> str | None:
 def reference_median(case: Case, other: str | None, fp: dict[str, Any]
                      ) -> tuple[float, Phases | None] | None:
     """The 1n1d median of test ``other`` (this test at 1n1d) and its phases, from this
-    session's cases, else from its baseline; None where neither has it."""
+    session's cases, else from its baseline; None where neither has it. Not from a case this
+    session refused to record (windows too far apart to measure anything): nothing derived
+    from it may be recorded either (a scaling efficiency of 2787% once was)."""
     state = case.state
     for report in state.reports:
-        if report.case == other and report.fingerprint == fp:
+        if report.case == other and report.fingerprint == fp and not report.record_refused:
             return report.result.median, report.phases
     if not other:
         return None

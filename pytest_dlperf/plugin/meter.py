@@ -23,7 +23,7 @@ from ..core.workload import CaseWorkload, Precision, SizeValue, Workload
 from ..launch import Cluster
 from ..store.baselines import Baseline, Change, Metric
 from ..verdict import busy as busy_text
-from ..verdict import decide, position, unstable
+from ..verdict import decide, position, superlinear, unstable
 from ..verdict.decide import Policy
 from ..verdict.drift import Drift
 from ..verdict.mfu import FlopsCount
@@ -180,9 +180,15 @@ class ThroughputMeter:
         change = None
         reporter = self.cluster.launcher.is_reporter
         wants = reporter and decide.records(policy, baseline is not None)
-        # Launches that measured nothing (their own windows too far apart): not written, and
-        # the case fails saying so (decide). Launches far apart are the drift the verdict models.
-        refused = wants and unstable.too_unstable_to_record(within_cv, policy.unstable_cv, df)
+        speedup = result.median / reference if reference is not None else None
+        efficiency = speedup / devices if speedup is not None else None
+        # Launches that measured nothing (their own windows too far apart), or an efficiency no
+        # layout reaches (a slow reference): not written, and the case fails saying so
+        # (decide). Launches far apart are the drift the verdict models.
+        refused = (None if not wants
+                   else "unstable" if unstable.too_unstable_to_record(within_cv,
+                                                                      policy.unstable_cv, df)
+                   else "efficiency" if superlinear.refuses(efficiency) else None)
         if wants and not refused:
             recorded = baselines.recorded(env, case.protocol, search, self.state.commit,
                                           phases.of(result))
@@ -192,7 +198,6 @@ class ThroughputMeter:
         history = (self._history(case, fp, metrics, verdicts[0], change)
                    if reporter and self.state.history is not None else None)
         elsewhere = baselines.elsewhere(case, fp) if baseline is None else None
-        speedup = result.median / reference if reference is not None else None
         model = self._scaling_model(one_device, result, speedup)
         report = CaseReport(
             **case.identity(version, env, sized, fp), result=result,
@@ -202,7 +207,7 @@ class ThroughputMeter:
             cv=cv, within_cv=within_cv, record_refused=refused, batch_search=search,
             **(elsewhere.fields() if elsewhere else {}),
             reference=reference, speedup=speedup,
-            efficiency=speedup / devices if speedup is not None else None,
+            efficiency=efficiency,
             flops=flops, achieved_flops_per_s=used.achieved_flops_per_s, peak=used.peak,
             mfu=used.mfu, mfu_missing=used.missing,
             history_runs=history.runs if history else None,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from ..core.protocol import RankFigures, split
 from ..core.units import format_bytes, format_flops
 from ..store.baselines import EFFICIENCY, THROUGHPUT, Baseline
-from . import phases, position
+from . import phases, position, superlinear
 from .changepoints import Step
 from .drift import Drift
 from .levels import compare_runs
@@ -144,30 +144,6 @@ def records(policy: Policy, has_baseline: bool) -> bool:
     return policy.update in ("all", "add") or (policy.update == "missing" and not has_baseline)
 
 
-# Data parallelism with the same per-device batch cannot beat linear scaling: each device does
-# the 1n1d work plus the all-reduce. The margin is the default tolerance (5%): the reference and
-# the case are separate measurements, each off by a few percent on a steady machine, and a case
-# that scales nearly perfectly (NVLink, one node) may land a little above 100% by that alone;
-# beyond what the plugin calls a difference at all, the reference is what is wrong.
-SUPERLINEAR_MARGIN = 1.05
-
-
-def superlinear_warning(report: CaseReport) -> str | None:
-    """A scaling efficiency above 100% (beyond ``SUPERLINEAR_MARGIN``): the 1n1d reference it
-    is taken against was slow, not this case fast."""
-    if report.efficiency is None or report.efficiency <= SUPERLINEAR_MARGIN:
-        return None
-    unit = f"{report.workload.unit}/s"
-    reference = f" ({report.reference:,.2f} {unit})" if report.reference is not None else ""
-    return (f"pytest-dlperf: {report.case}: scaling efficiency {report.efficiency:.1%} "
-            f"(speedup {report.speedup or 0:.2f} on {report.topology.world_size} devices) is "
-            f"above 100%, which data parallelism at the same per-device batch cannot reach: "
-            f"the 1n1d reference{reference} was likely disturbed or slow (measured or recorded "
-            "under another load: other jobs, CPU frequency scaling, another machine state), so "
-            "the speedup and efficiency are not to be trusted; record the 1n1d case again on a "
-            "quiet machine (--dlperf-update-baselines -k 1n1d), then this one")
-
-
 @dataclass
 class Decision:
     """The case's outcome: a failure message (None: it passes) and warnings to attach."""
@@ -241,19 +217,22 @@ def without_baseline(report: CaseReport, policy: Policy) -> Decision:
     efficiency above linear, a noisy case (failing where it was to be recorded), min_mfu."""
     decision = Decision()
     unstable = unstable_warning(report, policy.unstable_cv)
-    if unstable and not report.record_refused:  # the refusal says the same, and fails
+    refused = report.record_refused
+    if unstable and refused != "unstable":  # that refusal says the same, and fails
         decision.warnings.append(unstable)
     decision.warnings.extend(stragglers(report.case, report.result.ranks,
                                         policy.straggler_threshold))
-    superlinear = superlinear_warning(report)
-    if superlinear:
-        decision.warnings.append(superlinear)
+    beyond = superlinear.warning(report)
+    if beyond and refused != "efficiency":
+        decision.warnings.append(beyond)
     if report.scaling_warning:
         decision.warnings.append(f"pytest-dlperf: {report.case}: {report.scaling_warning}")
     if report.launch_position is not None:
         decision.warnings.append(position.warning(report.case, report.launch_position,
                                                   report.workload.unit))
-    if report.record_refused:
+    if refused == "efficiency":
+        decision.failure = superlinear.refused_message(report)
+    elif refused:
         decision.failure = unrecorded_message(report, policy.unstable_cv)
     elif policy.min_mfu is not None:
         if report.mfu is None:

@@ -79,9 +79,10 @@ class CaseReport:
     history_runs: int | None = None
     history_steps: list[Step] = field(default_factory=list)
     history_blocking: Step | None = None
-    # --dlperf-update-baselines asked for a baseline that was not written: the windows of its
-    # launches were too far apart (above --dlperf-unstable-cv) for a baseline to judge anything.
-    record_refused: bool = False
+    # --dlperf-update-baselines asked for a baseline that was not written, and why: "unstable"
+    # (the windows of its launches too far apart, above --dlperf-unstable-cv, for a baseline to
+    # judge anything) or "efficiency" (far above linear: verdict.superlinear); None: not refused.
+    record_refused: str | None = None
     # --dlperf-ab / --dlperf-ab-python: the base side, each side's figures, the pairs; the
     # verdict is then head against base (verdict.paired), and no baseline was read.
     ab: Facts = field(default_factory=Facts)
@@ -115,7 +116,7 @@ class CaseReport:
         if self.baseline_action:
             return self.baseline_action
         if self.record_refused:
-            return "not recorded (unstable)"
+            return f"not recorded ({self.record_refused})"
         text = self.verdict.outcome
         for name, other in (("efficiency", self.efficiency_verdict),
                             ("memory", self.memory_verdict)):
