@@ -56,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pytest_dlperf.core import allocator  # noqa: E402
 from pytest_dlperf.verdict import paired  # noqa: E402
-from pytest_dlperf.verdict.stats import ALPHA, REGRESSION  # noqa: E402
+from pytest_dlperf.verdict.stats import ALPHA, PASS, REGRESSION  # noqa: E402
 
 LEVELS = (0.0, 0.05, 0.10, 0.20, 0.30)
 BATCH, WIDTH = 128, 256
@@ -238,22 +238,25 @@ def judge(data: dict[str, Any], args: argparse.Namespace) -> None:
           f"{args.per_round} pairs up to {args.most}, then up to {paired.PAIR_LIMIT} for a "
           "one-sided slowdown\n")
     print("| mode | machine | " + " | ".join(f"{lv:.0%}" for lv in LEVELS)
-          + " | pairs (mean) | wall per case (mean) |")
-    print("|---|---|" + "---|" * (len(LEVELS) + 2))
+          + " | unchanged: pass | pairs (mean) | wall per case (mean) |")
+    print("|---|---|" + "---|" * (len(LEVELS) + 3))
     for mode in ("turns", "duet"):
         for condition in ("quiet", "hog"):
             pairs = pool.get(f"{mode} {condition}")
             if not pairs or len(pairs) < args.per_round:
                 continue
-            rates, walls, counts = [], [], []
+            rates, walls, counts, passed = [], [], [], 0.0
             for level in LEVELS:
                 results = [trial(rng, pairs, level, mode == "duet", args)
                            for _ in range(args.trials)]
                 rates.append(sum(o == REGRESSION for o, _, _ in results) / len(results))
+                if level == 0:  # the rest of an unchanged head's runs: inconclusive
+                    passed = sum(o == PASS for o, _, _ in results) / len(results)
                 walls += [w for _, w, _ in results]
                 counts += [n for _, _, n in results]
             print(f"| {mode} | {condition} | " + " | ".join(f"{r:.1%}" for r in rates)
-                  + f" | {statistics.fmean(counts):.1f} | {statistics.fmean(walls):.0f} s |")
+                  + f" | {passed:.1%} | {statistics.fmean(counts):.1f} | "
+                  f"{statistics.fmean(walls):.0f} s |")
     for mode in ("turns", "duet"):
         pairs = pool.get(f"{mode} checked")
         if pairs:

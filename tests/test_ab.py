@@ -83,6 +83,10 @@ def test_a_slower_commit_fails_against_its_parent_and_is_an_improvement_the_othe
     assert phases["head"]["backward"] > phases["base"]["backward"]
     assert [p["first"] for p in ab["pairs"]][:3] == ["base", "head", "base"]
     assert ab["ratio_ci"][1] < 0.95 and ab["head_median"] < ab["base_median"]
+    # One figure: the main table's delta is the A/B table's ratio (it read the medians' -7.2%
+    # beside a ratio of 1.019 once, issue 52).
+    result.stdout.fnmatch_lines([f"*test_mlp[[]1n1d-fp32[]]  1 x 1 *{ab['ratio'] - 1:+.1%}"
+                                 "  regression*"])
     assert git(repo, "status", "--porcelain", "--untracked-files=no") == ""
     # The worktree of the base went with the session; the user's checkout was not touched.
     assert git(repo, "worktree", "list").count("\n") == 0
@@ -104,9 +108,11 @@ def test_bisect_names_the_commit_that_made_the_model_slower(
     third = commit_model(repo, SLOW, "a wider hidden layer")
     for i in (4, 5):
         commit_model(repo, SLOW, f"unrelated change {i}")
+    # A tolerance for the slowdown hunted (~6x): a pass must rule out a slowdown beyond the
+    # tolerance (issue 52), which three pairs of this VM's +-20% launches do for 50%, not 5%.
     done = subprocess.run([sys.executable, "-m", "pytest_dlperf", "bisect", good, "HEAD", "--",
-                           "test_my_model.py", *AB], cwd=repo, capture_output=True, text=True,
-                          timeout=900)
+                           "test_my_model.py", *AB, "--dlperf-tolerance", "0.5"], cwd=repo,
+                          capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert lines[-1] == f"first slow commit: {third} a wider hidden layer", done.stdout

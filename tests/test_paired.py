@@ -63,7 +63,8 @@ def test_beyond_the_tolerance_without_evidence_is_inconclusive() -> None:
     # one pair: no spread between pairs
     one = paired.paired_compare(pairs_for(0.8, n=1), 0.05)
     assert one.outcome == INCONCLUSIVE and one.ratio_ci is None
-    assert paired.paired_compare(pairs_for(1.0, n=1), 0.05).outcome == PASS
+    # ... and within it: one pair rules nothing out (issue 52)
+    assert paired.paired_compare(pairs_for(1.0, n=1), 0.05).outcome == INCONCLUSIVE
     # pairs that disagree wildly: a mean 10% down that the pairs do not prove
     wild = [([100.0], [60.0]), ([100.0], [125.0]), ([100.0], [86.0])]
     assert paired.paired_compare(wild, 0.05).outcome == INCONCLUSIVE
@@ -91,8 +92,9 @@ def test_bad_input_says_what_is_wrong(pairs: list, tolerance: float) -> None:
 
 def test_an_improvement_not_yet_proven_asks_for_more_pairs_and_stays_a_pass() -> None:
     """Three pairs of a ~3x faster head, one of them odd (7.9x: its base launch read low): the
-    interval is too wide to prove the improvement, so it passes, and the A/B loop is told to
-    add pairs; a change within the tolerance, proven or not, and a regression, are not."""
+    interval is too wide to prove the improvement, yet rules out a slowdown, so it passes, and
+    the A/B loop is told to add pairs; a change within the tolerance, proven or not, and a
+    regression, are not."""
     odd = [([10_236.0], [81_261.0]), ([15_219.0], [44_641.0]), ([15_668.0], [43_357.0])]
     unproven = paired.paired_compare(odd, 0.05, alpha=0.0014)
     assert unproven.outcome == PASS and paired.wants_more_pairs(unproven)
@@ -211,3 +213,17 @@ def test_duet_takes_the_halves_own_speed_out_of_the_verdict() -> None:
     assert paired.paired_compare(same, 0.02, per_window=True).outcome == PASS
     slower = [([100.0] * 3, [100.0 * r * 0.95] * 3) for r in alternating]
     assert paired.paired_compare(slower, 0.02, per_window=True).outcome == REGRESSION
+
+
+def test_a_pass_needs_an_interval_that_rules_out_a_regression_beyond_the_tolerance() -> None:
+    """Issue 52: three duet pairs of a head ~12.5% slower passed at 0.966 on [0.000, 13009.863]
+    (duet takes the halves' difference out: one degree of freedom from three pairs). Within
+    the tolerance without that evidence (a slowdown beyond it not ruled out at 95%, one-sided)
+    is inconclusive, and the A/B loop adds pairs."""
+    three = [([100.0] * 4, [100.0 * r] * 4) for r in (0.80, 1.17, 0.97)]
+    v = paired.paired_compare(three, 0.05, per_window=True)
+    assert v.ratio_ci is not None and v.ratio_ci[0] < 0.5 and 0.95 < paired.ratio(v) < 1.05
+    assert v.outcome == INCONCLUSIVE and paired.wants_more_pairs(v)
+    # The same pairs' figures, steady: the interval within the tolerance, a pass.
+    steady = [([100.0] * 4, [100.0 * r] * 4) for r in (0.99, 1.0, 0.995, 1.005, 0.99, 1.0)]
+    assert paired.paired_compare(steady, 0.05, per_window=True).outcome == PASS

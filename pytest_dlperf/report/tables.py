@@ -57,6 +57,9 @@ def rows(benchmarks: list[dict[str, Any]]) -> list[list[str]]:
         info = bench["extra_info"]
         topo, verdict = info["topology"], info["verdict"]
         delta = verdict.get("delta")
+        ab = info.get("ab") or {}
+        if ab.get("ratio"):  # A/B: the pairs' ratio, the A/B table's figure, not the medians'
+            delta = ab["ratio"] - 1
         out.append([
             info["case"],
             f"{topo['nodes']} x {topo['devices_per_node']}",
