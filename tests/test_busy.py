@@ -125,9 +125,22 @@ def test_an_unchanged_case_beside_cpu_hogs_fails_as_machine_busy_not_as_a_regres
         "retried twice; the baseline never shared this interference, so the case is not "
         "judged.*",
         "pytest-dlperf: 1 case(s) not judged: the machine was busy"])
+    # Issue 52: each retry labelled as one (all three read "launch 1/3" before), and what was
+    # measured shown, marked (a run of busy cases printed no figures at all).
+    judged.stdout.fnmatch_lines([
+        "pytest-dlperf: test_one launch 1/1: window 1/2 * samples/s",
+        "pytest-dlperf: test_one launch 1/1, retry 1 of 2 (machine busy): window 1/2 *",
+        "pytest-dlperf: test_one launch 1/1, retry 2 of 2 (machine busy): window 2/2 *",
+        "*- pytest-dlperf: measured beside a busy machine, not judged (the machine's figures, "
+        "not the code's) -*",
+        "test_mlp.py::test_one  1 * samples/s  *-*  2 * *%  *not judged: machine busy in "
+        "launch 1/1"])
     assert "REGRESSION" not in judged.stdout.str()
     (unjudged,) = json.loads((pytester.path / "r1.json").read_text())["dlperf_not_judged"]
     assert unjudged["outcome"] == "machine-busy" and unjudged["retries"] == 2
+    measured = unjudged["measured"]
+    assert measured["unit"] == "samples" and len(measured["launches"]) == 1
+    assert len(measured["launches"][0]) == 2 and measured["median"] > 0
     assert unjudged["interference"]["others_cpu"] > 0.25
     assert json.loads((pytester.path / "r1.json").read_text())["benchmarks"] == []
 

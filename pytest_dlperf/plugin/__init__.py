@@ -19,7 +19,9 @@ from ..launch import Cluster
 from ..report.results import benchmark_entry, change_lines, results_json
 from ..report.tables import (
     AB_HEADER,
+    BUSY_HEADER,
     ab_rows,
+    busy_rows,
     frameworks_side_by_side,
     mfu_notes,
     pivot_rows,
@@ -294,9 +296,16 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     state = config.stash.get(STATE, None)
     if state is not None and state.reports:
         _throughput_summary(terminalreporter, state)
-    # The last word: what stayed unjudged, apart from what was judged and passed or failed.
+    # The last word: what stayed unjudged, apart from what was judged and passed or failed,
+    # and what it measured (a run of busy cases only printed no figures after minutes).
     busy = [c for c in config.stash.get(NOT_JUDGED, []) if c.outcome == MACHINE_BUSY]
     if busy:
+        table = busy_rows([c.to_json() for c in busy])
+        if table:
+            terminalreporter.write_sep("-", "pytest-dlperf: measured beside a busy machine, not "
+                                            "judged (the machine's figures, not the code's)")
+            for line in text_table(table, BUSY_HEADER):
+                terminalreporter.write_line(line)
         terminalreporter.write_line(f"pytest-dlperf: {summary_line(len(busy))}", red=True)
 
 

@@ -37,11 +37,14 @@ class OutOfMemoryAtTheEdge(Exception):
 
 class MachineBusy(Exception):
     """A launch ran beside heavy interference, and again on each retry: ``seen`` is what the
-    last one measured."""
+    last one measured; ``measured``, the case's windows so far (its earlier launches', then the
+    last retry's), shown marked though not judged."""
 
-    def __init__(self, label: str, seen: Interference, retries: int) -> None:
+    def __init__(self, label: str, seen: Interference, retries: int,
+                 measured: Result | None = None) -> None:
         super().__init__(f"{label}: {busy.describe(seen)}")
         self.label, self.seen, self.retries = label, seen, retries
+        self.measured = measured
 
 
 def _first_line(exc: LaunchError) -> str:
@@ -84,8 +87,13 @@ class Launches:
             number = done + index + 1
             label = (f"launch {number}/{planned}" if number <= planned
                      else f"extra launch {number - planned} (inconclusive after {planned})")
-            one, env = self.run(self.case.cluster, launched, at_the_edge=at_the_edge,
-                                label=label)
+            try:
+                one, env = self.run(self.case.cluster, launched, at_the_edge=at_the_edge,
+                                    label=label)
+            except MachineBusy as stayed:  # the launches before it measured too
+                if result is not None and stayed.measured is not None:
+                    stayed.measured = result.extended(stayed.measured)
+                raise
             result = one if result is None else result.extended(one)
         assert result is not None, "at least one launch"
         return result, env
@@ -106,11 +114,14 @@ class Launches:
         threshold = self.case.state.settings.busy_threshold
         retries = 0
         while True:
-            result, env, seen = self._once(cluster, spec, at_the_edge, label, who)
+            # A retry says so: "launch 1/3, retry 2 of 2 (machine busy)".
+            shown = (label if not retries else
+                     f"{label}, retry {retries} of {busy.RETRIES} (machine busy)")
+            result, env, seen = self._once(cluster, spec, at_the_edge, shown, who)
             if not (self.retry_busy and busy.is_busy(seen, threshold)):
                 break
             if retries == busy.RETRIES:
-                raise MachineBusy(label, seen, retries)
+                raise MachineBusy(label, seen, retries, result)
             retries += 1
             time.sleep(busy.PAUSE_S)
         return replace(result, interference=[replace(seen, retries=retries)]), env

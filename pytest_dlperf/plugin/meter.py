@@ -72,7 +72,7 @@ class ThroughputMeter:
         try:
             return self._against_the_baseline(prepared)
         except MachineBusy as busy:
-            self._machine_busy(prepared.case, busy)
+            self._machine_busy(prepared.case, busy, prepared.sized.unit)
 
     def _against_the_baseline(self, prepared: Prepared) -> CaseReport:
         """Baseline mode (measure's own): a launch beside heavy interference is run again,
@@ -96,14 +96,18 @@ class ThroughputMeter:
                  self.state.settings.timeout)
         return report
 
-    def _machine_busy(self, case: Case, busy: MachineBusy) -> NoReturn:
-        """The case fails without a verdict: the machine, not the code, was measured."""
+    def _machine_busy(self, case: Case, busy: MachineBusy, unit: str) -> NoReturn:
+        """The case fails without a verdict: the machine, not the code, was measured (its
+        figures kept for the summary and the results, marked)."""
         settings = self.state.settings
         recording = settings.update_baselines is not None
         message = busy_text.message(case.id, busy.seen, busy.label, busy.retries,
                                     settings.busy_threshold, recording)
+        result = busy.measured
+        measured = None if result is None else {
+            "unit": unit, "median": result.median, "launches": result.launches}
         unjudged = NotJudged(case.id, MACHINE_BUSY, message, busy.label, busy.retries,
-                             recording, busy.seen.to_json())
+                             recording, busy.seen.to_json(), measured)
         not_judged(self.node, unjudged, self.cluster.launcher, settings.timeout)
 
     # -- the steps -----------------------------------------------------------------------

@@ -25,11 +25,14 @@ class NotJudged:
     retries: int
     recording: bool
     interference: dict[str, Any]
+    # What the case's launches measured, beside the interference (judged by nothing): its unit,
+    # windows by launch and median.
+    measured: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"case": self.case, "outcome": self.outcome, "message": self.message,
                 "launch": self.label, "retries": self.retries, "recording": self.recording,
-                "interference": self.interference}
+                "interference": self.interference, "measured": self.measured}
 
 
 # The session's unjudged cases, built in pytest_configure and dropped in pytest_unconfigure.

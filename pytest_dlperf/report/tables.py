@@ -80,6 +80,29 @@ def rows(benchmarks: list[dict[str, Any]]) -> list[list[str]]:
     return out
 
 
+BUSY_HEADER = ["case", "launches", "throughput (median)", "min-max", "windows",
+               "others' CPU (last launch)", "verdict"]
+
+
+def busy_rows(unjudged: list[dict[str, Any]]) -> list[list[str]]:
+    """What cases left unjudged beside a busy machine measured (``NotJudged.to_json``): shown,
+    marked, never judged."""
+    out = []
+    for case in unjudged:
+        measured = case.get("measured")
+        if not measured:
+            continue
+        windows = [w for launch in measured["launches"] for w in launch]
+        unit = f" {measured['unit']}/s"
+        others = case["interference"].get("others_cpu")
+        out.append([case["case"], str(len(measured["launches"])),
+                    _fmt(measured["median"]) + unit,
+                    f"{_fmt(min(windows))}-{_fmt(max(windows))}", str(len(windows)),
+                    "-" if others is None else f"{others:.0%}",
+                    f"not judged: machine busy in {case['launch']}"])
+    return out
+
+
 def mfu_notes(benchmarks: list[dict[str, Any]]) -> list[str]:
     """Why cases have no MFU, a line per reason naming its cases (three, then a count)."""
     by_reason: dict[str, list[str]] = {}
