@@ -21,6 +21,7 @@ from snippets import REPO, free_ports
 
 from pytest_dlperf.core.parallel import parse_layout
 from pytest_dlperf.core.workload import Parts, WorkloadError
+from pytest_dlperf.frameworks import _torch_names as names
 from pytest_dlperf.frameworks import _torch_parallel as parallel
 from pytest_dlperf.frameworks.torch import compile_unavailable, layout_unavailable
 
@@ -208,27 +209,27 @@ def test_every_name_a_recipe_gives_must_be_a_module_of_its_model() -> None:
     model.layers = torch.nn.ModuleList([Block(), Block()])
     tp = parse_layout("tp2").resolve(2)
     plan = {"layers.*.up": ColwiseParallel(), "layers.*.down": RowwiseParallel()}
-    assert parallel.check_names(torch, model, Parts(model=model, inputs=0, tp_plan=plan), tp,
+    assert names.check_names(torch, model, Parts(model=model, inputs=0, tp_plan=plan), tp,
                                 []) == {"tp": ["layers.0.down", "layers.0.up", "layers.1.down",
                                                "layers.1.up"]}
     missing = {"layers.0.q": ColwiseParallel(), "layers.0.o": RowwiseParallel()}
     with pytest.raises(WorkloadError, match=r"Parts\.tp_plan names 'layers\.0\.q', which "
                        r"matches no module of the model \(Module; its modules: .*layers\.0\.up"):
-        parallel.check_names(torch, model, Parts(model=model, inputs=0, tp_plan=missing), tp,
+        names.check_names(torch, model, Parts(model=model, inputs=0, tp_plan=missing), tp,
                              [])
     conv = {"layers.1.conv": ColwiseParallel()}
     with pytest.raises(WorkloadError, match=r"'layers\.1\.conv' -> ColwiseParallel, which "
                        r"shards nn\.Linear and nn\.Embedding only, and layers\.1\.conv is "
                        r"Conv1d"):
-        parallel.check_names(torch, model, Parts(model=model, inputs=0, tp_plan=conv), tp, [])
+        names.check_names(torch, model, Parts(model=model, inputs=0, tp_plan=conv), tp, [])
     split = Parts(model=model, inputs=0, pipeline_split=["layers.2"])
     with pytest.raises(WorkloadError, match=r"pipeline_split names 'layers\.2', not a module"):
-        parallel.check_names(torch, model, split, parse_layout("pp2").resolve(2), [])
+        names.check_names(torch, model, split, parse_layout("pp2").resolve(2), [])
     fsdp = parse_layout("fsdp2").resolve(2)
     with pytest.raises(WorkloadError, match=r"fsdp_units names 'blocks\.0', not a module"):
-        parallel.check_names(torch, model, Parts(model=model, inputs=0), fsdp,
+        names.check_names(torch, model, Parts(model=model, inputs=0), fsdp,
                              ["layers.0", "blocks.0"])
-    assert parallel.check_names(torch, model, Parts(model=model, inputs=0), fsdp,
+    assert names.check_names(torch, model, Parts(model=model, inputs=0), fsdp,
                                 parallel.fsdp_unit_names(torch, model, Parts(model=model,
                                                                              inputs=0))) == {
         "fsdp": ["layers.0", "layers.1", "(root)"]}
