@@ -186,13 +186,7 @@ class ThroughputMeter:
         wants = reporter and decide.records(policy, baseline is not None)
         speedup = result.median / reference if reference is not None else None
         efficiency = speedup / devices if speedup is not None else None
-        # Launches that measured nothing (their own windows too far apart), or an efficiency no
-        # layout reaches (a slow reference): not written, and the case fails saying so
-        # (decide). Launches far apart are the drift the verdict models.
-        refused = (None if not wants
-                   else "unstable" if unstable.too_unstable_to_record(within_cv,
-                                                                      policy.unstable_cv, df)
-                   else "efficiency" if superlinear.refuses(efficiency) else None)
+        refused = refusal(within_cv, df, policy, efficiency) if wants else None
         if wants and not refused:
             recorded = baselines.recorded(env, case.protocol, search, self.state.commit,
                                           phases.of(result))
@@ -317,6 +311,17 @@ class ThroughputMeter:
         per_device = result.median / self.cluster.world_size
         return utilization(flops, per_device, self.amp.dtype, measured.environment, device,
                            self.state.settings.peak_flops)
+
+
+def refusal(within_cv: float | None, df: int, policy: Policy,
+            efficiency: float | None) -> str | None:
+    """Why a recording run does not write the baseline it asked for: launches that measured
+    nothing (their own windows too far apart), or an efficiency no layout reaches (a slow
+    reference); the case then fails saying so (decide). Launches far apart are the drift the
+    verdict models, not a reason."""
+    if unstable.too_unstable_to_record(within_cv, policy.unstable_cv, df):
+        return "unstable"
+    return "efficiency" if superlinear.refuses(efficiency) else None
 
 
 __all__ = ["DLPerfWarning", "ThroughputMeter"]
