@@ -5,6 +5,8 @@
 - ``html STORE -o DIR``: the history's static page;
 - ``history add FILE URL``: append a run the history store could not take when it ran;
 - ``options``: the options reference (flags, environment variables, ini keys);
+- ``nightly run|accept|status``: the nightly gate (A/B against the last good commit, then the
+  baselines and the history; ``nightly.py``);
 - ``slurm start N`` / ``stop`` / ``status`` / ``run -- CMD``: a real Slurm cluster on this
   machine, each node its own network host (root; ``launch/localslurm.py``).
 
@@ -24,7 +26,9 @@ PROG = "dlperf"
 def _report(args: argparse.Namespace) -> int:
     from .report.tables import (
         AB_HEADER,
+        BUSY_HEADER,
         ab_rows,
+        busy_rows,
         frameworks_side_by_side,
         history_lines,
         markdown_table,
@@ -47,7 +51,13 @@ def _report(args: argparse.Namespace) -> int:
     if failing:
         print(f"Regressed ({len(failing)}):\n")
         print("\n".join(failing) + "\n")
-    print("\n".join(render(table)) if table else "No pytest-dlperf cases ran.")
+    busy = busy_rows(data.get("dlperf_not_judged") or [])
+    if table or not busy:
+        print("\n".join(render(table)) if table else "No pytest-dlperf cases ran.")
+    if busy:
+        print(f"\nNot judged, the machine was busy ({len(busy)}): what they measured, the "
+              "machine's figures, not the code's:\n")
+        print("\n".join(render(busy, BUSY_HEADER)))
     sides, ab_table = ab_rows(data["benchmarks"])
     if ab_table:
         print(f"\nA/B, head against base ({sides}):\n")
@@ -118,6 +128,19 @@ def _bisect(args: argparse.Namespace) -> int:
     return bisect(args.good, args.bad, command)
 
 
+def _nightly(args: argparse.Namespace) -> int:
+    from .nightly import main as nightly
+
+    command = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
+    if args.action == "accept":  # accept [REV] [--by NAME], in the tests' repository
+        accept = argparse.ArgumentParser(prog=f"{PROG} nightly accept")
+        accept.add_argument("revision", nargs="?", default="HEAD")
+        accept.add_argument("--by")
+        given = accept.parse_args(command)
+        return nightly("accept", [], revision=given.revision, who=given.by or args.by)
+    return nightly(args.action, command, bisect=args.bisect)
+
+
 def _slurm(args: argparse.Namespace) -> int:
     from .launch import slurmkeeper
 
@@ -132,6 +155,26 @@ def _slurm(args: argparse.Namespace) -> int:
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
         return slurmkeeper.run(state, command)
     return int(getattr(slurmkeeper, args.action)(state))
+
+
+def _nightly_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    nightly = sub.add_parser(
+        "nightly", help="the nightly gate: A/B against the last good commit, then the "
+                        "baselines and the history (docs/nightly.md)",
+        description="run: tonight's tests as an A/B run against the last night that passed "
+                    "(--dlperf-ab-mode auto), then against the runner's baselines and history; "
+                    "the night fails where a judge proves a slowdown, and moves the last good "
+                    "commit where it passes. accept [REV]: a person moves the last good commit "
+                    "(default HEAD). status: print it. The store: DLPERF_NIGHTLY_STORE, "
+                    "DLPERF_MACHINE, DLPERF_NIGHTLY_HISTORY, DLPERF_NIGHTLY_OUT.")
+    nightly.add_argument("action", choices=("run", "accept", "status"))
+    nightly.add_argument("--bisect", action="store_true",
+                         help="run: on an A/B failure over more than one commit, bisect them")
+    nightly.add_argument("--by", help="accept: who accepted the change (default: $USER)")
+    nightly.add_argument("pytest_args", nargs=argparse.REMAINDER,
+                         help="run: -- then pytest's arguments, the tests (their paths) and "
+                              "options; accept: the commit (default HEAD)")
+    nightly.set_defaults(run=_nightly, parser=nightly)
 
 
 def _slurm_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -215,6 +258,7 @@ def parser() -> argparse.ArgumentParser:
     bisect.add_argument("pytest_args", nargs=argparse.REMAINDER,
                         help="-- then pytest's arguments: the tests and options of each probe")
     bisect.set_defaults(run=_bisect, parser=bisect)
+    _nightly_parser(sub)
     _slurm_parser(sub)
     return top
 

@@ -44,7 +44,8 @@ def layer(module: str) -> str:
     parts = module.split(".")
     if len(parts) == 1:
         return "face"
-    if parts[1] in ("cli", "__main__", "bisect") or module == "pytest_dlperf.report.__main__":
+    if (parts[1] in ("cli", "__main__", "bisect", "nightly")
+            or module == "pytest_dlperf.report.__main__"):
         return "cli"  # the command line (bisect: its command), the `report` module's shim
     return parts[1]
 

@@ -58,9 +58,12 @@ def measure(prepared: Prepared) -> CaseReport:
     most = max(per_round, -(-policy.max_repeats // policy.windows_per_launch))
     alpha = look_alpha(paired.looks(per_round, most))
     halves = None
-    if setup.mode == "duet":
+    if setup.mode in ("duet", "auto"):
         halves = duet.host_halves(cluster.device_type, len(state.hardware.gpus))
-        duet.check(case.id, cluster, halves)
+        if setup.mode == "duet":
+            duet.check(case.id, cluster, halves)
+        elif duet.refusal(cluster, halves) is not None:  # auto: turns where it does not fit
+            halves = None
     fitted = None if halves is not None else fitting_threads(cluster,
                                                              state.settings.busy_threshold)
     if fitted is not None:  # turns: threads that fit what another job leaves of the machine
@@ -194,7 +197,8 @@ def _report(case: Case, version: str, sized: CaseWorkload, pairs: list[tuple[Res
     facts = {
         "base": setup.base, "head": setup.head, "base_revision": setup.revision,
         "base_commit": setup.commit.sha if setup.commit else None,
-        "base_python": setup.python, "mode": setup.mode,
+        "base_python": setup.python, "mode": "turns" if halves is None else "duet",
+        "mode_asked": setup.mode,
         "order": "ABBA" if halves is None else "at once, halves swapped ABAB",
         "halves": halves.to_json() if halves is not None else None,
         "base_framework_version": envs["base"].get("framework_version"),

@@ -31,7 +31,7 @@ class AbSetup:
     python: str | None
     head: str  # how the head is described: "working tree at <sha>" (+ uncommitted changes)
     trees: worktrees.Worktrees | None = None
-    mode: str = "turns"  # --dlperf-ab-mode: "turns" or "duet" (``duet``)
+    mode: str = "turns"  # --dlperf-ab-mode: "turns", "duet" (``duet``) or "auto" (either)
 
     @classmethod
     def open(cls, settings: Settings, rootpath: Path) -> AbSetup | None:

@@ -281,9 +281,11 @@ OPTIONS: tuple[Option, ...] = (
            "(its cores, pinned; on GPUs its devices), each window started together on a shared "
            "barrier and judged on window-by-window ratios, the halves swapped between launches: "
            "both sides see the same interference (for busy or shared machines). Duet runs only "
-           "cases that fit in half the machine on the local launcher. Only with --dlperf-ab or "
-           "--dlperf-ab-python. Default: turns.",
-           _choice("turns", "duet"), "turns", metavar="MODE"),
+           "cases that fit in half the machine on the local launcher. auto: duet where the case "
+           "fits in half the machine, turns where it does not (a scaling case that needs every "
+           "device; the nightly's choice). Only with --dlperf-ab or --dlperf-ab-python. "
+           "Default: turns.",
+           _choice("turns", "duet", "auto"), "turns", metavar="MODE"),
     Option("timeout", "seconds one case may take, start-up included, before its workers are "
            "killed and it fails. Default: 1800.", _positive_float, 1800.0, metavar="SECONDS"),
 )

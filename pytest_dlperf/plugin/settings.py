@@ -55,7 +55,9 @@ class Settings:
     python: dict[str, str] | None  # framework -> worker interpreter (absolute path)
     ab: str | None  # A/B mode: the base side's git revision
     ab_python: str | None  # A/B mode: the base side's rank interpreter
-    ab_mode: str  # A/B mode: "turns" (one side after the other) or "duet" (both at once)
+    # A/B mode: "turns" (one side after the other), "duet" (both at once) or "auto" (duet where
+    # the case fits in half the machine)
+    ab_mode: str
     timeout: float
 
 
