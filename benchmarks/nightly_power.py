@@ -20,7 +20,9 @@ Night 0 records the case's baseline from a recordable quiet run (the nightly rec
 slower than night 0's by ``slowdown(t)``: 0 (unchanged), 10% from night ``--start`` on (a step),
 or 1% more each night from ``--start`` (a creep: 1 - 0.99^(t - start + 1)). Each night:
 
-- **A/B**: pairs drawn from the A/B pool of the condition (``--mode``: duet, the nightly's choice
+- **A/B**, against the last good commit and, where that is not night 0's, against night 0's
+  (the anchor: the commit the baseline was recorded at; ``--no-anchor`` leaves it out): pairs
+  drawn from the A/B pool of the condition (``--mode``: duet, the nightly's choice
   for a case that fits in half the machine; turns for one that does not), the head's figures
   scaled by tonight's speed over the last good commit's, judged as the plugin does
   (``ab_power.trial``: rounds of 3 pairs up to 6, then 12 for a one-sided slowdown);
@@ -101,17 +103,24 @@ def series(rng: random.Random, kind: str, condition: str, pools: dict[str, Any],
     case = rng.choice(cases)
     first = rng.choice(kept)
     medians = [run_median(first, case, 0.0)]
-    good = 0.0  # the last good commit's slowdown
+    good, good_night = 0.0, 0  # the last good commit's slowdown, and its night
     nights = []
     for night in range(1, args.nights):
         level = slowdown(kind, night, args.start)
         ab, ab_wall, _ = ab_power.trial(rng, pairs, 1 - (1 - level) / (1 - good),
                                         args.mode == "duet", args)
+        anchored = None
+        if args.anchor and good_night != 0:  # A/B against night 0's code (the anchor) too
+            anchored, anchor_wall, _ = ab_power.trial(rng, pairs, level, args.mode == "duet",
+                                                      args)
+            ab_wall += anchor_wall
         run = rng.choice(quiet if condition == "quiet" else hogged)
         outcome, taken, busy = baseline_runs.judge(case, [first], run, level, runs, None, args)
         failed = []
         if ab == REGRESSION:
             failed.append("A/B")
+        if anchored == REGRESSION:
+            failed.append("A/B since the anchor")
         if not busy:
             if outcome == REGRESSION:
                 failed.append("baselines")
@@ -121,7 +130,7 @@ def series(rng: random.Random, kind: str, condition: str, pools: dict[str, Any],
         wall = ab_wall + sum(one["wall_s"] for one in run["cases"][case][:taken])
         nights.append({"night": night, "failed": failed, "busy": busy, "wall_s": wall})
         if not failed:
-            good = level
+            good, good_night = level, night
     return nights
 
 
@@ -140,7 +149,8 @@ def report(pools: dict[str, Any], args: argparse.Namespace) -> None:
           f"{sum(not r['hog'] for r in pools['runs']['runs'])} quiet runs, "
           f"{sum(r['hog'] for r in pools['runs']['runs'])} beside a hog")
     print(f"{args.series} series a cell of {args.nights} nights, the change from night "
-          f"{args.start}; A/B in {args.mode}, tolerance {args.tolerance:.0%}\n")
+          f"{args.start}; A/B in {args.mode}, tolerance {args.tolerance:.0%}; A/B against the "
+          f"anchor: {'yes' if args.anchor else 'no'}\n")
     print("| machine | change | false alarms a night | caught the night it lands | within 10 "
           "nights | nights to catch (median) | caught first by | wall a night |")
     print("|---|---|---|---|---|---|---|---|")
@@ -152,7 +162,7 @@ def report(pools: dict[str, Any], args: argparse.Namespace) -> None:
                 judged = [n for s in made for n in s]
                 alarms = sum(bool(n["failed"]) for n in judged) / len(judged)
                 by = {j: sum(j in n["failed"] for n in judged) / len(judged)
-                      for j in ("A/B", "baselines", "history")}
+                      for j in ("A/B", "A/B since the anchor", "baselines", "history")}
                 print(f"| {condition} | {kind} | {alarms:.2%} | - | - | - | "
                       + ", ".join(f"{j} {v:.2%}" for j, v in by.items())
                       + f" | {statistics.fmean(walls):.0f} s |")
@@ -196,6 +206,8 @@ def main() -> int:
     parser.add_argument("--busy-threshold", type=float, default=0.25)
     parser.add_argument("--unstable-cv", type=float, default=0.10)
     parser.add_argument("--seed", type=int, default=53)
+    parser.add_argument("--no-anchor", dest="anchor", action="store_false",
+                        help="judge without A/B against the anchor (night 0's commit)")
     args = parser.parse_args()
     pools = {
         "ab": (json.loads(args.ab_pool.read_text()) if args.ab_pool

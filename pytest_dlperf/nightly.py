@@ -4,7 +4,10 @@ A night runs the selected tests twice, each a pytest session of its own:
 
 1. **A/B against the last good commit** (``--dlperf-ab LAST_GOOD --dlperf-ab-mode auto``: duet
    where a case fits in half the machine, turns where it does not): the step a commit makes,
-   seen the night it lands, whatever the runner's drift between nights (A/B cancels it);
+   seen the night it lands, whatever the runner's drift between nights (A/B cancels it); and,
+   where it is another commit, **A/B against the anchor** (the commit of night 1 or of the last
+   accepted change): a creep of 1% a night passes each night's A/B against yesterday and adds
+   up against the anchor, where A/B sees it once it nears the tolerance;
 2. **the baselines and the history**, as the gate always judged (``--dlperf-update-baselines
    missing``, ``--dlperf-history``): the creep a night at a time that A/B is blind to.
 
@@ -37,6 +40,7 @@ from .core import worktrees
 from .core.worktrees import GitError
 
 STATE = "nightly.json"
+ANCHORED = "A/B since the anchor"  # the judge of a creep
 PASSED, FAILED, NOT_JUDGED = "passed", "failed", "not judged"
 
 
@@ -110,14 +114,14 @@ class Night:
         data = json.loads(results.read_text()) if results.exists() else None
         return done.returncode, data
 
-    def ab(self, last_good: str) -> None:
-        code, data = self.pytest(["--dlperf-ab", last_good, "--dlperf-ab-mode", "auto"],
-                                 self.out / "ab.json")
+    def ab(self, revision: str, judge: str = "A/B", results: str = "ab.json") -> None:
+        code, data = self.pytest(["--dlperf-ab", revision, "--dlperf-ab-mode", "auto"],
+                                 self.out / results)
         if data is None:
-            self.judges["A/B"] = {"outcome": "error", "lines": [f"pytest exited {code}"]}
+            self.judges[judge] = {"outcome": "error", "lines": [f"pytest exited {code}"]}
             return
         outcome, lines, _ = classify(data)
-        self.judges["A/B"] = {"outcome": outcome, "lines": lines, "against": last_good}
+        self.judges[judge] = {"outcome": outcome, "lines": lines, "against": revision}
 
     def baselines(self) -> dict[str, Any] | None:
         code, data = self.pytest(["--dlperf-baselines", str(self.store),
@@ -165,8 +169,7 @@ def judge_baselines(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
 
 def verdict_of(judges: dict[str, dict[str, Any]]) -> str:
     """The night: failed where a judge proved a slowdown; not judged where nothing was."""
-    if judges.get("A/B", {}).get("outcome") == "slow" or any(
-            judges.get(name, {}).get("outcome") == FAILED for name in ("baselines", "history")):
+    if any(j.get("outcome") in ("slow", FAILED) for j in judges.values()):
         return FAILED
     if any(j.get("outcome") == "error" for j in judges.values()):
         return "error"
@@ -198,6 +201,9 @@ def summary(night: Night, last_good: dict[str, Any] | None, outcome: str) -> str
     else:
         lines.append(f"Last good commit: `{last_good['commit'][:10]}` ({last_good['how']}, "
                      f"{last_good['at']}).")
+    if ANCHORED in night.judges:
+        lines.append(f"Anchor: `{night.judges[ANCHORED]['against'][:10]}` (night 1 or the last "
+                     "accepted change: what a creep is measured from).")
     failed_by = [name for name, judge in night.judges.items()
                  if judge.get("outcome") in (FAILED, "slow")]
     if failed_by:
@@ -226,13 +232,18 @@ def run_night(night: Night) -> int:
                            f"({exc}): the nightly keeps the last good commit of their "
                            "repository") from exc
     state = load_state(night.folder)
-    last_good = state.get("last_good")
+    last_good, anchor = state.get("last_good"), state.get("anchor")
     night.out.mkdir(parents=True, exist_ok=True)
     if last_good is not None and last_good["commit"] != night.commit.sha:
         night.ab(last_good["commit"])
     elif last_good is not None:
         night.judges["A/B"] = {"outcome": "skipped", "lines": [
             "tonight's commit is the last good one: nothing changed to compare"]}
+    # The creep a night at a time that A/B against yesterday passes: A/B against the anchor
+    # (the commit night 1 or the last accepted change ran), where it is not the last good one.
+    if anchor is not None and anchor["commit"] not in (night.commit.sha,
+                                                       (last_good or {}).get("commit")):
+        night.ab(anchor["commit"], ANCHORED, "ab-anchor.json")
     data = night.baselines()
     outcome = verdict_of(night.judges)
     if (outcome == FAILED and night.bisect and last_good is not None
@@ -245,6 +256,8 @@ def run_night(night: Night) -> int:
         state["last_good"] = {"commit": night.commit.sha, "at": record["at"],
                               "how": "the last night that passed",
                               "framework_versions": framework_versions(data)}
+        if anchor is None:  # night 1: what later nights' creep is measured from
+            state["anchor"] = {**state["last_good"], "how": "night 1"}
     save_state(night.folder, state)
     (night.out / "summary.md").write_text(summary(night, last_good, outcome))
     return {PASSED: 0, FAILED: 1}.get(outcome, 3)
@@ -272,6 +285,7 @@ def accept(folder: Path, top: Path, revision: str, who: str) -> str:
     state = load_state(folder)
     state["last_good"] = {"commit": commit.sha, "at": now(), "how": f"accepted by {who}",
                           "framework_versions": {}}
+    state["anchor"] = dict(state["last_good"])  # the creep is measured from here on
     save_state(folder, state)
     return f"last good commit: {commit.short} {commit.subject} (accepted by {who})"
 

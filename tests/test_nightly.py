@@ -1,8 +1,9 @@
 """scripts/nightly, as the nightly workflow runs it, on a team's own tests (issue 53): real nights
 on this machine, in a git repository of the README's MLP outside the clone. Night 1 records the
 runner's baselines and passes; an unchanged night 2 (a commit that touches no model) passes, A/B
-against night 1's commit; night 3's commit makes the model ~6x slower and fails by A/B, naming
-the range, and leaves the last good commit where it was; a person's accept moves it. Every night
+against night 1's commit; night 3's commit makes the model ~6x slower and fails by A/B (against
+night 2's commit, and against night 1's, the anchor), naming the range, and leaves the last good
+commit where it was; a person's accept moves it and the anchor. Every night
 goes into the runner's history. The committed baselines play no part."""
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ def night(tmp_path: Path, tests: Path, *extra: str) -> subprocess.CompletedProce
                           stdin=subprocess.DEVNULL, cwd=tmp_path)
 
 
-def last_good(tmp_path: Path) -> str | None:
+def last_good(tmp_path: Path, which: str = "last_good") -> str | None:
     state = json.loads((tmp_path / "runner-store" / "runner" / "nightly.json").read_text())
-    return state["last_good"]["commit"] if state["last_good"] else None
+    return state[which]["commit"] if state.get(which) else None
 
 
 def test_nights_judge_by_ab_against_the_last_good_commit_then_by_the_baselines(
@@ -58,7 +59,7 @@ def test_nights_judge_by_ab_against_the_last_good_commit_then_by_the_baselines(
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert summary.startswith("# Nightly perf gate: passed")
     assert "No last good commit yet (night 1)" in summary and "First night for 1 case(s)" in summary
-    assert last_good(tmp_path) == first
+    assert last_good(tmp_path) == last_good(tmp_path, "anchor") == first
     # The case id keeps its file (the test file is outside the clone: its repository is the
     # rootdir), in the results and in the baseline's folder.
     (bench,) = json.loads((tmp_path / "out" / "results.json").read_text())["benchmarks"]
@@ -85,6 +86,8 @@ def test_nights_judge_by_ab_against_the_last_good_commit_then_by_the_baselines(
     assert f"Tonight: `{third[:10]}` a wider hidden layer." in summary
     assert "Failed by: A/B" in summary
     assert f"## A/B against `{second[:10]}`: regression" in summary
+    # ... and against the anchor (night 1's commit): a creep adds up there
+    assert f"## A/B since the anchor against `{first[:10]}`: regression" in summary
     assert "test_my_model.py::test_mlp[1n1d-fp32]: head/base 0." in summary
     assert last_good(tmp_path) == second  # a failed night does not move it
 
@@ -94,7 +97,7 @@ def test_nights_judge_by_ab_against_the_last_good_commit_then_by_the_baselines(
                                    str(tmp_path / "runner-store"), "DLPERF_MACHINE": "runner"})
     assert accepted.returncode == 0, accepted.stderr
     assert accepted.stdout.startswith(f"last good commit: {third[:10]} a wider hidden layer")
-    assert last_good(tmp_path) == third
+    assert last_good(tmp_path) == last_good(tmp_path, "anchor") == third
     state = json.loads((tmp_path / "runner-store" / "runner" / "nightly.json").read_text())
     assert state["last_good"]["how"] == "accepted by a reviewer"
     assert [n["outcome"] for n in state["nights"]] == ["passed", "passed", "failed"]
