@@ -201,6 +201,9 @@ def summary(night: Night, last_good: dict[str, Any] | None, outcome: str) -> str
     else:
         lines.append(f"Last good commit: `{last_good['commit'][:10]}` ({last_good['how']}, "
                      f"{last_good['at']}).")
+        if commit is not None and commit.sha != last_good["commit"]:
+            lines.append(f"Commits since: {len(_since(night, last_good['commit']))} "
+                         f"(`{last_good['commit'][:10]}..{commit.short}`, first parents).")
     if ANCHORED in night.judges:
         lines.append(f"Anchor: `{night.judges[ANCHORED]['against'][:10]}` (night 1 or the last "
                      "accepted change: what a creep is measured from).")
@@ -220,6 +223,17 @@ def summary(night: Night, last_good: dict[str, Any] | None, outcome: str) -> str
         lines += ["", f"First night for {len(recorded)} case(s) on this runner: their "
                   f"baselines were recorded in `{night.store}` and judge from the next night on."]
     return "\n".join(lines) + "\n"
+
+
+def _since(night: Night, good: str) -> list[worktrees.Commit]:
+    """The first-parent commits after ``good`` up to tonight's (empty where it is not an
+    ancestor: a rewritten branch)."""
+    assert night.commit is not None
+    try:
+        return worktrees.first_parent_range(night.top, worktrees.resolve(night.top, good),
+                                            night.commit)
+    except GitError:
+        return []
 
 
 def run_night(night: Night) -> int:
@@ -266,8 +280,7 @@ def run_night(night: Night) -> int:
 def _bisect(night: Night, good: str) -> None:
     """``dlperf bisect`` over the range, where it holds more than one commit."""
     assert night.commit is not None
-    commits = worktrees.first_parent_range(night.top, worktrees.resolve(night.top, good),
-                                           night.commit)
+    commits = _since(night, good)
     if len(commits) < 2:
         night.bisected = [f"the range holds one commit: {night.commit.short} "
                           f"{night.commit.subject}"]

@@ -84,6 +84,7 @@ def test_nights_judge_by_ab_against_the_last_good_commit_then_by_the_baselines(
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert summary.startswith("# Nightly perf gate: failed")
     assert f"Tonight: `{third[:10]}` a wider hidden layer." in summary
+    assert f"Commits since: 1 (`{second[:10]}..{third[:10]}`, first parents)." in summary
     assert "Failed by: A/B" in summary
     assert f"## A/B against `{second[:10]}`: regression" in summary
     # ... and against the anchor (night 1's commit): a creep adds up there
