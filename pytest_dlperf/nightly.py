@@ -305,6 +305,12 @@ def accept(folder: Path, top: Path, revision: str, who: str) -> str:
 
 # -- the command -----------------------------------------------------------------------------
 
+def _absolute(path: str) -> str:
+    """A test path (``file::node`` too) made absolute: the sessions run from the tests' top."""
+    file, sep, node = path.partition("::")
+    return str(Path(file).resolve()) + sep + node
+
+
 def machine_name() -> str:
     """The runner's name (``DLPERF_MACHINE``, else ``RUNNER_NAME``, else the host's), as a
     baseline folder's name."""
@@ -348,8 +354,8 @@ def main(action: str, pytest_args: list[str], *, revision: str = "HEAD", bisect:
             print(accept(folder, top, revision, who or os.environ.get("USER", "a person")))
             return 0
         os.environ["DLPERF_MACHINE"] = machine_name()
-        args = [str(Path(a.split("::")[0]).resolve()) + (a[len(a.split("::")[0]):])
-                if a in test_paths(pytest_args) else a for a in pytest_args]
+        paths = set(test_paths(pytest_args))
+        args = [_absolute(a) if a in paths else a for a in pytest_args]
         night = Night(top=top, folder=folder, store=store,
                       history=os.environ.get("DLPERF_NIGHTLY_HISTORY")
                       or str(folder / "history.db"),
