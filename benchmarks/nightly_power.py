@@ -35,7 +35,11 @@ or 1% more each night from ``--start`` (a creep: 1 - 0.99^(t - start + 1)). Each
   no step is accepted).
 
 A night fails when any judge proves a slowdown; a night that passes moves the last good commit to
-its code. Reported: the share of unchanged nights that fail (false alarms), a step's nights until
+its code. A night that fails with nothing changed (a false alarm) is what a person looks at and
+accepts (``dlperf nightly accept``): the last good commit and the anchor move to its code, and the
+next night records the baseline anew (a quiet, recordable run; else the night after), which
+accepts the history's steps before it, as ``dlperf nightly`` does after an accept. So each false
+alarm costs one night and one look, not every night after it. Reported: the share of unchanged nights that fail (false alarms), a step's nights until
 caught (caught the night it lands, within 10), a creep's (within 10 nights of its start), which
 judge caught it first, and a night's wall time (the A/B pairs taken and the baseline run's
 launches, at their measured wall times).
@@ -76,13 +80,14 @@ def slowdown(kind: str, night: int, start: int) -> float:
     return 1 - 0.99 ** (night - start + 1)
 
 
-def history_fails(medians: list[float]) -> bool:
-    """The history judge: the newest change point a step for the worse of at least 1%."""
+def history_fails(medians: list[float], accepted_at: int = 0) -> bool:
+    """The history judge: the newest change point a step for the worse of at least 1% that no
+    night from it on accepted (``accepted_at``: the newest night that recorded the baseline)."""
     if len(medians) < 2 * changepoints.MIN_SIZE:
         return False
     found = changepoints.detect(medians)
     large = [p for p in found if abs(p.change) >= changepoints.MIN_CHANGE]
-    return bool(large) and large[-1].change < 0
+    return bool(large) and large[-1].change < 0 and large[-1].index > accepted_at
 
 
 def run_median(run: dict[str, Any], case: str, level: float) -> float:
@@ -101,36 +106,57 @@ def series(rng: random.Random, kind: str, condition: str, pools: dict[str, Any],
     cases = [str(w) for w in runs["widths"]]
     pairs = pools["ab"]["pool"][f"{args.mode} {condition}"]
     case = rng.choice(cases)
-    first = rng.choice(kept)
+    first, first_level = rng.choice(kept), 0.0  # the baseline's run and its code's slowdown
     medians = [run_median(first, case, 0.0)]
+    accepted_at = 0  # the newest night that recorded the baseline (the history's acceptance)
     good, good_night = 0.0, 0  # the last good commit's slowdown, and its night
+    anchor, anchor_night = 0.0, 0  # the anchor's (night 0, or the last accepted change)
+    rerecord = False
     nights = []
     for night in range(1, args.nights):
         level = slowdown(kind, night, args.start)
         ab, ab_wall, _ = ab_power.trial(rng, pairs, 1 - (1 - level) / (1 - good),
                                         args.mode == "duet", args)
         anchored = None
-        if args.anchor and good_night != 0:  # A/B against night 0's code (the anchor) too
-            anchored, anchor_wall, _ = ab_power.trial(rng, pairs, level, args.mode == "duet",
-                                                      args)
+        if args.anchor and good_night != anchor_night:  # A/B against the anchor's code too
+            anchored, anchor_wall, _ = ab_power.trial(
+                rng, pairs, 1 - (1 - level) / (1 - anchor), args.mode == "duet", args)
             ab_wall += anchor_wall
         run = rng.choice(quiet if condition == "quiet" else hogged)
-        outcome, taken, busy = baseline_runs.judge(case, [first], run, level, runs, None, args)
         failed = []
         if ab == REGRESSION:
             failed.append("A/B")
         if anchored == REGRESSION:
             failed.append("A/B since the anchor")
-        if not busy:
-            if outcome == REGRESSION:
-                failed.append("baselines")
+        quiet_run = not any((one["busy_share"] or 0.0) > args.busy_threshold
+                            for one in run["cases"][case][:args.planned])
+        if (rerecord and quiet_run
+                and baseline_runs.recordable([run], args.planned, args.unstable_cv)):
+            # the night after a person's accept records the baselines anew (when the run is
+            # one a recording run keeps), and the history takes every step before it as accepted
+            first, first_level, rerecord = run, level, False
             medians.append(run_median(run, case, level))
-            if history_fails(medians):
-                failed.append("history")
+            accepted_at = len(medians) - 1
+            taken = args.planned
+        else:
+            outcome, taken, busy = baseline_runs.judge(
+                case, [first], run, 1 - (1 - level) / (1 - first_level), runs, None, args)
+            if not busy:
+                if outcome == REGRESSION:
+                    failed.append("baselines")
+                medians.append(run_median(run, case, level))
+                if history_fails(medians, accepted_at):
+                    failed.append("history")
         wall = ab_wall + sum(one["wall_s"] for one in run["cases"][case][:taken])
-        nights.append({"night": night, "failed": failed, "busy": busy, "wall_s": wall})
+        nights.append({"night": night, "failed": failed, "wall_s": wall, "level": level})
         if not failed:
             good, good_night = level, night
+        elif level == 0:
+            # A false alarm: a person looks, finds nothing changed and accepts tonight's commit
+            # (dlperf nightly accept): the last good commit and the anchor move here, and the
+            # next night records the baselines anew.
+            good, good_night = anchor, anchor_night = level, night
+            rerecord = True
     return nights
 
 

@@ -96,7 +96,8 @@ class Bisection:
         tree = self.trees.get(commit)
         with tempfile.TemporaryDirectory(prefix="dlperf-bisect-") as scratch:
             out = Path(scratch) / "probe.json"
-            command = [sys.executable, "-m", "pytest", *self.args, "-p", "no:cacheprovider",
+            command = [sys.executable, "-m", "pytest", *(self.in_tree(a, tree) for a in self.args),
+                       "-p", "no:cacheprovider",
                        "--dlperf-ab", self.good.sha, "--dlperf-json", str(out), *(extra or [])]
             done = subprocess.run(command, cwd=tree / self.relative, capture_output=True,
                                   text=True)
@@ -105,6 +106,15 @@ class Bisection:
                 return Probe(commit, BROKEN, [f"pytest exited {done.returncode}", *tail], 0)
             outcome, lines, pairs = classify(json.loads(out.read_text()))
         return Probe(commit, outcome, lines, pairs)
+
+    def in_tree(self, arg: str, tree: Path) -> str:
+        """A test path given absolute, inside the repository, made the probe worktree's: else
+        every probe would run the checkout's files (``file::node`` too)."""
+        file, sep, node = arg.partition("::")
+        path = Path(file)
+        if not path.is_absolute() or not path.resolve().is_relative_to(self.top):
+            return arg
+        return str(tree / path.resolve().relative_to(self.top)) + sep + node
 
     def judged(self, commit: Commit, index: str) -> str:
         """A probe's outcome, run again with twice the pairs once if inconclusive, and once

@@ -132,6 +132,11 @@ def _nightly(args: argparse.Namespace) -> int:
     from .nightly import main as nightly
 
     command = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
+    if args.action == "run" and "--" in command:  # run [--bisect] -- PYTEST-ARGS
+        own, command = command[:command.index("--")], command[command.index("--") + 1:]
+        run = argparse.ArgumentParser(prog=f"{PROG} nightly run")
+        run.add_argument("--bisect", action="store_true")
+        args.bisect = run.parse_args(own).bisect or args.bisect
     if args.action == "accept":  # accept [REV] [--by NAME], in the tests' repository
         accept = argparse.ArgumentParser(prog=f"{PROG} nightly accept")
         accept.add_argument("revision", nargs="?", default="HEAD")

@@ -104,6 +104,8 @@ class Night:
     commit: worktrees.Commit | None = None
     judges: dict[str, dict[str, Any]] = field(default_factory=dict)
     bisected: list[str] = field(default_factory=list)
+    anchor: str = ""  # the commit a creep is measured from, where tonight A/Bs against it
+    rerecord: str = ""  # who accepted a change, where tonight records the baselines anew
 
     def pytest(self, extra: list[str], results: Path) -> tuple[int, dict[str, Any] | None]:
         """One pytest session from the tests' repository (case ids relative to it, whole)."""
@@ -123,9 +125,12 @@ class Night:
         outcome, lines, _ = classify(data)
         self.judges[judge] = {"outcome": outcome, "lines": lines, "against": revision}
 
-    def baselines(self) -> dict[str, Any] | None:
+    def baselines(self, rerecord: bool = False) -> dict[str, Any] | None:
+        """The baselines and history session: records the missing baselines, or (the night
+        after a person's accept) every case's anew, which the history takes as accepting the
+        steps before it."""
         code, data = self.pytest(["--dlperf-baselines", str(self.store),
-                                  "--dlperf-update-baselines", "missing",
+                                  f"--dlperf-update-baselines={'all' if rerecord else 'missing'}",
                                   f"--dlperf-history={self.history}"],
                                  self.out / "results.json")
         if data is None:
@@ -144,10 +149,13 @@ def judge_baselines(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
         efficiency = info.get("efficiency_verdict") or {}
         memory = info.get("memory_verdict") or {}
         outcome = verdict.get("outcome")
-        if "regression" in (outcome, efficiency.get("outcome"), memory.get("outcome")):
-            regressed.append(case)
-        if (info.get("baseline_update") or {}).get("action") == "recorded":
+        written = (info.get("baseline_update") or {}).get("action")
+        if written == "recorded":
             recorded.append(case)
+        if written in ("recorded", "updated", "replaced-unreadable"):
+            pass  # recorded tonight (after an accept): what later nights are judged against
+        elif "regression" in (outcome, efficiency.get("outcome"), memory.get("outcome")):
+            regressed.append(case)
         delta = verdict.get("delta")
         lines.append(f"{case}: {info['samples_per_s']:,.2f} {info.get('unit', 'samples')}/s, "
                      + (f"baseline {verdict['baseline']:,.2f}, delta {delta:+.1%}, "
@@ -205,12 +213,19 @@ def summary(night: Night, last_good: dict[str, Any] | None, outcome: str) -> str
             lines.append(f"Commits since: {len(_since(night, last_good['commit']))} "
                          f"(`{last_good['commit'][:10]}..{commit.short}`, first parents).")
     if ANCHORED in night.judges:
-        lines.append(f"Anchor: `{night.judges[ANCHORED]['against'][:10]}` (night 1 or the last "
-                     "accepted change: what a creep is measured from).")
+        lines.append(f"Anchor: `{night.anchor[:10]}` (night 1 or the last accepted change: what "
+                     "a creep is measured from).")
     failed_by = [name for name, judge in night.judges.items()
                  if judge.get("outcome") in (FAILED, "slow")]
     if failed_by:
         lines.append(f"Failed by: {', '.join(failed_by)}.")
+    first_slow = [line for line in night.bisected if line.startswith("first slow commit: ")]
+    if first_slow:
+        sha, _, subject = first_slow[-1].removeprefix("first slow commit: ").partition(" ")
+        lines.append(f"First slow commit: `{sha[:10]}` {subject} (bisected below).")
+    if night.rerecord:
+        lines.append(f"Baselines recorded anew after the change {night.rerecord}: tonight "
+                     "records what later nights are judged against.")
     for name, judge in night.judges.items():
         what = {"slow": "regression", "not slow": "pass"}.get(judge["outcome"], judge["outcome"])
         against = f" against `{judge['against'][:10]}`" if judge.get("against") else ""
@@ -257,8 +272,10 @@ def run_night(night: Night) -> int:
     # (the commit night 1 or the last accepted change ran), where it is not the last good one.
     if anchor is not None and anchor["commit"] not in (night.commit.sha,
                                                        (last_good or {}).get("commit")):
+        night.anchor = anchor["commit"]
         night.ab(anchor["commit"], ANCHORED, "ab-anchor.json")
-    data = night.baselines()
+    night.rerecord = (state.get("rerecord") or {}).get("how", "")
+    data = night.baselines(rerecord=bool(night.rerecord))
     outcome = verdict_of(night.judges)
     if (outcome == FAILED and night.bisect and last_good is not None
             and night.judges.get("A/B", {}).get("outcome") == "slow"):
@@ -266,6 +283,8 @@ def run_night(night: Night) -> int:
     record = {"commit": night.commit.sha, "at": now(), "outcome": outcome,
               "judges": {k: v["outcome"] for k, v in night.judges.items()}}
     state.setdefault("nights", []).append(record)
+    if night.rerecord and outcome != "error":
+        del state["rerecord"]  # recorded: from tomorrow the baselines judge again
     if outcome == PASSED:
         state["last_good"] = {"commit": night.commit.sha, "at": record["at"],
                               "how": "the last night that passed",
@@ -286,8 +305,9 @@ def _bisect(night: Night, good: str) -> None:
                           f"{night.commit.subject}"]
         return
     done = subprocess.run([night.python, "-m", "pytest_dlperf", "bisect", good,
-                           night.commit.sha, "--", *night.pytest_args], cwd=night.top,
-                          capture_output=True, text=True)
+                           night.commit.sha, "--", *night.pytest_args,
+                           "--dlperf-ab-mode", "auto"],  # A/B's mode as the night's
+                          cwd=night.top, capture_output=True, text=True)
     night.bisected = done.stdout.strip().splitlines()[-12:] or [f"bisect exited "
                                                                 f"{done.returncode}"]
 
@@ -299,6 +319,9 @@ def accept(folder: Path, top: Path, revision: str, who: str) -> str:
     state["last_good"] = {"commit": commit.sha, "at": now(), "how": f"accepted by {who}",
                           "framework_versions": {}}
     state["anchor"] = dict(state["last_good"])  # the creep is measured from here on
+    # The next night records the runner's baselines anew: the faster code's would fail the
+    # accepted change, and the history's step down with them.
+    state["rerecord"] = {"how": f"accepted by {who}", "at": state["last_good"]["at"]}
     save_state(folder, state)
     return f"last good commit: {commit.short} {commit.subject} (accepted by {who})"
 

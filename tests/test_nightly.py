@@ -1,10 +1,12 @@
 """scripts/nightly, as the nightly workflow runs it, on a team's own tests (issue 53): real nights
 on this machine, in a git repository of the README's MLP outside the clone. Night 1 records the
 runner's baselines and passes; an unchanged night 2 (a commit that touches no model) passes, A/B
-against night 1's commit; night 3's commit makes the model ~6x slower and fails by A/B (against
-night 2's commit, and against night 1's, the anchor), naming the range, and leaves the last good
-commit where it was; a person's accept moves it and the anchor. Every night
-goes into the runner's history. The committed baselines play no part."""
+against night 1's commit; night 3's two commits make the model ~6x slower (the first of them) and
+fail by A/B (against night 2's commit, and against night 1's, the anchor), naming the range and,
+bisected, the first slow commit, and leave the last good commit where it was; a person's accept
+moves it and the anchor, and night 4 on the accepted commit passes, recording the runner's
+baselines anew (the history takes the step as accepted). Every night goes into the runner's
+history. The committed baselines play no part."""
 
 from __future__ import annotations
 
@@ -21,17 +23,20 @@ from pytest_dlperf import nightly
 
 REPO = Path(__file__).resolve().parents[1]
 # A short protocol (its own fingerprint): what is tested is the gate's flow. Windows of 300 steps
-# after 50 warm-up steps, as tests/test_ab.py's A/B runs take them: 3 pairs prove a ~6x change
-# on this VM's +-20% launches.
+# after 50 warm-up steps, as tests/test_ab.py's A/B runs take them; rounds of 3 pairs up to 6:
+# in duet three pairs leave the t-test one degree of freedom (each half's speed is taken out),
+# so a ~6x change is proven at the second round (with 3 at most, A/B went on to 12 pairs, the
+# bisect probe too: ~2 minutes more here).
 CASE = ["-k", "1n1d and fp32", "--dlperf-protocol", "quick", "--dlperf-steps", "300",
         "--dlperf-warmup-steps", "50", "--dlperf-repeats", "3", "--dlperf-launches", "3",
-        "--dlperf-max-repeats", "3", "--dlperf-phases", "off",
+        "--dlperf-max-repeats", "6", "--dlperf-phases", "off",
         # one-step-per-window noise on a shared CPU: night one may not refuse its baseline
         "--dlperf-unstable-cv", "10"]
 
 
-def night(tmp_path: Path, tests: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DLPERF_")}
+def night(tmp_path: Path, tests: Path, *extra: str, env: dict[str, str] | None = None
+          ) -> subprocess.CompletedProcess[str]:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("DLPERF_")}, **(env or {})}
     env.update(DLPERF_NIGHTLY_STORE=str(tmp_path / "runner-store"), DLPERF_MACHINE="runner",
                DLPERF_NIGHTLY_OUT=str(tmp_path / "out"), DLPERF_NIGHTLY_PYTHON=sys.executable,
                PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
@@ -79,13 +84,17 @@ def test_nights_judge_by_ab_against_the_last_good_commit_then_by_the_baselines(
     assert last_good(tmp_path) == second
 
     third = commit_model(repo, SLOW, "a wider hidden layer")
-    three = night(tmp_path, tests)
+    fourth = commit_model(repo, SLOW, "a comment")
+    three = night(tmp_path, tests, env={"DLPERF_NIGHTLY_BISECT": "1"})
     assert three.returncode == 1, three.stdout[-3000:] + three.stderr[-3000:]
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert summary.startswith("# Nightly perf gate: failed")
-    assert f"Tonight: `{third[:10]}` a wider hidden layer." in summary
-    assert f"Commits since: 1 (`{second[:10]}..{third[:10]}`, first parents)." in summary
+    assert f"Tonight: `{fourth[:10]}` a comment." in summary
+    assert f"Commits since: 2 (`{second[:10]}..{fourth[:10]}`, first parents)." in summary
     assert "Failed by: A/B" in summary
+    # The range holds two commits: bisected (each probe the probe commit's own test file), the
+    # first slow one is named.
+    assert f"First slow commit: `{third[:10]}` a wider hidden layer" in summary, summary
     assert f"## A/B against `{second[:10]}`: regression" in summary
     # ... and against the anchor (night 1's commit): a creep adds up there
     assert f"## A/B since the anchor against `{first[:10]}`: regression" in summary
@@ -97,18 +106,31 @@ def test_nights_judge_by_ab_against_the_last_good_commit_then_by_the_baselines(
                               env={**os.environ, "DLPERF_NIGHTLY_STORE":
                                    str(tmp_path / "runner-store"), "DLPERF_MACHINE": "runner"})
     assert accepted.returncode == 0, accepted.stderr
-    assert accepted.stdout.startswith(f"last good commit: {third[:10]} a wider hidden layer")
-    assert last_good(tmp_path) == last_good(tmp_path, "anchor") == third
+    assert accepted.stdout.startswith(f"last good commit: {fourth[:10]} a comment")
+    assert last_good(tmp_path) == last_good(tmp_path, "anchor") == fourth
     state = json.loads((tmp_path / "runner-store" / "runner" / "nightly.json").read_text())
     assert state["last_good"]["how"] == "accepted by a reviewer"
     assert [n["outcome"] for n in state["nights"]] == ["passed", "passed", "failed"]
+
+    # Night 4, the accepted (slower) commit again: nothing to A/B; the runner's baselines of the
+    # faster code would fail it, and the history's step down too, so they are recorded anew.
+    four = night(tmp_path, tests)
+    assert four.returncode == 0, four.stdout[-3000:] + four.stderr[-3000:]
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert summary.startswith("# Nightly perf gate: passed"), summary
+    assert "Baselines recorded anew after the change accepted by a reviewer" in summary, summary
+    (bench,) = json.loads((tmp_path / "out" / "results.json").read_text())["benchmarks"]
+    assert bench["extra_info"]["baseline_update"]["action"] == "updated"
+    state = json.loads((tmp_path / "runner-store" / "runner" / "nightly.json").read_text())
+    assert [n["outcome"] for n in state["nights"]] == ["passed", "passed", "failed", "passed"]
+    assert "rerecord" not in state  # once, the night after the accept
 
     # Every night is in the runner's history, beside its baselines.
     from pytest_dlperf.store.history import History
 
     history = History.open(str(tmp_path / "runner-store" / "runner" / "history.db"))
     (key,) = history.keys()
-    assert key["runs"] == 3 and key["case_key"] == "test_my_model.py::test_mlp[1n1d-fp32]"
+    assert key["runs"] == 4 and key["case_key"] == "test_my_model.py::test_mlp[1n1d-fp32]"
 
 
 def test_judges_make_the_night() -> None:
@@ -123,6 +145,12 @@ def test_judges_make_the_night() -> None:
                                   "-10.0%, regression"]
     assert nightly.verdict_of({"A/B": {"outcome": "not slow"}, "baselines": baselines,
                                "history": history}) == nightly.FAILED
+    # The night after an accept records the baselines anew: measured against the old ones the
+    # case reads as a regression, which it is not for the night.
+    rerecorded = {"benchmarks": [{"extra_info": {**regressed["benchmarks"][0]["extra_info"],
+                                                 "baseline_update": {"action": "updated"}}}]}
+    baselines, history = nightly.judge_baselines(rerecorded)
+    assert baselines["outcome"] == nightly.PASSED and baselines["regressed"] == []
     unsure = {"benchmarks": [{"extra_info": {**regressed["benchmarks"][0]["extra_info"],
                                              "verdict": {"outcome": "inconclusive",
                                                          "delta": -0.1, "baseline": 100.0,
