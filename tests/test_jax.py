@@ -147,6 +147,8 @@ def test_mlp(cluster, layout, amp, compiler, throughput_meter):
 """
 
 
+@pytest.mark.outside_ci("~2 minutes, beyond JAX's CI share: the two-rank averages cross ranks under both "
+                        "layouts in CI, and the GPT case records and judges fsdp on two ranks")
 @pytest.mark.usefixtures("subprocess_env")
 def test_an_own_model_trains_on_two_nodes(pytester: pytest.Pytester, jax_python: str) -> None:
     """Two local nodes (as root, two network hosts: the gradients, and under fsdp the

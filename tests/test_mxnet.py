@@ -70,7 +70,8 @@ def roles() -> list[int]:
     return [p.pid for p in psutil.process_iter(["cmdline"]) if ROLE in (p.info["cmdline"] or [])]
 
 
-@pytest.mark.parametrize("mode", ["eager", "compiled"])
+@pytest.mark.parametrize("mode", ["eager", pytest.param("compiled", marks=pytest.mark.outside_ci(
+    "3 s: the hybridized twin of the eager average, which CI runs"))])
 def test_two_ranks_average_their_gradients(mode: str, mxnet_python: str) -> None:
     """Two ranks through the adapter (the store's roles from the launcher's variables, its
     scheduler on the spare port, a shell's PORT ignored), each on its own data: one step of
@@ -255,6 +256,8 @@ def test_mlp(cluster, amp, compiler, throughput_meter):
 """
 
 
+@pytest.mark.outside_ci("22 s, beyond MXNet's CI share: the Slurm cluster's two-node job crosses nodes in "
+                        "CI")
 @pytest.mark.usefixtures("subprocess_env")
 def test_an_own_model_trains_on_two_nodes(pytester: pytest.Pytester, mxnet_python: str) -> None:
     """Two local nodes (as root, two network hosts: the gradients cross the link to the
