@@ -43,7 +43,7 @@ def build(ctx: Any) -> Parts:
     rows = slice(0, ctx.batch_size)  # the reference's control: the first half alone
     return Parts(model=model, inputs=paddle.to_tensor(inputs[rows]),
                  targets=paddle.to_tensor(targets[rows], dtype="int64"),
-                 tp_plan=PLANS[str(ctx.sizes["plan"])])
+                 plans={"tp": PLANS[str(ctx.sizes["plan"])]})
 
 
 def workload(plan: str) -> Workload:

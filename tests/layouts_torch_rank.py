@@ -94,8 +94,8 @@ def recipe(ctx: Any) -> Any:
         torch.manual_seed(ctx.seed)  # every replica takes replica 0's batch: a wrong split
     inputs, targets = batch()
     split = ctx.sizes.get("split", "blocks.2")
-    return Parts(model=model, inputs=inputs, targets=targets, tp_plan=tp_plan(),
-                 pipeline_split=split.split(",") if split else None)
+    return Parts(model=model, inputs=inputs, targets=targets, plans={"tp": tp_plan(),
+                        "pp": split.split(",") if split else None})
 
 
 def spec_for(layout: Any, clip: float | None = None, sgd: bool = False,

@@ -85,7 +85,7 @@ def build(ctx: BuildContext) -> Parts:
                                     torch.nn.Flatten(), torch.nn.Linear(32, 10))
         plan = {"1": ColwiseParallel(), "3": RowwiseParallel()}
     return Parts(model=model, inputs=torch.randn(ctx.batch_size, 32),
-                 targets=torch.randint(0, 10, (ctx.batch_size,)), tp_plan=plan)
+                 targets=torch.randint(0, 10, (ctx.batch_size,)), plans={"tp": plan})
 
 
 TP = Workload(name="tp", recipes={"torch": build}, batch_size={"cpu": 16, "cuda": 16},
@@ -293,7 +293,7 @@ BAD = [
     # style cannot shard (torch's own error names no module): refused before training.
     Bad("tp-plan-names-no-module", ("*test_tp[[]tp] failed on 1n2d: 2 of 2 ranks "
                                     "failed*",
-                                    "*WorkloadError: Parts.tp_plan names 'layers.0.q', which "
+                                    "*WorkloadError: Parts.plans[[]'tp'[]] names 'layers.0.q', which "
                                     "matches no module of the model (Sequential; its modules: "
                                     "0, 1, 2)*"),
         env={"BREAK": "tp-missing"}, files={"test_tp.py": TP_TEST},
@@ -301,7 +301,7 @@ BAD = [
         usage=False, never=("*samples/s*",)),
     Bad("tp-plan-on-a-convolution", ("*test_tp[[]tp] failed on 1n2d: 2 of 2 ranks "
                                      "failed*",
-                                     "*WorkloadError: Parts.tp_plan: '1' -> ColwiseParallel, "
+                                     "*WorkloadError: Parts.plans[[]'tp'[]]: '1' -> ColwiseParallel, "
                                      "which shards nn.Linear and nn.Embedding only, and 1 is "
                                      "Conv1d*"),
         env={"BREAK": "tp-conv"}, files={"test_tp.py": TP_TEST},

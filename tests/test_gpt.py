@@ -146,11 +146,11 @@ def test_the_tp_plan_and_pipeline_split_name_the_model() -> None:
     assert gpt.pipeline_split(gpt.GPTShape.of(gpt.GPT2_124M), 4) == [
         "layers.3", "layers.6", "layers.9"]
     parts = gpt.torch_recipe(context(dict(gpt.CPU_SIZES), "meta", layout=Layout(pp=2)))
-    assert parts.tp_plan is None and parts.pipeline_split == ["layers.2"]
+    assert parts.plan("tp") is None and parts.plan("pp") == ["layers.2"]
     interleaved = Layout(pp=2, schedule="interleaved1f1b")
     parts = gpt.torch_recipe(context(dict(gpt.CPU_SIZES), "meta", layout=interleaved))
-    assert parts.pipeline_split == ["layers.1", "layers.2", "layers.3"]
-    assert gpt.torch_recipe(context(dict(gpt.CPU_SIZES), "meta")).tp_plan is None
+    assert parts.plan("pp") == ["layers.1", "layers.2", "layers.3"]
+    assert gpt.torch_recipe(context(dict(gpt.CPU_SIZES), "meta")).plan("tp") is None
     with pytest.raises(WorkloadError, match="num_heads"):
         gpt.torch_recipe(context(dict(gpt.CPU_SIZES), "meta", layout=Layout(tp=8)))
 
@@ -176,7 +176,7 @@ def _tp_rank(rank: int, port: int, out: str) -> None:
         whole = gpt.torch_model(gpt.GPTShape.of(sizes))
         whole.load_state_dict(parts.model.state_dict())
         targets = parts.targets().clone()
-        sharded = parallelize_module(parts.model, mesh["tp"], parts.tp_plan)
+        sharded = parallelize_module(parts.model, mesh["tp"], parts.plan("tp"))
         loss = parts.loss(sharded(parts.inputs), targets)
         loss.backward()
         grad = sharded.layers[0].attention.wq.weight.grad.full_tensor()

@@ -172,11 +172,11 @@ def test_the_default_loss_of_a_language_model() -> None:
 
 def test_what_a_layout_needs_from_the_recipe() -> None:
     parts = Parts(model=None, inputs=0)
-    with pytest.raises(WorkloadError, match=r"Parts\.tp_plan"):
+    with pytest.raises(WorkloadError, match=r"Parts\.plans\['tp'\]"):
         parallel.apply_tp(None, None, parts)
-    with pytest.raises(WorkloadError, match=r"Parts\.pipeline_split"):
+    with pytest.raises(WorkloadError, match=r"Parts\.plans\['pp'\]"):
         parallel.split_points(parse_layout("pp2").resolve(2), parts)
-    split = Parts(model=None, inputs=0, pipeline_split=["b.1", "b.2", "b.3"])
+    split = Parts(model=None, inputs=0, plans={"pp": ["b.1", "b.2", "b.3"]})
     assert parallel.split_points(parse_layout("pp2").resolve(2), split) == ["b.2"]
     with pytest.raises(WorkloadError, match="two or more stages per rank"):
         parallel.split_points(parse_layout("pp4-interleaved1f1b").resolve(4), split)
@@ -209,24 +209,24 @@ def test_every_name_a_recipe_gives_must_be_a_module_of_its_model() -> None:
     model.layers = torch.nn.ModuleList([Block(), Block()])
     tp = parse_layout("tp2").resolve(2)
     plan = {"layers.*.up": ColwiseParallel(), "layers.*.down": RowwiseParallel()}
-    assert names.check_names(torch, model, Parts(model=model, inputs=0, tp_plan=plan), tp,
+    assert names.check_names(torch, model, Parts(model=model, inputs=0, plans={"tp": plan}), tp,
                                 []) == {"tp": ["layers.0.down", "layers.0.up", "layers.1.down",
                                                "layers.1.up"]}
     missing = {"layers.0.q": ColwiseParallel(), "layers.0.o": RowwiseParallel()}
-    with pytest.raises(WorkloadError, match=r"Parts\.tp_plan names 'layers\.0\.q', which "
+    with pytest.raises(WorkloadError, match=r"Parts\.plans\['tp'\] names 'layers\.0\.q', which "
                        r"matches no module of the model \(Module; its modules: .*layers\.0\.up"):
-        names.check_names(torch, model, Parts(model=model, inputs=0, tp_plan=missing), tp,
+        names.check_names(torch, model, Parts(model=model, inputs=0, plans={"tp": missing}), tp,
                              [])
     conv = {"layers.1.conv": ColwiseParallel()}
     with pytest.raises(WorkloadError, match=r"'layers\.1\.conv' -> ColwiseParallel, which "
                        r"shards nn\.Linear and nn\.Embedding only, and layers\.1\.conv is "
                        r"Conv1d"):
-        names.check_names(torch, model, Parts(model=model, inputs=0, tp_plan=conv), tp, [])
-    split = Parts(model=model, inputs=0, pipeline_split=["layers.2"])
-    with pytest.raises(WorkloadError, match=r"pipeline_split names 'layers\.2', not a module"):
+        names.check_names(torch, model, Parts(model=model, inputs=0, plans={"tp": conv}), tp, [])
+    split = Parts(model=model, inputs=0, plans={"pp": ["layers.2"]})
+    with pytest.raises(WorkloadError, match=r"plans\['pp'\] names 'layers\.2', not a module"):
         names.check_names(torch, model, split, parse_layout("pp2").resolve(2), [])
     fsdp = parse_layout("fsdp2").resolve(2)
-    with pytest.raises(WorkloadError, match=r"fsdp_units names 'blocks\.0', not a module"):
+    with pytest.raises(WorkloadError, match=r"plans\['fsdp'\] names 'blocks\.0', not a module"):
         names.check_names(torch, model, Parts(model=model, inputs=0), fsdp,
                              ["layers.0", "blocks.0"])
     assert names.check_names(torch, model, Parts(model=model, inputs=0), fsdp,

@@ -164,18 +164,29 @@ def _check_units_per_sample(workload: Workload) -> None:
 
 
 def _check_layouts(workload: Workload) -> None:
-    from .parallel import KINDS
-
+    """The form of ``layouts`` (checked wherever the workload is made: a rank that imports the
+    test's module too, where a kind of the user's need not be registered yet)."""
     layouts = workload.layouts
     if isinstance(layouts, str) or not all(isinstance(k, str) for k in layouts):
         raise WorkloadError(f"workload {workload.name!r}: layouts must be a tuple of layout "
-                            f"kinds ({', '.join(KINDS)}), got {layouts!r}")
-    unknown = sorted(set(layouts) - set(KINDS))
-    if unknown or "dp" not in layouts:
-        raise WorkloadError(f"workload {workload.name!r}: layouts {tuple(layouts)!r}: "
-                            + (f"unknown kind(s) {', '.join(unknown)}" if unknown else
-                               "'dp' missing (every workload trains on one process)")
-                            + f"; the kinds are {', '.join(KINDS)}")
+                            f"kinds (dp, fsdp, tp, pp, or a registered kind's name), got "
+                            f"{layouts!r}")
+    if "dp" not in layouts:
+        raise WorkloadError(f"workload {workload.name!r}: layouts {tuple(layouts)!r}: 'dp' "
+                            "missing (every workload trains on one process)")
+
+
+def unknown_kinds(workload: Workload) -> None:
+    """A ``WorkloadError`` where ``layouts`` names a kind nobody registered (checked in pytest's
+    process before a case runs, once the tests' conftest and modules have registered theirs)."""
+    from .parallel import registered
+
+    kinds = registered()
+    unknown = sorted(set(workload.layouts) - set(kinds))
+    if unknown:
+        raise WorkloadError(f"workload {workload.name!r}: layouts {tuple(workload.layouts)!r}: "
+                            f"unknown kind(s) {', '.join(unknown)}; the registered kinds are "
+                            f"{', '.join(kinds)}")
 
 
 @dataclass(frozen=True)
@@ -258,20 +269,25 @@ class Parts:
       against ``[B, T]``: the mean over every token).
 
     Under a layout beyond data parallelism (``ctx.layout``), the recipe returns the whole,
-    unsharded model and says how to cut it; the adapter shards it:
+    unsharded model and says how to cut it, a plan by kind in ``plans``; the adapter shards it:
 
-    - ``tp_plan``: tensor parallelism's plan, module name -> the framework's style (torch:
+    - ``plans["tp"]``: tensor parallelism's plan, module name -> the framework's style (torch:
       ``parallelize_module``'s plan of ``ColwiseParallel`` / ``RowwiseParallel`` ...), applied
       on the mesh's ``tp`` dimension;
-    - ``pipeline_split``: the names of the modules each pipeline stage after the first begins
+    - ``plans["pp"]``: the names of the modules each pipeline stage after the first begins
       at (torch: ``SplitPoint.BEGINNING`` there), as many as stages - 1 (or more, a multiple,
       for interleaved schedules' virtual stages);
-    - ``fsdp_units``: the modules sharded as units of their own (each gathered for its own
+    - ``plans["fsdp"]``: the modules sharded as units of their own (each gathered for its own
       forward and backward), the root after them; default: every module of every
       ``ModuleList`` (a transformer's blocks);
+    - a kind of your own's plan under its name (a table's sharding, a head's split), which its
+      strategies read (``part.parts.plan("rep")``);
     - ``parallelized``: the recipe sharded the model itself on ``ctx.mesh``; the adapter then
       applies nothing (a recipe called with ``ctx.mesh`` None, as when its FLOPs are counted,
       must return the unsharded model).
+
+    ``tp_plan``, ``pipeline_split`` and ``fsdp_units``, the plans' earlier names, still work for
+    this release and warn (``FutureWarning``): give ``plans`` instead.
     """
 
     model: Any
@@ -279,12 +295,33 @@ class Parts:
     targets: Any = None
     loss: Callable[[Any, Any], Any] | None = None
     data: Iterable[Any] | None = None
-    tp_plan: Mapping[str, Any] | None = None
-    pipeline_split: Sequence[str] | None = None
-    fsdp_units: Sequence[str] | None = None
+    plans: Mapping[str, Any] | None = None
+    tp_plan: Mapping[str, Any] | None = None  # deprecated: plans["tp"]
+    pipeline_split: Sequence[str] | None = None  # deprecated: plans["pp"]
+    fsdp_units: Sequence[str] | None = None  # deprecated: plans["fsdp"]
     parallelized: bool = False
 
+    def plan(self, kind: str) -> Any:
+        """The recipe's plan for ``kind`` (``plans``, else its deprecated field), or None."""
+        if self.plans is not None and kind in self.plans:
+            return self.plans[kind]
+        legacy = _LEGACY_PLANS.get(kind)
+        return getattr(self, legacy) if legacy else None
+
     def __post_init__(self) -> None:
+        given = [kind for kind, name in _LEGACY_PLANS.items() if getattr(self, name) is not None]
+        twice = [kind for kind in given if kind in (self.plans or {})]
+        if twice:
+            raise WorkloadError(f"the recipe's Parts gives the {twice[0]} plan twice, as "
+                                f"plans[{twice[0]!r}] and as {_LEGACY_PLANS[twice[0]]}; give "
+                                "plans only")
+        if given:
+            import warnings
+
+            old = ", ".join(f"{_LEGACY_PLANS[k]}=..." for k in given)
+            new = ", ".join(f"{k!r}: ..." for k in given)
+            warnings.warn(f"Parts({old}) is deprecated and goes in the next release: give "
+                          f"Parts(plans={{{new}}})", FutureWarning, stacklevel=3)
         if self.data is None and self.inputs is None:
             raise WorkloadError("the recipe's Parts has neither inputs (a synthetic batch) nor "
                                 "data (an iterable of (inputs, targets) batches); give one")
@@ -292,6 +329,10 @@ class Parts:
             raise WorkloadError("the recipe's Parts has both inputs and data; give one: inputs "
                                 "for a synthetic batch resident on the device, data to measure "
                                 "an input pipeline")
+
+
+# The plans' earlier names, by kind (Parts.plan reads them for one more release).
+_LEGACY_PLANS = {"tp": "tp_plan", "pp": "pipeline_split", "fsdp": "fsdp_units"}
 
 
 @dataclass(frozen=True)

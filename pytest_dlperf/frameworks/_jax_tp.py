@@ -1,7 +1,7 @@
 """Tensor parallelism in the JAX adapter: the recipe's plan as shardings over a mesh axis
 ``tp``, and a step that ``jax.jit`` partitions itself (GSPMD).
 
-The plan (``Parts.tp_plan``) names modules by their path in the model (torch's names, as the
+The plan (``Parts.plans['tp']``) names modules by their path in the model (torch's names, as the
 JAX models keep them) with a style: ``"colwise"`` (a ``Linear``'s output features split: its
 kernel ``(in, out)`` by columns, its bias with them; Megatron's first matrix of a pair) or
 ``"rowwise"`` (its input features split: the kernel by rows, the bias whole; an ``Embed``'s
@@ -63,18 +63,18 @@ def specs(names: list[tuple[str, str]], shapes: list[tuple[int, ...]],
 
     unknown = sorted({str(style) for style in plan.values()} - set(STYLES))
     if unknown:
-        raise WorkloadError(f"Parts.tp_plan: the JAX adapter knows the styles "
+        raise WorkloadError(f"Parts.plans['tp']: the JAX adapter knows the styles "
                             f"{', '.join(sorted(STYLES))}, not {', '.join(unknown)}")
     missing = sorted(set(plan) - {module for module, _ in names})
     if missing:
-        raise WorkloadError(f"Parts.tp_plan names {', '.join(missing[:3])}, which the model "
+        raise WorkloadError(f"Parts.plans['tp'] names {', '.join(missing[:3])}, which the model "
                             "has no parameters under (module paths as the model names them)")
     out = []
     for (module, name), shape in zip(names, shapes):
         style = plan.get(module)
         axes = () if style is None else STYLES[style].get(name)
         if axes is None:
-            raise WorkloadError(f"Parts.tp_plan: {module} is {style}, and the JAX adapter "
+            raise WorkloadError(f"Parts.plans['tp']: {module} is {style}, and the JAX adapter "
                                 f"cannot split its {name!r} that way")
         for dim, axis in enumerate(axes):
             if axis == TP and shape[dim] % degree:

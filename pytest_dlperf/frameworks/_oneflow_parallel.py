@@ -23,13 +23,13 @@ class Sharding:
     broadcast over the data ranks and split or broadcast over the tensor-parallel ones; OneFlow
     infers every activation's SBP and inserts the collectives itself, eagerly and in nn.Graph.
 
-    ``Parts.tp_plan`` maps module names to ``"colwise"`` (Linear weight ``[out, in]`` and bias
+    ``Parts.plans['tp']`` maps module names to ``"colwise"`` (Linear weight ``[out, in]`` and bias
     split on dim 0, Megatron's column-parallel; an Embedding's hidden dim) or ``"rowwise"``
     (weight split on dim 1, bias broadcast; an Embedding's rows), or to ``{parameter name:
     flow.sbp}`` for anything else. Torch's words, not SBP objects: a plan then reads the same in
     both recipes, and SBP stays the adapter's. Any plan trains the same model (SBP inference
     keeps the maths whole); the plan only chooses the communication.
-    ``Parts.pipeline_split`` names the modules stages begin at, in ``named_modules`` order: a
+    ``Parts.plans['pp']`` names the modules stages begin at, in ``named_modules`` order: a
     module belongs to the stage of the last split at or before it. Pipelines and ZeRO (fsdp)
     run in nn.Graph only (``set_stage`` and gradient accumulation over the layout's
     micro-batches, OneFlow's actors ordering them; ``enable_zero(stage=3)``)."""
@@ -38,10 +38,10 @@ class Sharding:
         if layout.dp > 1 and layout.fsdp > 1:
             raise WorkloadError(f"layout {layout.id}: OneFlow's ZeRO shards over every "
                                 "data-parallel rank; give dp or fsdp, not both")
-        self.flow, self.layout, self.plan = flow, layout, dict(parts.tp_plan or {})
-        self.split = list(parts.pipeline_split or []) if layout.pp > 1 else []
+        self.flow, self.layout, self.plan = flow, layout, dict(parts.plan("tp") or {})
+        self.split = list(parts.plan("pp") or []) if layout.pp > 1 else []
         if layout.pp > 1 and len(self.split) != layout.pp - 1:
-            raise WorkloadError(f"layout {layout.id}: the recipe's pipeline_split names "
+            raise WorkloadError(f"layout {layout.id}: the recipe's Parts.plans['pp'] names "
                                 f"{len(self.split)} module(s); {layout.pp} stages need "
                                 f"{layout.pp - 1} (OneFlow has no virtual stages)")
         width, tp = layout.data_parallel * layout.tp, layout.tp
@@ -62,7 +62,7 @@ class Sharding:
         names = [name for name, _ in model.named_modules()]
         at = [names.index(n) if n in names else -1 for n in self.split]
         if -1 in at or at != sorted(at):
-            raise WorkloadError(f"pipeline_split {self.split} must name modules of the model "
+            raise WorkloadError(f"Parts.plans['pp'] {self.split} must name modules of the model "
                                 "in the order named_modules() lists them")
         return {name: sum(i >= a for a in at) for i, name in enumerate(names)}
 
@@ -106,5 +106,5 @@ def _tp_styles(flow: Any, module: Any, style: Any) -> dict[str, Any]:
         return {"weight": split(1 if embedding else 0), "bias": split(0)}
     if style == "rowwise":
         return {"weight": split(0 if embedding else 1), "bias": flow.sbp.broadcast}
-    raise WorkloadError(f"tp_plan: unknown style {style!r} (colwise, rowwise, or a mapping of "
+    raise WorkloadError(f"Parts.plans['tp']: unknown style {style!r} (colwise, rowwise, or a mapping of "
                         "parameter names to flow.sbp)")

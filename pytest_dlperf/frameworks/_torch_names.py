@@ -55,7 +55,7 @@ def plan_targets(torch: Any, model: Any, plan: Mapping[str, Any]) -> dict[str, l
                     and all(map(fnmatchcase, name.split("."), pattern))])
         if not matched:
             raise WorkloadError(
-                f"Parts.tp_plan names {key!r}, which matches no module of the model "
+                f"Parts.plans['tp'] names {key!r}, which matches no module of the model "
                 f"({type(model).__name__}; {_named(model, [key])}): fix the entry's path "
                 "(module names as model.named_modules() gives them, * for any one part); "
                 "torch would skip it and the case would measure a model it did not shard")
@@ -65,7 +65,7 @@ def plan_targets(torch: Any, model: Any, plan: Mapping[str, Any]) -> dict[str, l
                      if not isinstance(modules[name], kinds)]
             if wrong:
                 raise WorkloadError(
-                    f"Parts.tp_plan: {key!r} -> {type(style).__name__}, which shards "
+                    f"Parts.plans['tp']: {key!r} -> {type(style).__name__}, which shards "
                     f"nn.Linear and nn.Embedding only, and {'; '.join(wrong[:3])}: plan that "
                     "module's Linear layers instead, or leave it replicated")
         targets[key] = sorted(matched)
@@ -78,20 +78,20 @@ def check_names(torch: Any, model: Any, parts: Parts, layout: Layout,
     model first (a ``WorkloadError`` naming one that is not there): the plan's modules, the
     pipeline's split points, the FSDP units. Said in the results (``sharded_modules``)."""
     sharded: dict[str, Any] = {}
-    if layout.uses("tp") and parts.tp_plan:
+    if layout.uses("tp") and parts.plan("tp"):
         sharded["tp"] = sorted({name for names in plan_targets(torch, model,
-                                                                parts.tp_plan).values()
+                                                                parts.plan("tp")).values()
                                 for name in names})
-    if layout.uses("pp") and parts.pipeline_split:
-        missing = [name for name in parts.pipeline_split if not has(model, name)]
+    if layout.uses("pp") and parts.plan("pp"):
+        missing = [name for name in parts.plan("pp") if not has(model, name)]
         if missing:
-            raise WorkloadError(f"Parts.pipeline_split names {', '.join(map(repr, missing))}, "
+            raise WorkloadError(f"Parts.plans['pp'] names {', '.join(map(repr, missing))}, "
                                 f"not a module of the model ({_named(model, missing)})")
-        sharded["pp"] = list(parts.pipeline_split)
+        sharded["pp"] = list(parts.plan("pp"))
     if layout.uses("fsdp"):
         missing = [name for name in units if not has(model, name)]
         if missing:
-            raise WorkloadError(f"Parts.fsdp_units names {', '.join(map(repr, missing))}, "
+            raise WorkloadError(f"Parts.plans['fsdp'] names {', '.join(map(repr, missing))}, "
                                 f"not a module of the model ({_named(model, missing)})")
         sharded["fsdp"] = [*units, "(root)"]
     return sharded

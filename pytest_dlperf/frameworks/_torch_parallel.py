@@ -16,8 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.parallel import MESH_ORDER, Layout
+from ..core.parallel import BUILT_IN, MESH_ORDER, Layout, mesh_order
 from ..core.spec import RankSpec
+from ..core.strategies import TorchPart, strategy_for
 from ..core.workload import Parts, WorkloadError
 from ._torch_names import check_names, has
 
@@ -46,8 +47,7 @@ def unavailable(kinds: tuple[str, ...], device_type: str, compiled: bool = False
 def mesh_dims(layout: Layout) -> list[tuple[str, int]]:
     """The mesh's dimensions: those of more than one rank, and a kind named on one rank (FSDP's
     code on a mesh of one, so that its id says what ran)."""
-    return [(kind, getattr(layout, kind)) for kind in MESH_ORDER
-            if getattr(layout, kind) > 1 or kind in layout.named]
+    return [(kind, layout.degree(kind)) for kind in mesh_order() if layout.uses(kind)]
 
 
 def device_mesh(layout: Layout, device_type: str) -> Any:
@@ -73,9 +73,9 @@ def same_weights(torch: Any, model: Any) -> None:
 
 
 def fsdp_unit_names(torch: Any, model: Any, parts: Parts) -> list[str]:
-    """``Parts.fsdp_units``, or every module of every ``ModuleList`` (a transformer's blocks)."""
-    if parts.fsdp_units is not None:
-        return list(parts.fsdp_units)
+    """``Parts.plans['fsdp']``, or every module of every ``ModuleList`` (a transformer's blocks)."""
+    if parts.plan("fsdp") is not None:
+        return list(parts.plan("fsdp"))
     return [f"{name}.{index}" if name else str(index)
             for name, module in model.named_modules()
             if isinstance(module, torch.nn.ModuleList) for index in range(len(module))]
@@ -90,13 +90,13 @@ def _replace(module: Any, name: str, new: Any) -> None:
 
 def apply_tp(model: Any, mesh: Any, parts: Parts) -> None:
     """Megatron-style tensor parallelism: the recipe's plan on the mesh's ``tp`` dimension."""
-    if not parts.tp_plan:
-        raise WorkloadError("a tensor-parallel layout needs the recipe's Parts.tp_plan (module "
+    if not parts.plan("tp"):
+        raise WorkloadError("a tensor-parallel layout needs the recipe's Parts.plans['tp'] (module "
                             "name -> ColwiseParallel / RowwiseParallel ...), or a recipe that "
                             "shards the model itself on ctx.mesh (Parts.parallelized=True)")
     from torch.distributed.tensor.parallel import parallelize_module
 
-    parallelize_module(model, mesh["tp"], dict(parts.tp_plan))
+    parallelize_module(model, mesh["tp"], dict(parts.plan("tp")))
 
 
 def compile_units(torch: Any, model: Any, units: Sequence[str]) -> None:
@@ -149,19 +149,19 @@ def split_points(layout: Layout, parts: Parts) -> list[str]:
     """The module names where stages 1.. begin: ``pp - 1`` of the recipe's for one stage per
     rank (every k-th where it gives more), all of them for an interleaved schedule's virtual
     stages (a multiple of ``pp`` stages, two or more per rank)."""
-    names = list(parts.pipeline_split or ())
-    if parts.pipeline_split is None or (not names and layout.pp > 1):  # pp1: one stage, []
-        raise WorkloadError("a pipeline layout needs the recipe's Parts.pipeline_split: the "
+    names = list(parts.plan("pp") or ())
+    if parts.plan("pp") is None or (not names and layout.pp > 1):  # pp1: one stage, []
+        raise WorkloadError("a pipeline layout needs the recipe's Parts.plans['pp']: the "
                             "names of the modules where stages after the first begin "
                             "(['layers.2'] for two stages)")
     stages = len(names) + 1
     if stages % layout.pp:
-        raise WorkloadError(f"Parts.pipeline_split gives {stages} stages, not a multiple of "
+        raise WorkloadError(f"Parts.plans['pp'] gives {stages} stages, not a multiple of "
                             f"the layout's {layout.pp} pipeline ranks")
     if layout.schedule == "interleaved1f1b":
         if stages < 2 * layout.pp:
             raise WorkloadError(f"an interleaved schedule needs two or more stages per rank: "
-                                f"Parts.pipeline_split gives {stages} stages for {layout.pp} "
+                                f"Parts.plans['pp'] gives {stages} stages for {layout.pp} "
                                 f"ranks; give at least {2 * layout.pp - 1} split points")
         return names
     every = stages // layout.pp
@@ -295,11 +295,18 @@ def shard(torch: Any, model: Any, parts: Parts, inputs: Any, layout: Layout, mes
         if layout.uses("pp"):
             raise WorkloadError("Parts.parallelized with a pipeline layout: the adapter cuts "
                                 "the pipeline itself; return the unsharded model with "
-                                "Parts.pipeline_split")
+                                "Parts.plans['pp']")
         return Sharded([model])
-    reason = spec.compiled and unavailable(layout.kinds, spec.device_type, compiled=True)
+    built_in = tuple(kind for kind in layout.kinds if kind in BUILT_IN) or ("dp",)
+    reason = spec.compiled and unavailable(built_in, spec.device_type, compiled=True)
     if reason:
         raise WorkloadError(f"layout {layout.id}: {reason}")
+    added = [kind for kind in layout.kinds if kind not in BUILT_IN]
+    strategies = {kind: strategy_for("torch", kind) for kind in added}
+    missing = [kind for kind, strategy in strategies.items() if strategy is None]
+    if missing:
+        raise WorkloadError(f"layout {layout.id}: no torch strategy for {', '.join(missing)} in "
+                            "this rank: register it in the module that registers the kind")
     units = fsdp_unit_names(torch, model, parts)
     sharded = check_names(torch, model, parts, layout, units)
 
@@ -311,6 +318,9 @@ def shard(torch: Any, model: Any, parts: Parts, inputs: Any, layout: Layout, mes
             compile_units(torch, part, held)
         if layout.uses("fsdp"):
             apply_fsdp(torch, part, mesh, held, layout, spec)
+        for strategy in strategies.values():  # the registered kinds', after the built-in ones
+            assert strategy is not None
+            strategy.apply(TorchPart(torch, part, mesh, parts, layout, spec))
 
     if layout.uses("pp"):
         pipeline = build_pipeline(torch, model, inputs, layout, mesh, parts, device, loss,

@@ -98,10 +98,10 @@ class JaxTrainer:
         require_parameters(self.parameters, recipe)
         self.dims = _jax_step.shard_dims(shapes, dist.world_size, layout.uses("fsdp"))
         if self.tp:
-            if not parts.tp_plan:
-                raise WorkloadError("a tensor-parallel layout needs the recipe's Parts.tp_plan "
+            if not parts.plan("tp"):
+                raise WorkloadError("a tensor-parallel layout needs the recipe's Parts.plans['tp'] "
                                     "(module path -> 'colwise' / 'rowwise')")
-            self.specs = _jax_tp.specs(_jax_tp.leaf_names(params), shapes, parts.tp_plan,
+            self.specs = _jax_tp.specs(_jax_tp.leaf_names(params), shapes, parts.plan("tp"),
                                        self.tp)
         else:
             self.specs = [_jax_step.partition(dim) for dim in self.dims]

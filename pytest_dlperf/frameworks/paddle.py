@@ -246,7 +246,7 @@ class PaddleTrainer:
 
 def shard_model(paddle: Any, model: Any, parts: Parts, layout: Layout, spec: RankSpec) -> Any:
     """Tensor parallelism through Paddle's auto-parallel API (``fleet``'s hybrid parallelism
-    does not run on CPU: ``layout_unavailable``). ``Parts.tp_plan`` maps sublayer names to
+    does not run on CPU: ``layout_unavailable``). ``Parts.plans['tp']`` maps sublayer names to
     ``"colwise"`` / ``"rowwise"`` (torch's words: one plan reads the same in both recipes) or
     to ``{parameter name: dist placement}``. Paddle keeps a Linear's weight ``[in, out]``, so
     column-parallel is ``Shard(1)`` with the bias ``Shard(0)``; row-parallel ``Shard(0)`` with
@@ -261,10 +261,10 @@ def shard_model(paddle: Any, model: Any, parts: Parts, layout: Layout, spec: Ran
     dist = paddle.distributed
     styles = {"colwise": {"weight": dist.Shard(1), "bias": dist.Shard(0)},
               "rowwise": {"weight": dist.Shard(0), "bias": dist.Replicate()}}
-    plan = dict(parts.tp_plan or {})
+    plan = dict(parts.plan("tp") or {})
     unknown = sorted(set(plan) - {name for name, _ in model.named_sublayers()})
     if unknown:
-        raise WorkloadError(f"tp_plan names no sublayer {', '.join(unknown)} of the model")
+        raise WorkloadError(f"Parts.plans['tp'] names no sublayer {', '.join(unknown)} of the model")
 
     def shard(name: str, layer: Any, mesh: Any) -> None:
         style = plan.get(name)

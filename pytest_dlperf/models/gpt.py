@@ -27,9 +27,9 @@ embedding) and keeps GPT-2's tied embedding, which the head multiplies by. FlopC
 agrees within the biases (tests/test_gpt.py).
 
 Under a layout the recipe returns the whole model and says how to cut it: the blocks are an
-``nn.ModuleList`` named ``layers`` (FSDP2's units by default), ``tp_plan`` is torchtitan's plan
+``nn.ModuleList`` named ``layers`` (FSDP2's units by default), its ``tp`` plan is torchtitan's plan
 for ``parallelize_module`` (attention reshapes with ``view(b, t, -1, head_dim)``, so a rank's
-shard of heads needs nothing else), ``pipeline_split`` starts the stages at evenly spaced
+shard of heads needs nothing else), its ``pp`` plan starts the stages at evenly spaced
 blocks, the embedding in the first and the final norm and head in the last. GPT-2's tied head
 multiplies by the embedding's weight itself: under tensor parallelism a DTensor sharded over
 the vocabulary, like the ``ColwiseParallel`` head Llama gets.
@@ -392,5 +392,5 @@ def torch_recipe(ctx: BuildContext) -> Parts:
     if layout is not None and layout.uses("pp"):
         virtual = 2 if layout.schedule == "interleaved1f1b" else 1
         split = pipeline_split(shape, layout.pp * virtual)
-    return Parts(model=model, inputs=tokens, targets=fresh_targets, loss=loss, tp_plan=plan,
-                 pipeline_split=split)
+    return Parts(model=model, inputs=tokens, targets=fresh_targets, loss=loss,
+                 plans={"tp": plan, "pp": split})

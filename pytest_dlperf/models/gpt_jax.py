@@ -108,7 +108,7 @@ def recipe(ctx: BuildContext) -> Parts:
     if ctx.layout is not None and ctx.layout.uses("tp"):
         check_tp(shape, ctx.layout.tp)
         plan = tp_plan(shape)
-    return Parts(model=gpt, inputs=tokens, targets=fresh_targets, tp_plan=plan)
+    return Parts(model=gpt, inputs=tokens, targets=fresh_targets, plans={"tp": plan})
 
 
 def tp_plan(shape: GPTShape) -> dict[str, str]:

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from .. import frameworks
+from ..core.kinds import BUILT_IN
 from ..core.recipes import RecipeReference, import_root, recipe_reference
+from ..core.strategies import kinds_of, strategy_for
 from ..core.workload import Workload, WorkloadError
 from ..models import with_recipe
 
@@ -109,14 +111,33 @@ class Adapter:
         ``device_type`` (``compiled``: under the adapter's compiler), as the adapter's optional
         ``layout_unavailable(kinds, device_type[, compiled])`` says; an adapter without it runs
         plain data parallelism only."""
-        check = getattr(self.module, "layout_unavailable", None)
-        if check is None:
-            return (f"the {self.name} adapter runs data parallelism only (it defines no "
-                    "layout_unavailable: docs/adding-a-framework.md)")
-        takes_compiled = "compiled" in inspect.signature(check).parameters
-        reason = (check(tuple(kinds), device_type, compiled=compiled) if takes_compiled
-                  else check(tuple(kinds), device_type))
-        return str(reason) if reason else None
+        # A kind beyond the built-in ones runs where a strategy for it is registered
+        # (core/strategies.py), and only there; the strategy says what it cannot.
+        added = [kind for kind in kinds if kind not in BUILT_IN]
+        for kind in added:
+            if strategy_for(self.name, kind) is None:
+                has = kinds_of(self.name)
+                return (f"the {self.name} adapter has no strategy for layout kind {kind!r}"
+                        + (f" (it has: {', '.join(has)})" if has else "")
+                        + ": register one (docs/adding-a-layout-kind.md)")
+        built_in = tuple(kind for kind in kinds if kind in BUILT_IN)
+        if built_in and built_in != ("dp",):
+            check = getattr(self.module, "layout_unavailable", None)
+            if check is None:
+                return (f"the {self.name} adapter runs data parallelism only (it defines no "
+                        "layout_unavailable: docs/adding-a-framework.md)")
+            takes_compiled = "compiled" in inspect.signature(check).parameters
+            reason = (check(built_in, device_type, compiled=compiled) if takes_compiled
+                      else check(built_in, device_type))
+            if reason:
+                return str(reason)
+        for kind in added:
+            strategy = strategy_for(self.name, kind)
+            assert strategy is not None
+            why = strategy.why_not(tuple(kinds), device_type, compiled)
+            if why:
+                return str(why)
+        return None
 
 
 def _version_in(python: str, distributions: tuple[str, ...]) -> str | None:

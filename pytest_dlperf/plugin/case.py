@@ -26,6 +26,7 @@ from ..core.workload import (
     SizeValue,
     Workload,
     WorkloadError,
+    unknown_kinds,
 )
 from ..launch import Cluster
 from ..models import builtin
@@ -90,7 +91,7 @@ class Case:
         if missing:
             pytest.skip(f"workload {workload.name!r} does not support {', '.join(missing)} "
                         f"(layout {layout.id}; its layouts: {', '.join(workload.layouts)}): "
-                        "a recipe that gives Parts.tp_plan / Parts.pipeline_split says so "
+                        "a recipe that gives Parts.plans['tp'] / Parts.plans['pp'] says so "
                         "with Workload(layouts=...)")
         compiled = self.compiler != "eager"
         reason = self.adapter.layout_unavailable(layout.kinds, self.cluster.device_type,
@@ -295,6 +296,7 @@ def prepare(node: pytest.Item, cluster: Cluster, amp: Precision, state: SessionS
         adapter = Adapter.resolve(framework)
         chosen = (builtin(workload, framework, adapter.recipe_key)
                   if isinstance(workload, str) else workload)
+        unknown_kinds(chosen)
         recipe = adapter.recipe_for(chosen)
         batch = state.settings.batch_size or batch_size
         sized = CaseWorkload.of(chosen, cluster.device_type, amp.name,
