@@ -1,18 +1,29 @@
-"""How worker processes start. One module per launch mode, all behind ``Launcher``.
+"""How worker processes start. One module per launch mode, all behind one protocol.
 
-A launcher takes the plain JSON spec and a topology, starts ``python -m pytest_dlperf.rank.worker`` on
-every rank through an existing engine (torchrun's elastic agents here; Slurm's srun and
-already-launched jobs in their own modules), and returns every rank's JSON result, or raises
+A launcher (``protocol.LauncherProtocol``; ``base.Launcher`` gives its defaults) takes the plain
+JSON spec and a topology and runs one launch in four phases: ``rendezvous`` (where the ranks
+meet), ``start`` (every rank: ``python -m pytest_dlperf.rank.worker`` through an existing engine,
+torchrun's elastic agents here, Slurm's srun, or pytest itself already launched), ``collect``
+(every rank's JSON result, through the channel the launcher chose) and ``stop``; it raises
 ``LaunchError`` naming the ranks that failed or hung and what they said.
+
+The built-in launchers are made here (``make_builtin``), each by its module's ``make``; the
+plugin offers them through its own ``pytest_dlperf_make_launcher`` hook, beside which a
+conftest or plugin adds its own (docs/adding-a-launcher.md).
 """
 
 from __future__ import annotations
 
+import importlib
+
 from .base import Cluster, Launcher, LaunchError, Watch
+from .protocol import LauncherProtocol, Rendezvous, run_launch
 
-__all__ = ["LAUNCHERS", "Cluster", "LaunchError", "Launcher", "Watch", "detect", "get_launcher"]
+__all__ = ["BUILTIN_LAUNCHERS", "Cluster", "LaunchError", "Launcher", "LauncherProtocol",
+           "Rendezvous", "Watch", "detect", "make_builtin", "run_launch"]
 
-LAUNCHERS = ("local", "slurm", "external")
+# Each name is a module of this package with ``make(environ) -> Launcher``.
+BUILTIN_LAUNCHERS = ("local", "slurm", "external")
 
 
 def detect(environ: dict[str, str]) -> str:
@@ -26,26 +37,10 @@ def detect(environ: dict[str, str]) -> str:
     return "slurm" if SlurmAllocation.from_environ(environ) is not None else "local"
 
 
-def get_launcher(name: str, environ: dict[str, str]) -> Launcher:
-    if name == "local":
-        from .local import LocalLauncher
-
-        return LocalLauncher()
-    if name == "slurm":
-        from .slurm import SlurmAllocation, SlurmLauncher
-
-        allocation = SlurmAllocation.from_environ(environ)
-        if allocation is None:
-            raise LookupError("--dlperf-launcher=slurm, but this is not inside a Slurm "
-                              "allocation (no SLURM_JOB_ID / SLURM_JOB_NODELIST); run under "
-                              "salloc or sbatch")
-        return SlurmLauncher(allocation)
-    if name == "external":
-        from .external import REQUIRED, ExternalLauncher, launched_externally
-
-        if not launched_externally(environ):
-            raise LookupError("--dlperf-launcher=external, but pytest was not started as a rank "
-                              f"of a launched job (needs {', '.join(REQUIRED)}); start it with "
-                              "torchrun ... -m pytest")
-        return ExternalLauncher(environ)
-    raise LookupError(f"unknown launcher {name!r} (known: {', '.join(LAUNCHERS)})")
+def make_builtin(name: str, environ: dict[str, str]) -> Launcher | None:
+    """The built-in launcher ``name`` (None: not a built-in name); ``LookupError`` saying why
+    where this environment cannot host it (slurm outside an allocation)."""
+    if name not in BUILTIN_LAUNCHERS:
+        return None
+    launcher: Launcher = importlib.import_module(f"{__name__}.{name}").make(environ)
+    return launcher

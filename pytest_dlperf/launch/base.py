@@ -1,7 +1,7 @@
-"""What every launch mode offers (``Launcher``), how a launch fails (``LaunchError``), and what
-the ``cluster`` fixture hands a test (``Cluster``: a topology and a way to run a spec on it).
-The launch modes (``local``, ``slurm``, ``external``) build on this module; the package's face
-(``launch/__init__``) picks one."""
+"""What every launch mode starts from (``Launcher``: the defaults of ``protocol.LauncherProtocol``),
+how a launch fails (``LaunchError``), and what the ``cluster`` fixture hands a test (``Cluster``:
+a topology and a way to run a spec on it). The launch modes (``local``, ``slurm``, ``external``)
+build on this module; the package's face (``launch/__init__``) makes the built-in ones."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.ports import free_loopback_port
 from ..core.spec import RankSpec
 from ..core.topology import Topology
+from .protocol import Rendezvous, run_launch
 
 # Follows rank 0's progress file at the path for as long as the context lasts.
 Watch = Callable[[Path], AbstractContextManager[None]]
@@ -57,11 +59,31 @@ class Launcher:
     # Whether a case can be launched again for extra repeats when its verdict is inconclusive.
     can_add_repeats = True
 
+    # -- one launch, phase by phase (``protocol.run_launch`` drives them) ------------------
+
+    def rendezvous(self, topology: Topology, run_dir: Path) -> Rendezvous:
+        """Where the ranks meet; by default on this host's loopback, at a free port (ranks that
+        all run on this host)."""
+        import uuid
+
+        return Rendezvous("127.0.0.1", free_loopback_port(), f"dlperf-{uuid.uuid4().hex[:12]}")
+
+    def start(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
+              meeting: Rendezvous, timeout_s: float) -> Any:
+        """Start every rank of one launch; what the later phases need is returned."""
+        raise NotImplementedError(f"the {self.name} launcher does not say how to start ranks")
+
+    def collect(self, launch: Any, timeout_s: float) -> list[dict[str, Any]]:
+        """Every rank's result, ordered by rank, or ``LaunchError``."""
+        raise NotImplementedError(f"the {self.name} launcher does not say how to collect")
+
+    def stop(self, launch: Any) -> None:
+        """Tear down what ``start`` started (nothing, by default)."""
+
     def run(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
             timeout_s: float) -> list[dict[str, Any]]:
-        """Every rank's result, ordered by rank. ``spec["python"]``, when set, is the interpreter
-        the ranks must run under (torchrun starts them with ``PYTHON_EXEC``)."""
-        raise NotImplementedError
+        """One launch through the four phases (``protocol.run_launch``)."""
+        return run_launch(self, spec, topology, run_dir, timeout_s)
 
     @property
     def launched_shape(self) -> tuple[int, int] | None:
@@ -160,8 +182,8 @@ class Cluster:
                                 python=self.pythons.get(spec.framework),
                                 progress=str(progress) if live else None)
             with (watch(progress) if live and watch is not None else contextlib.nullcontext()):
-                return self.launcher.run(placed.to_json(), self.topology, run_dir,
-                                         self.timeout_s)
+                return run_launch(self.launcher, placed.to_json(), self.topology, run_dir,
+                                  self.timeout_s)
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
 

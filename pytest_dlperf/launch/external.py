@@ -17,6 +17,8 @@ from ..core import allocator
 from ..core.topology import Topology
 from ..frameworks import DistEnv
 from .base import Launcher, LaunchError
+from .protocol import LauncherProtocol, Rendezvous
+from .results import checked
 
 REQUIRED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -68,10 +70,20 @@ class ExternalLauncher(Launcher):
                 timeout=timedelta(seconds=timeout_s))
         return self._store
 
-    def run(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
-            timeout_s: float) -> list[dict[str, Any]]:
-        from ..rank.worker import error_text
-        from ..rank.worker import run as run_worker
+    # -- one launch, phase by phase: this process is one of the ranks ----------------------
+
+    def rendezvous(self, topology: Topology, run_dir: Path) -> Rendezvous:
+        """The job's store (torchrun's agent's, or rank 0's beside MASTER_PORT); the launch's id
+        is the case's number, the same on every rank (each runs the same cases in order)."""
+        self._calls += 1
+        port = self.port if self.agent_store else self.port + 1
+        return Rendezvous(self.host, port, f"dlperf/case{self._calls}")
+
+    def start(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
+              meeting: Rendezvous, timeout_s: float) -> str:
+        """Train this rank in pytest's own process, and hand its result (or its error) to the
+        store under the launch's id; the other ranks do the same in theirs."""
+        from ..rank.worker import failure, rank_result
 
         if spec.get("python"):
             raise LaunchError(
@@ -79,30 +91,30 @@ class ExternalLauncher(Launcher):
                 "but external mode trains inside each rank's pytest process "
                 f"({sys.executable}); run this case with the local or slurm launcher, whose "
                 "agents start ranks under that interpreter")
-        self._calls += 1  # every rank runs the same cases in the same order
-        prefix = f"dlperf/case{self._calls}"
         os.environ["OMP_NUM_THREADS"] = str(spec["threads"])
         try:
             chosen = allocator.Allocator.from_json(spec.get("allocator"))
             if chosen is not None:  # this process started before the plugin chose
                 allocator.apply_in_process(chosen)
-            mine: dict[str, Any] = run_worker(spec, self.dist)
         except Exception as exc:
-            mine = {"rank": self.dist.rank, "error": error_text(exc)}
+            mine = failure(spec, self.dist, exc)
+        else:
+            mine = rank_result(spec, self.dist)
+        self.store(timeout_s).set(f"{meeting.run_id}/rank{self.dist.rank}", json.dumps(mine))
+        return meeting.run_id
+
+    def collect(self, launch: str, timeout_s: float) -> list[dict[str, Any]]:
+        """Every rank's result from the store, once all are there (or the timeout)."""
         store = self.store(timeout_s)
-        store.set(f"{prefix}/rank{self.dist.rank}", json.dumps(mine))
-        keys = [f"{prefix}/rank{r}" for r in range(self.dist.world_size)]
+        keys = [f"{launch}/rank{r}" for r in range(self.dist.world_size)]
         try:
             store.wait(keys, timedelta(seconds=timeout_s))
         except Exception as exc:  # c10d raises its own timeout types
             missing = [r for r, k in enumerate(keys) if not store.check([k])]
             raise LaunchError(f"timed out after {timeout_s:g} s waiting for ranks {missing}: "
                               f"{exc}", missing_ranks=missing, kind="timeout") from None
-        results = [json.loads(store.get(k)) for k in keys]
-        errors = {r["rank"]: r["error"] for r in results if "error" in r}
-        if errors:
-            raise LaunchError(f"{len(errors)} of {self.dist.world_size} ranks failed", errors)
-        return results
+        return checked({r: json.loads(store.get(k)) for r, k in enumerate(keys)},
+                       self.dist.world_size, timeout_s)
 
     def share_outcome(self, outcome: dict[str, str], timeout_s: float) -> dict[str, str]:
         """Rank 0 publishes its outcome for the current case; the other ranks receive it."""
@@ -112,3 +124,16 @@ class ExternalLauncher(Launcher):
             return outcome
         store.wait([key], timedelta(seconds=timeout_s))
         return dict(json.loads(store.get(key)))
+
+
+def make(environ: dict[str, str]) -> ExternalLauncher:
+    """``--dlperf-launcher external``: pytest itself is one rank of a launched job."""
+    if not launched_externally(environ):
+        raise LookupError("--dlperf-launcher=external, but pytest was not started as a rank "
+                          f"of a launched job (needs {', '.join(REQUIRED)}); start it with "
+                          "torchrun ... -m pytest")
+    return ExternalLauncher(environ)
+
+
+# mypy checks the launcher against the protocol here.
+_PROTOCOL: type[LauncherProtocol[str]] = ExternalLauncher

@@ -33,15 +33,16 @@ from ..core.topology import Topology
 from . import fabric, netns, userhosts
 from .base import Launcher
 from .processes import (
+    Processes,
     agent_command,
     new_run_id,
     one_node_environment,
     prepare,
     rank_command,
     rank_variables,
-    run_processes,
     worker_environment,
 )
+from .protocol import LauncherProtocol, Rendezvous
 
 
 class LocalLauncher(Launcher):
@@ -135,20 +136,30 @@ class LocalLauncher(Launcher):
             self._fabric.close()
             self._fabric = None
 
-    def run(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
-            timeout_s: float) -> list[dict[str, Any]]:
+    # -- one launch, phase by phase ------------------------------------------------------
+
+    def rendezvous(self, topology: Topology, run_dir: Path) -> Rendezvous:
+        """Node 0's address where nodes are hosts, at a port drawn at random (nothing but this
+        run's own earlier processes ever listened in these namespaces; a port of theirs may
+        still be in TIME_WAIT; below Linux's ephemeral ports, 32768 and up, that connections
+        take); else loopback at a free port (one node: rank 0's store)."""
         if topology.nodes > 1 and self.node_hosts:
-            return self._run_on_hosts(spec, topology, run_dir, timeout_s)
+            return Rendezvous(self._addresses(topology.nodes)[0],
+                              random.randrange(20000, 32768), new_run_id())
+        return Rendezvous("127.0.0.1", free_loopback_port(), new_run_id())
+
+    def start(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
+              meeting: Rendezvous, timeout_s: float) -> Processes:
+        if topology.nodes > 1 and self.node_hosts:
+            return self._start_on_hosts(spec, topology, run_dir, meeting, timeout_s)
         spec_path, out_dir, tmp_dir = prepare(spec, run_dir)
         ranks_here = topology.nodes == 1  # the ranks themselves, no agents
         if ranks_here:
             commands = [rank_command(spec.get("python"), spec_path, out_dir, rank_variables(rank))
                         for rank in range(topology.world_size)]
         else:
-            port = free_loopback_port()
-            run_id = new_run_id()
-            commands = [agent_command(topology, f"127.0.0.1:{port}", run_id, spec_path, out_dir,
-                                      timeout_s) for _ in range(topology.nodes)]
+            commands = [agent_command(topology, meeting.endpoint, meeting.run_id, spec_path,
+                                      out_dir, timeout_s) for _ in range(topology.nodes)]
         if netns.available():
             kind = "rank" if ranks_here else "agent"
             logs = [run_dir / f"{kind}-{i}.log" for i in range(len(commands))]
@@ -159,29 +170,32 @@ class LocalLauncher(Launcher):
                                  free_loopback_port(), nodes_share_host=topology.nodes > 1,
                                  allocator=spec.get("allocator"))
         if ranks_here:
-            env = one_node_environment(env, topology)
-        return run_processes(commands, env, run_dir, out_dir, topology.world_size, timeout_s,
-                             ranks_themselves=ranks_here)
+            env = one_node_environment(env, topology, meeting.port)
+        return Processes(run_dir, out_dir, topology.world_size, timeout_s,
+                         ranks_themselves=ranks_here).start(commands, env)
 
-    def _run_on_hosts(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
-                      timeout_s: float) -> list[dict[str, Any]]:
-        """Each node's agent inside its own host, the rendezvous on node 0's address. Ports are
-        drawn at random: nothing but this run's own earlier processes ever listened in these
-        namespaces (a port of theirs may still be in TIME_WAIT)."""
+    def collect(self, launch: Processes, timeout_s: float) -> list[dict[str, Any]]:
+        """The ranks' files in the run folder (the default result channel)."""
+        return launch.collect()
+
+    def stop(self, launch: Processes) -> None:
+        launch.stop()
+
+    def _start_on_hosts(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
+                        meeting: Rendezvous, timeout_s: float) -> Processes:
+        """Each node's agent inside its own host, the rendezvous on node 0's address."""
         spec_path, out_dir, tmp_dir = prepare(spec, run_dir)
         addresses = self._addresses(topology.nodes)
-        # (below Linux's ephemeral ports, 32768 and up, that connections take)
-        port, framework_port = random.sample(range(20000, 32768), 2)
-        run_id = new_run_id()
+        framework_port = random.choice([p for p in range(20000, 32768) if p != meeting.port])
         commands = []
         for address in addresses:
             # Gloo binds the address the host name resolves to unless told an interface: the
             # machine's name resolves to an address no node namespace has.
             here = [f"DLPERF_WORKER_HOST={address}", "GLOO_SOCKET_IFNAME=eth0",
                     "NCCL_SOCKET_IFNAME=eth0"]
-            agent = agent_command(topology, f"{addresses[0]}:{port}", run_id, spec_path,
+            agent = agent_command(topology, meeting.endpoint, meeting.run_id, spec_path,
                                   out_dir, timeout_s, local_addr=address,
-                                  is_host=address == addresses[0])
+                                  is_host=address == meeting.host)
             commands.append(["env", *here, *agent])
         if self.hosts_how == "root":
             commands = [host.command(command)
@@ -193,4 +207,13 @@ class LocalLauncher(Launcher):
         env = worker_environment(topology, tmp_dir, spec.get("python"), framework_port,
                                  nodes_share_host=False, worker_host=None,
                                  allocator=spec.get("allocator"))
-        return run_processes(commands, env, run_dir, out_dir, topology.world_size, timeout_s)
+        return Processes(run_dir, out_dir, topology.world_size, timeout_s).start(commands, env)
+
+
+def make(environ: dict[str, str]) -> LocalLauncher:
+    """``--dlperf-launcher local``: every node on this host."""
+    return LocalLauncher()
+
+
+# mypy checks the launcher against the protocol here.
+_PROTOCOL: type[LauncherProtocol[Processes]] = LocalLauncher

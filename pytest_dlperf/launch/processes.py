@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,8 @@ from ..core.lifeline import tethered
 from ..core.ports import free_loopback_port
 from ..core.topology import Topology
 from ..frameworks import STORE_VARIABLE
-from .base import LaunchError
 from .importpath import rank_import_path
+from .results import collect, result_file
 
 # After one agent fails, how long the others get to notice and exit on their own.
 _FAILURE_GRACE_S = 10.0
@@ -71,15 +71,17 @@ def rank_command(python: str | None, spec_path: Path, out_dir: Path,
             str(out_dir)]
 
 
-def one_node_environment(env: dict[str, str], topology: Topology) -> dict[str, str]:
+def one_node_environment(env: dict[str, str], topology: Topology,
+                         port: int | None = None) -> dict[str, str]:
     """``env`` (``worker_environment``'s) with what torchrun's agent gives the ranks of a
     one-node world that no agent starts: its size, and a free loopback address where rank 0
     hosts the store everything rendezvouses through (torch's env:// process group, the
-    ``exchange`` of frameworks that need their peers' addresses)."""
+    ``exchange`` of frameworks that need their peers' addresses); ``port``: that address's
+    port, when the launcher chose it (its ``rendezvous``)."""
     env = dict(env)
     size = str(topology.world_size)
     env.update(WORLD_SIZE=size, LOCAL_WORLD_SIZE=size, ROLE_WORLD_SIZE=size, GROUP_RANK="0",
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_loopback_port()),
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port or free_loopback_port()),
                **{STORE_VARIABLE: "rank0"})
     return env
 
@@ -225,42 +227,87 @@ def new_run_id() -> str:
     return f"dlperf-{uuid.uuid4().hex[:12]}"
 
 
+@dataclass
+class Processes:
+    """One launch's processes, from ``start`` to ``stop``: the phases the protocol names for a
+    launcher that starts processes (local, slurm). ``ranks_themselves``: command i is rank i,
+    not an agent (or the one command is the network namespace's process around them, which
+    writes their exit statuses to ``EXITS_FILE``): a rank that ends without a result is
+    reported with its own exit status."""
+
+    run_dir: Path
+    out_dir: Path
+    world_size: int
+    timeout_s: float
+    ranks_themselves: bool = False
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    logs: list[Path] = field(default_factory=list)
+    outcome: str = "interrupted"
+    ended: list[int | None] = field(default_factory=list)  # exit statuses before the reaping
+    _deadline: float = 0.0
+    _previous: Any = None
+    _stopped: bool = False
+
+    def start(self, commands: list[list[str]], env: dict[str, str],
+              death_signal: int = signal.SIGKILL) -> Processes:
+        """Start the commands, each in a session of its own; each gets ``death_signal`` if
+        pytest dies without reaping it (``lifeline``). Whatever started is stopped if another
+        cannot start."""
+        self.logs = [self.run_dir / f"launch-{i}.log" for i in range(len(commands))]
+        self._deadline = time.monotonic() + self.timeout_s
+        # SIGTERM (a CI runner cancelling the job) unwinds like Ctrl-C, so that ``stop`` reaps
+        # the workers instead of orphaning them.
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            for command, log in zip(commands, self.logs):
+                with open(log, "wb") as fh:
+                    self.procs.append(subprocess.Popen(
+                        tethered(command, death_signal), stdout=fh, stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL, env=env, start_new_session=True))
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def collect(self) -> list[dict[str, Any]]:
+        """Wait (bounded) until every rank handed its result to the run folder, reap the
+        processes (a rank's memory cgroup is released only once they are gone), and read
+        every rank's result (``results.collect``)."""
+        self.outcome = wait_all(self.procs, self._deadline,
+                                [result_file(self.out_dir, r) for r in range(self.world_size)])
+        self.ended = [p.poll() for p in self.procs]
+        self.stop()
+        exits = (_rank_exits(self.ended, self.run_dir)
+                 if self.ranks_themselves and self.outcome != "ok" else {})
+        return collect(self.out_dir, self.world_size, self.outcome, self.timeout_s,
+                       _tail(self.logs + sorted(self.run_dir.glob("agent-*.log"))
+                             + sorted(self.run_dir.glob("rank-*.log"))), exits)
+
+    def stop(self) -> None:
+        """Reap every process tree (also on Ctrl-C: no worker outlives its case); once."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            kill_tree(self.procs,
+                      first=signal.SIGKILL if self.outcome == "ok" else signal.SIGTERM)
+        finally:
+            if self._previous is not None:
+                signal.signal(signal.SIGTERM, self._previous)
+
+
 def run_processes(commands: list[list[str]], env: dict[str, str], run_dir: Path, out_dir: Path,
                   world_size: int, timeout_s: float,
                   death_signal: int = signal.SIGKILL,
                   ranks_themselves: bool = False) -> list[dict[str, Any]]:
-    """Start the commands, wait (bounded), reap their whole trees, collect every rank's JSON.
-    Each command gets ``death_signal`` if pytest dies without reaping it (``lifeline``).
-    ``ranks_themselves``: command i is rank i, not an agent (or the one command is the network
-    namespace's process around them, which writes their exit statuses to ``EXITS_FILE``): a
-    rank that ends without a result is reported with its own exit status."""
-    logs = [run_dir / f"launch-{i}.log" for i in range(len(commands))]
-    procs: list[subprocess.Popen[bytes]] = []
-    started = time.monotonic()
-    # SIGTERM (a CI runner cancelling the job) unwinds like Ctrl-C, so the finally below
-    # reaps the workers instead of orphaning them.
-    previous = (signal.signal(signal.SIGTERM, _interrupt)
-                if threading.current_thread() is threading.main_thread() else None)
-    outcome = "interrupted"
-    ended: list[int | None] = []  # the exit statuses of those that ended before the reaping
+    """Start the commands, wait (bounded), reap their whole trees, collect every rank's JSON:
+    ``Processes``' phases in one call."""
+    launch = Processes(run_dir, out_dir, world_size, timeout_s, ranks_themselves)
     try:
-        for command, log in zip(commands, logs):
-            with open(log, "wb") as fh:
-                procs.append(subprocess.Popen(
-                    tethered(command, death_signal), stdout=fh, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env=env, start_new_session=True))
-        outcome = wait_all(procs, started + timeout_s,
-                           [_result_file(out_dir, rank) for rank in range(world_size)])
-        ended = [p.poll() for p in procs]
-    finally:  # also on Ctrl-C: no worker outlives its case
-        kill_tree(procs, first=signal.SIGKILL if outcome == "ok" else signal.SIGTERM)
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-    exits = _rank_exits(ended, run_dir) if ranks_themselves and outcome != "ok" else {}
-    return collect(out_dir, world_size, outcome, timeout_s,
-                   _tail(logs + sorted(run_dir.glob("agent-*.log"))
-                         + sorted(run_dir.glob("rank-*.log"))), exits)
+        return launch.start(commands, env, death_signal).collect()
+    finally:
+        launch.stop()
 
 
 def _rank_exits(ended: list[int | None], run_dir: Path) -> dict[int, int]:
@@ -274,108 +321,3 @@ def _rank_exits(ended: list[int | None], run_dir: Path) -> dict[int, int]:
         except ValueError:
             codes = []
     return {rank: code for rank, code in enumerate(codes) if code not in (None, 0)}
-
-
-def _oom_killed(out_dir: Path, world_size: int) -> dict[int, str]:
-    """Ranks under --dlperf-memory-limit whose memory cgroup's OOM killer ended them (they
-    die by SIGKILL, writing nothing); each rank's cgroup is removed here, its processes gone."""
-    from ..core.cgroup import limit_file, oom_kills, release
-
-    killed = {}
-    for rank in range(world_size):
-        path = Path(limit_file(str(out_dir), rank))
-        if not path.exists():
-            continue
-        try:
-            applied = json.loads(path.read_text())
-        except ValueError:
-            continue
-        if oom_kills(applied):
-            killed[rank] = (
-                f"rank {rank} ran out of memory at batch {applied.get('batch_size')} (per "
-                "device): the kernel's OOM killer ended it in its memory "
-                f"cgroup ({applied['mechanism']}, limit {applied['limit_bytes'] / 2 ** 20:,.0f} "
-                "MiB, --dlperf-memory-limit)")
-        release(applied)
-    return killed
-
-
-def _result_file(out_dir: Path, rank: int) -> Path:
-    """Where rank ``rank`` writes its result (``pytest_dlperf.rank.worker.result_path``)."""
-    return out_dir / f"rank-{rank}.json"
-
-
-def collect(out_dir: Path, world_size: int, outcome: str, timeout_s: float,
-            log_tail: str, exits: dict[int, int] | None = None) -> list[dict[str, Any]]:
-    """Every rank's result, in rank order; else a ``LaunchError`` saying what went wrong.
-    ``exits``: exit statuses of ranks that no agent started (an agent's log says the others')."""
-    exits = exits or {}
-    results: dict[int, dict[str, Any]] = {}
-    errors: dict[int, str] = {}
-    kinds: set[str] = set()
-    for rank in range(world_size):
-        path = _result_file(out_dir, rank)
-        if not path.exists():
-            continue
-        data = json.loads(path.read_text())
-        if "error" in data:
-            errors[rank] = data["error"]
-            kinds.add(data.get("error_type", ""))
-        else:
-            results[rank] = data
-    for rank, message in _oom_killed(out_dir, world_size).items():
-        if rank not in results and rank not in errors:
-            errors[rank] = message
-            kinds.add("out_of_memory")
-    missing = [r for r in range(world_size) if r not in results and r not in errors]
-    if not errors and not missing and outcome == "ok":
-        return [results[r] for r in range(world_size)]
-    if errors:
-        kind = ("diverged" if "diverged" in kinds else
-                "out_of_memory" if "out_of_memory" in kinds else "failed")
-        summary = (f"{len(errors)} of {world_size} ranks ran out of memory"
-                   if kind == "out_of_memory" else
-                   f"{len(errors)} of {world_size} ranks failed ({kind})")
-        # A rank that died without a word (a crash in a framework's own code) is often why
-        # the others failed (a peer's connection closed): say how it ended first.
-        if missing and _exit_codes(missing, log_tail, exits):
-            ended = _ended_without_result(missing, log_tail, exits, log_shown=False)
-            summary = f"{ended}; {summary}"
-    elif outcome == "timeout":
-        kind, summary = "timeout", f"timed out after {timeout_s:g} s; stuck ranks: {missing}"
-    else:
-        kind, summary = "failed", _ended_without_result(missing, log_tail, exits)
-    raise LaunchError(summary, errors, missing, log_tail, kind)
-
-
-# torchrun's failure summary, one block per failed rank: "rank : 1 (local_rank: 1)" then
-# "exitcode : -9 (pid: 123)".
-_RANK_EXIT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank.*?\n\s*exitcode\s*:\s*(-?\d+)",
-                        re.DOTALL)
-
-
-def _exit_codes(missing: list[int], log_tail: str, exits: dict[int, int]) -> dict[int, int]:
-    """The exit statuses of ``missing`` ranks: torchrun's log's, or ``exits`` (ranks started
-    without an agent)."""
-    codes = {int(rank): int(code) for rank, code in _RANK_EXIT.findall(log_tail)
-             if int(rank) in missing}
-    codes.update((rank, code) for rank, code in exits.items() if rank in missing)
-    return codes
-
-
-def _ended_without_result(missing: list[int], log_tail: str, exits: dict[int, int],
-                          log_shown: bool = True) -> str:
-    """Which ranks ended without writing a result, and how, as torchrun's log (or ``exits``,
-    for ranks started without an agent) says."""
-    codes = _exit_codes(missing, log_tail, exits)
-    if not codes:
-        return f"the launcher failed before ranks {missing} reported"
-    parts = []
-    for rank, code in sorted(codes.items()):
-        how = (f"killed by {signal.Signals(-code).name}" if code < 0
-               and -code in signal.valid_signals() else f"exit code {code}")
-        parts.append(f"rank {rank} ended ({how}) without a result")
-    rest = [r for r in missing if r not in codes]
-    tail = f"; ranks {rest} did not report either" if rest else ""
-    return "; ".join(parts) + tail + (" (the rank's own output is in the log below)"
-                                       if log_shown else "")

@@ -31,7 +31,8 @@ from typing import Any
 from ..core.lifeline import tethered
 from ..core.topology import Topology
 from .base import Launcher, LaunchError
-from .processes import agent_command, new_run_id, prepare, run_processes, worker_environment
+from .processes import Processes, agent_command, new_run_id, prepare, worker_environment
+from .protocol import LauncherProtocol, Rendezvous
 
 
 @dataclass(frozen=True)
@@ -86,39 +87,77 @@ class SlurmLauncher(Launcher):
     def __init__(self, allocation: SlurmAllocation) -> None:
         self.allocation: SlurmAllocation = allocation
 
-    def run(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
-            timeout_s: float) -> list[dict[str, Any]]:
+    def rendezvous(self, topology: Topology, run_dir: Path) -> Rendezvous:
+        """The first node of the step, at a port spread out so that concurrent jobs' on that
+        node do not collide."""
+        host = self.allocation.hostnames()[0]
+        port = 20000 + random.Random(os.getpid() ^ hash(run_dir)).randrange(20000)
+        return Rendezvous(host, port, new_run_id())
+
+    def start(self, spec: dict[str, Any], topology: Topology, run_dir: Path,
+              meeting: Rendezvous, timeout_s: float) -> SlurmStep:
         spec_path, out_dir, tmp_dir = prepare(spec, run_dir)
         hosts = self.allocation.hostnames()[: topology.nodes]
-        # Ports of concurrent jobs on the first node must not collide: spread them out.
-        port = 20000 + random.Random(os.getpid() ^ hash(run_dir)).randrange(20000)
         command = [
             "srun", f"--nodes={topology.nodes}", f"--ntasks={topology.nodes}",
             "--ntasks-per-node=1", f"--nodelist={','.join(hosts)}", "--kill-on-bad-exit=1",
             "--export=ALL",
             # On each node the agent tells its ranks its pid (they end with it); Slurm's step,
             # not a parent-death signal, ends the agent.
-            *tethered(agent_command(topology, f"{hosts[0]}:{port}", new_run_id(), spec_path,
+            *tethered(agent_command(topology, meeting.endpoint, meeting.run_id, spec_path,
                                     out_dir, timeout_s, local_addr=None), parent=-1),
         ]
         # Slurm nodes are separate hosts, unless the allocation lists one host twice.
-        env = worker_environment(topology, tmp_dir, spec.get("python"), port + 1,
+        env = worker_environment(topology, tmp_dir, spec.get("python"), meeting.port + 1,
                                  nodes_share_host=len(set(hosts)) < len(hosts), worker_host=None,
                                  allocator=spec.get("allocator"))
-        # run_processes logs its one command (srun) there.
+        # Processes logs its one command (srun) there.
         watch = StepWatch(run_dir / "launch-0.log", str(spec_path))
         watch.start()
         try:
             # If pytest dies, srun gets SIGTERM: its own handling signals the step's tasks on
             # every node and ends the step (SIGKILL would leave the remote tasks to Slurm's
             # timeouts).
-            return run_processes([command], env, run_dir, out_dir, topology.world_size,
-                                 timeout_s, death_signal=signal.SIGTERM)
-        except LaunchError as error:
-            raise with_nodes(error, hosts, watch.unanswered(hosts),
-                             job_state(self.allocation.job_id)) from None
-        finally:
+            processes = Processes(run_dir, out_dir, topology.world_size, timeout_s).start(
+                [command], env, death_signal=signal.SIGTERM)
+        except BaseException:
             watch.stop()
+            raise
+        return SlurmStep(processes, watch, hosts)
+
+    def collect(self, launch: SlurmStep, timeout_s: float) -> list[dict[str, Any]]:
+        """The ranks' files in the run folder (on a filesystem every node sees); a failure
+        names the nodes."""
+        try:
+            return launch.processes.collect()
+        except LaunchError as error:
+            raise with_nodes(error, launch.hosts, launch.watch.unanswered(launch.hosts),
+                             job_state(self.allocation.job_id)) from None
+
+    def stop(self, launch: SlurmStep) -> None:
+        try:
+            launch.processes.stop()
+        finally:
+            launch.watch.stop()
+
+
+def make(environ: dict[str, str]) -> SlurmLauncher:
+    """``--dlperf-launcher slurm``: inside the allocation this environment names."""
+    allocation = SlurmAllocation.from_environ(environ)
+    if allocation is None:
+        raise LookupError("--dlperf-launcher=slurm, but this is not inside a Slurm "
+                          "allocation (no SLURM_JOB_ID / SLURM_JOB_NODELIST); run under "
+                          "salloc or sbatch")
+    return SlurmLauncher(allocation)
+
+
+@dataclass
+class SlurmStep:
+    """One launch's srun step: its process, the watch over its log, its nodes."""
+
+    processes: Processes
+    watch: StepWatch
+    hosts: list[str]
 
 
 # -- which nodes: what srun, slurmstepd and torchrun said ---------------------------------------
@@ -282,3 +321,7 @@ def _kill_srun(marker: str) -> bool:
         except psutil.Error:
             continue
     return False
+
+
+# mypy checks the launcher against the protocol here.
+_PROTOCOL: type[LauncherProtocol[SlurmStep]] = SlurmLauncher

@@ -15,7 +15,7 @@ import pytest
 from ..core.jsonio import write_json_atomic
 from ..core.parallel import Layout
 from ..core.workload import PRECISIONS, Precision
-from ..launch import Cluster
+from ..launch import BUILTIN_LAUNCHERS, Cluster, Launcher, make_builtin
 from ..report.results import benchmark_entry, change_lines, results_json
 from ..report.tables import (
     AB_HEADER,
@@ -35,7 +35,7 @@ from . import settings as settings_mod
 from .live import LiveLine
 from .meter import ThroughputMeter
 from .outcome import NOT_JUDGED, DLPerfWarning
-from .session import SessionState
+from .session import LauncherHooks, SessionState
 
 __all__ = ["DLPerfWarning", "STATE", "ThroughputMeter"]
 
@@ -65,6 +65,19 @@ def pytest_dlperf_commit_info(config: pytest.Config) -> dict[str, Any]:
     return dict(get_commit_info())
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_dlperf_launcher_names(config: pytest.Config) -> list[str]:
+    """The plugin's own launchers' names."""
+    return list(BUILTIN_LAUNCHERS)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_dlperf_make_launcher(config: pytest.Config, name: str,
+                                environ: dict[str, str]) -> Launcher | None:
+    """The plugin's own launchers (None for another name: not one of ours)."""
+    return make_builtin(name, environ)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "multinode: a scaling case; runs on 1, 2, 4, ... nodes up to --nodes")
@@ -81,7 +94,8 @@ def pytest_configure(config: pytest.Config) -> None:
     store = BaselineStore(settings.baselines, settings.protocol.repeats)
     config.stash[STATE] = SessionState(
         settings, store, config.rootpath,
-        commit_info=lambda: config.hook.pytest_dlperf_commit_info(config=config))
+        commit_info=lambda: config.hook.pytest_dlperf_commit_info(config=config),
+        launchers=LauncherHooks.of(config, settings_mod.source_of(config, "launcher")))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -6,6 +6,7 @@ same table (``options_markdown``; ``python -m pytest_dlperf options``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,16 @@ def _busy_share(raw: str) -> float:
     if not 0 < value <= 1:
         raise ValueError(f"expected a share of the machine in (0, 1] (0.25 = 25%; 1 turns the "
                          f"check off), got {value}")
+    return value
+
+
+def _launcher_name(raw: str) -> str:
+    """A launcher's name as spelled; whether a launcher has it is asked of the hooks that make
+    them when the session starts (a conftest's names are known only then)."""
+    value = str(raw).strip()
+    if not re.fullmatch(r"[a-z][a-z0-9_-]*", value):
+        raise ValueError("expected a launcher's name (auto, local, slurm, external, or one a "
+                         "plugin adds: lowercase letters, digits, - and _)")
     return value
 
 
@@ -258,8 +269,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("launcher", "how workers start: auto (external when pytest runs as a rank of a "
            "launched job, slurm inside a Slurm allocation, else local), local (torchrun agents "
            "for every node on this host, loopback rendezvous), slurm (one agent per allocated "
-           "node via srun) or external (pytest was started by torchrun/srun on every rank).",
-           _choice("auto", "local", "slurm", "external"), "auto", metavar="MODE"),
+           "node via srun), external (pytest was started by torchrun/srun on every rank), or "
+           "a name a plugin or conftest adds (pytest_dlperf_make_launcher; "
+           "docs/adding-a-launcher.md).",
+           _launcher_name, "auto", metavar="NAME"),
     Option("python", "run a framework's worker processes under another Python interpreter, "
            "FRAMEWORK=PATH (comma-separated, or the flag once a framework): for frameworks that cannot live in "
            "pytest's interpreter, like OneFlow 0.9 (Python <= 3.10; scripts/setup-oneflow "

@@ -21,7 +21,8 @@ import pytest
 
 from ..core.lifeline import claim, sweep
 from ..core.topology import Hardware, Topology, detect_hardware, make_topology
-from ..launch import Launcher, detect, get_launcher
+from ..launch import BUILTIN_LAUNCHERS, Launcher, detect, make_builtin
+from ..launch.protocol import missing_members
 from ..store.baselines import BaselineStore
 from ..verdict.drift import Drift
 from ..verdict.mfu import FlopsCount
@@ -36,6 +37,31 @@ from .settings import Settings
 # parameter value is one object shared by every case of the product (pytest's ``indices``
 # number parameter sets across the whole product, not per argument).
 SiblingKey = tuple[str, str, tuple[tuple[str, int], ...]]
+
+
+@dataclass(frozen=True)
+class LauncherHooks:
+    """How the session gets its launcher: the names on offer and the maker of one
+    (``pytest_dlperf_launcher_names`` and ``pytest_dlperf_make_launcher`` through
+    ``config.hook``, so that a user's run; by default the built-in ones alone), and where
+    ``--dlperf-launcher``'s value came from, for a message."""
+
+    names: Callable[[], list[str]] = lambda: list(BUILTIN_LAUNCHERS)
+    make: Callable[[str, dict[str, str]], Launcher | None] = make_builtin
+    source: str = "--dlperf-launcher"
+
+    @classmethod
+    def of(cls, config: pytest.Config, source: str) -> LauncherHooks:
+        def names() -> list[str]:
+            lists = config.hook.pytest_dlperf_launcher_names(config=config)
+            return list(dict.fromkeys(name for names in lists for name in names))
+
+        def make(name: str, environ: dict[str, str]) -> Launcher | None:
+            made: Launcher | None = config.hook.pytest_dlperf_make_launcher(
+                config=config, name=name, environ=environ)
+            return made
+
+        return cls(names, make, source)
 
 
 @dataclass(frozen=True)
@@ -63,6 +89,7 @@ class SessionState:
     flops_counts: dict[str, FlopsCount] = field(default_factory=dict)
     # Asked once for the commit the measured code is at (the pytest_dlperf_commit_info hook).
     commit_info: Callable[[], dict[str, Any] | None] = dict
+    launchers: LauncherHooks = field(default_factory=LauncherHooks)
     history: HistoryKeeper | None = None  # --dlperf-history, opened by the reporting process
     live: LiveLine | None = None  # live progress of the running case (reporting process)
     ab: AbSetup | None = None  # --dlperf-ab / --dlperf-ab-python: the base side
@@ -91,11 +118,32 @@ class SessionState:
         self._started = SessionSetup(launcher, hardware, device_type, devices, alone, work_root)
 
     def _pick_launcher(self, environ: dict[str, str]) -> Launcher:
-        name = self.settings.launcher
+        hooks = self.launchers
+        name = detect(environ) if self.settings.launcher == "auto" else self.settings.launcher
+        known = hooks.names()
+        if name not in known:
+            raise pytest.UsageError(
+                f"pytest-dlperf: bad value for {hooks.source}: no launcher is called {name!r} "
+                f"(known: auto, {', '.join(known)}); a launcher of your own is a "
+                "pytest_dlperf_make_launcher hook that makes it and a "
+                "pytest_dlperf_launcher_names hook that lists its name "
+                "(docs/adding-a-launcher.md)")
         try:
-            launcher = get_launcher(detect(environ) if name == "auto" else name, environ)
+            launcher = hooks.make(name, environ)
         except LookupError as exc:
             raise pytest.UsageError(f"pytest-dlperf: {exc}") from None
+        if launcher is None:
+            raise pytest.UsageError(
+                f"pytest-dlperf: {hooks.source}: {name!r} is listed by "
+                "pytest_dlperf_launcher_names, but no pytest_dlperf_make_launcher made it (each "
+                "implementation returned None); make it in the hook that lists it")
+        lacking = missing_members(launcher)
+        if lacking:
+            raise pytest.UsageError(
+                f"pytest-dlperf: {hooks.source}: pytest_dlperf_make_launcher made "
+                f"{type(launcher).__name__} for {name!r}, which is no launcher: it lacks "
+                f"{', '.join(lacking)} (subclass pytest_dlperf.launch.Launcher for the defaults, "
+                "and write rendezvous, start, collect and stop)")
         if self.settings.link is not None:
             check_link(launcher, self.settings.link)
             launcher.link = self.settings.link

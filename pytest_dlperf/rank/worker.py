@@ -2,7 +2,9 @@
 
 ``python -m pytest_dlperf.rank.worker SPEC.json OUT_DIR`` is the command every launcher starts (torchrun
 agents locally, srun on Slurm, ...). It reads a plain JSON spec, trains under the protocol, and
-writes ``OUT_DIR/rank-<RANK>.json``: plain JSON timings, or the rank's traceback if it failed.
+hands back plain JSON timings, or the rank's traceback if it failed: to ``OUT_DIR/rank-<RANK>.json``
+(the default result channel), or, through ``rank_result``, to a launcher that carries it its own
+way.
 It imports neither pytest nor the plugin's pytest side, and runs on Python 3.10+.
 """
 
@@ -275,32 +277,67 @@ def main(argv: list[str]) -> int:
     duet = barriers.of(spec)
     try:
         result = run(spec, dist)
-    except DeviceUnavailable as exc:
-        if duet is not None:
-            duet.break_(f"rank {dist.rank}: {exc}")
-        write_json_atomic(result_path(out_dir, dist.rank), {
-            "rank": dist.rank, "error": f"{type(exc).__name__}: {exc}",
-            "error_type": "unavailable"})
-        print(f"rank {dist.rank}: {exc}", file=sys.stderr)
-        return 1
     except BaseException as exc:
         if duet is not None:
-            duet.break_(f"rank {dist.rank}: {type(exc).__name__}: {exc}")
-        oom = is_out_of_memory(exc)
-        error = error_text(exc)
-        if oom:
-            error = (f"rank {dist.rank} ran out of memory at batch {spec.get('batch_size')} "
-                     f"(per device): {error}")
-        write_json_atomic(result_path(out_dir, dist.rank), {
-            "rank": dist.rank,
-            "error": error,
-            "error_type": ("diverged" if isinstance(exc, Diverged) else
-                           "out_of_memory" if oom else type(exc).__name__),
-        })
+            duet.break_(_broken(exc, dist))
+        hand_off(out_dir, failure(spec, dist, exc))
+        if isinstance(exc, DeviceUnavailable):
+            print(f"rank {dist.rank}: {exc}", file=sys.stderr)
+            return 1
         raise
-    write_json_atomic(result_path(out_dir, dist.rank), result)
+    hand_off(out_dir, result)
     return 0
 
+
+# -- the result channel ------------------------------------------------------------------------
+# A rank hands back one plain-JSON dict: its timings, or its ``failure``. Started as a process
+# (``main``), it hands it to the default channel, a file in the run folder that the launcher
+# reads (``launch.results``). A launcher whose ranks share no folder with pytest calls
+# ``rank_result`` inside the rank and carries the dict its own way (external mode: a c10d
+# store; a Ray actor: its return value).
+
+
+def hand_off(out_dir: Path, result: dict[str, Any]) -> None:
+    """The default channel: ``OUT_DIR/rank-<RANK>.json``, written atomically, the last thing
+    the rank does (the launcher stops waiting once every rank's file is there)."""
+    write_json_atomic(result_path(out_dir, int(result["rank"])), result)
+
+
+def rank_result(spec: RankSpec | dict[str, Any], dist: DistEnv) -> dict[str, Any]:
+    """This rank's result, or its ``failure``, for a launcher that runs the rank in a process
+    of its own choosing and carries the result itself; a duet's barrier is broken for the
+    other side when this rank fails."""
+    as_json = spec.to_json() if isinstance(spec, RankSpec) else spec
+    try:
+        return run(spec, dist)
+    except Exception as exc:
+        duet = barriers.of(as_json)
+        if duet is not None:
+            duet.break_(_broken(exc, dist))
+        return failure(as_json, dist, exc)
+
+
+def failure(spec: dict[str, Any], dist: DistEnv, exc: BaseException) -> dict[str, Any]:
+    """What a rank that failed hands back: its error, and its type as the launch's kind reads
+    it (``unavailable``, ``diverged``, ``out_of_memory``, else the exception's name)."""
+    if isinstance(exc, DeviceUnavailable):
+        return {"rank": dist.rank, "error": f"{type(exc).__name__}: {exc}",
+                "error_type": "unavailable"}
+    oom = is_out_of_memory(exc)
+    error = error_text(exc)
+    if oom:
+        error = (f"rank {dist.rank} ran out of memory at batch {spec.get('batch_size')} "
+                 f"(per device): {error}")
+    return {"rank": dist.rank, "error": error,
+            "error_type": ("diverged" if isinstance(exc, Diverged) else
+                           "out_of_memory" if oom else type(exc).__name__)}
+
+
+def _broken(exc: BaseException, dist: DistEnv) -> str:
+    """Why a duet's barrier is broken, as the other side's ranks read it."""
+    if isinstance(exc, DeviceUnavailable):
+        return f"rank {dist.rank}: {exc}"
+    return f"rank {dist.rank}: {type(exc).__name__}: {exc}"
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
