@@ -98,8 +98,10 @@ def test_two_tensor_parallel_ranks_train_what_one_process_trains(jax_python: str
 def test_fsdp_with_tp_is_refused_saying_what_runs(jax_python: str) -> None:
     out = run_snippet(jax_python, """
 import json
+from pytest_dlperf.core.strategies import why_not
 from pytest_dlperf.frameworks import load
-print(json.dumps([load("jax").layout_unavailable(kinds, "cpu")
+load("jax")  # registers its strategies
+print(json.dumps([why_not("jax", kinds, "cpu", True)
                   for kinds in (("tp",), ("dp", "tp"), ("fsdp", "tp"), ("pp",))]))
 """)
     assert isinstance(out, list)

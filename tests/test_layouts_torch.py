@@ -23,7 +23,8 @@ from pytest_dlperf.core.parallel import parse_layout
 from pytest_dlperf.core.workload import Parts, WorkloadError
 from pytest_dlperf.frameworks import _torch_names as names
 from pytest_dlperf.frameworks import _torch_parallel as parallel
-from pytest_dlperf.frameworks.torch import compile_unavailable, layout_unavailable
+from pytest_dlperf.frameworks.torch import compile_unavailable
+from pytest_dlperf.plugin.adapters import Adapter
 
 CLIPPED = {"clip": 0.05, "sgd": True}  # SGD: AdamW's update hides a wrongly scaled norm
 # name: (layout, world size, the job's first process, replicas, options). Four-rank runs
@@ -183,12 +184,15 @@ def test_what_a_layout_needs_from_the_recipe() -> None:
 
 
 def test_layouts_the_torch_adapter_cannot_run() -> None:
+    layout_unavailable = Adapter.resolve("torch").layout_unavailable
     assert layout_unavailable(("fsdp", "tp"), "cpu") is None
     assert layout_unavailable(("fsdp", "pp"), "cpu") is None
     assert "tensor-parallel plan" in (layout_unavailable(("tp", "pp"), "cpu") or "")
     assert layout_unavailable(("fsdp",), "cpu", compiled=True) is None
     assert "torch.compile" in (layout_unavailable(("fsdp", "tp"), "cpu", compiled=True) or "")
-    assert "no cp layout" in (layout_unavailable(("cp",), "cpu") or "")
+    # a kind with no torch strategy registered: refused, naming what torch runs
+    assert "no strategy for layout kind 'cp' (it runs dp, tp, fsdp, pp)" in (
+        layout_unavailable(("cp",), "cpu") or "")
 
 
 

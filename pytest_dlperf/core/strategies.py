@@ -1,41 +1,85 @@
 """Strategies: how one framework runs one layout kind, registered per (framework, kind).
 
-A kind beyond the built-in four (``pytest_dlperf.core.kinds``) runs on a framework where a
-strategy for it is registered, and only there: ``Adapter.layout_unavailable`` asks the
-strategy's ``why_not`` (a reason, or None), and the framework's trainer calls its ``apply`` on
-each part of the model it holds, after its own kinds are applied. What ``apply`` is given is the
-framework's: torch's is a ``TorchPart`` (the module, the device mesh with the kind's dimension,
-the recipe's parts, the layout, the rank's spec). Register a kind and its strategies in one
-module, which ranks import (the kind's ``module``): docs/adding-a-layout-kind.md.
+A framework runs a layout kind beyond plain data parallelism where a strategy for that
+(framework, kind) is registered, and only there: ``Adapter.layout_unavailable`` asks each of
+the layout's kinds' strategies ``why_not`` (a reason, or None) and refuses a kind with none,
+naming the ones the framework has. The built-in adapters register theirs when their module is
+imported (``frameworks/torch.py``: fsdp, tp, pp), a new kind's module registers its own beside
+the kind (docs/adding-a-layout-kind.md).
+
+A strategy that shards the model part by part is a ``PartStrategy``: the framework's trainer
+calls its ``apply`` on each part of the model it holds (torch's is a ``TorchPart``: the module,
+the device mesh with the kind's dimension, the recipe's parts, the layout, the rank's spec).
+Two plain strategies say only what a framework cannot run: ``Checked`` asks a function of the
+whole layout (an adapter's own check, or a user adapter's ``layout_unavailable`` through the
+shim of ``frameworks/_contract.py``), and ``Unported`` records why a framework does not run a
+kind at all, so its skip says more than "no strategy".
 
 Standard library only: ranks import it, under any Python 3.10+.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 class Strategy(Protocol):
-    """How a framework runs ``kind``: what it cannot (``why_not``) and how (``apply``)."""
+    """That a framework runs ``kind``, and what of it it cannot (``why_not``)."""
 
-    kind: str
+    @property
+    def kind(self) -> str: ...
 
     def why_not(self, kinds: tuple[str, ...], device_type: str, compiled: bool) -> str | None:
         """Why a layout of ``kinds`` (this one among them) cannot run on ``device_type``
         (``compiled``: under the framework's compiler), or None."""
+
+
+@runtime_checkable
+class PartStrategy(Strategy, Protocol):
+    """A strategy the framework's trainer applies to each part of the model it holds."""
 
     def apply(self, part: Any) -> None:
         """Shard or wrap one part of the model, as this rank holds it (the framework's type:
         ``TorchPart`` for torch)."""
 
 
+# A check of a whole layout: why a layout of these kinds cannot run on this device type
+# (compiled: under the framework's compiler), or None.
+LayoutCheck = Callable[[tuple[str, ...], str, bool], "str | None"]
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A kind the framework runs, with what it cannot said by ``check`` of the whole layout
+    (the same check may serve several kinds: combinations are its business)."""
+
+    kind: str
+    check: LayoutCheck
+
+    def why_not(self, kinds: tuple[str, ...], device_type: str, compiled: bool) -> str | None:
+        return self.check(kinds, device_type, compiled)
+
+
+@dataclass(frozen=True)
+class Unported:
+    """A kind the framework does not run, and why (measured or read): its reason is the skip's,
+    in place of the generic "no strategy"."""
+
+    kind: str
+    reason: str
+
+    def why_not(self, kinds: tuple[str, ...], device_type: str, compiled: bool) -> str | None:
+        return self.reason
+
+
 @dataclass(frozen=True)
 class TorchPart:
     """What a torch strategy's ``apply`` is given: one part of the model (the whole model, or
     one pipeline stage), the layout's ``DeviceMesh`` (``mesh[kind]`` is the kind's dimension),
-    the recipe's ``Parts``, the ``Layout`` and the rank's ``RankSpec``."""
+    the recipe's ``Parts``, the ``Layout`` and the rank's ``RankSpec``; ``units``: the blocks of
+    this part wrapped one by one (FSDP2's units, compiled one by one under torch.compile)."""
 
     torch: Any
     module: Any
@@ -43,6 +87,7 @@ class TorchPart:
     parts: Any
     layout: Any
     spec: Any
+    units: tuple[str, ...] = ()
 
 
 _STRATEGIES: dict[tuple[str, str], Strategy] = {}
@@ -68,5 +113,25 @@ def strategy_for(framework: str, kind: str) -> Strategy | None:
 
 
 def kinds_of(framework: str) -> tuple[str, ...]:
-    """The kinds beyond the built-in ones that ``framework`` has a strategy for."""
-    return tuple(kind for fw, kind in _STRATEGIES if fw == framework)
+    """The kinds ``framework`` runs: those with a strategy registered that is not ``Unported``."""
+    return tuple(kind for (fw, kind), strategy in _STRATEGIES.items()
+                 if fw == framework and not isinstance(strategy, Unported))
+
+
+def why_not(framework: str, kinds: tuple[str, ...], device_type: str,
+            compiled: bool = False) -> str | None:
+    """Why ``framework`` cannot run a layout of ``kinds`` on ``device_type``, or None: a kind
+    with no strategy (plain data parallelism, ``dp``, is every framework's and needs none), or
+    what a kind's strategy says."""
+    for kind in kinds:
+        if kind != "dp" and strategy_for(framework, kind) is None:
+            has = kinds_of(framework)
+            return (f"the {framework} adapter has no strategy for layout kind {kind!r} ("
+                    + (f"it runs dp, {', '.join(has)}" if has else "it runs data parallelism "
+                       "only") + "): register one (docs/adding-a-layout-kind.md)")
+    for kind in kinds:
+        strategy = strategy_for(framework, kind)
+        why = strategy.why_not(kinds, device_type, compiled) if strategy is not None else None
+        if why:
+            return str(why)
+    return None

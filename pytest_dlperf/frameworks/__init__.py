@@ -14,15 +14,19 @@ importing the framework at module level:
   ``RankSpec``, the rank's place in the job and the imported recipe (or None); it sets the
   framework's process group up itself.
 
-and optionally:
+and, in a built-in adapter (``_contract.AdapterModule``, which mypy checks them against; a
+user's adapter may leave them out, and ``_contract.UserAdapter`` says "nothing refused"):
 
-- ``INSTALL_HINT``: what to do when the framework is not installed (default: the pip extra);
+- ``INSTALL_HINT``: what to do when the framework is not installed (None: the pip extra);
 - ``COMPILER``: what its ``compiled`` mode is (``"torch.compile"``); the options' help and the
   docs list the built-in adapters' from here;
 - ``compile_unavailable(device_type) -> str | None``: why its ``compiled`` mode cannot run here;
 - ``eager_unavailable(device_type) -> str | None``: why it has no ``eager`` mode to measure (JAX:
   its training runs are compiled);
 - ``amp_unavailable(device_type) -> str | None``: why it has no mixed precision on that device.
+
+The layout kinds it runs beyond data parallelism are the strategies it registers for them when
+imported (``core/strategies.py``).
 
 A trainer may also offer ``phase_plan() -> PhasePlan``: its step cut into phases, for the
 diagnostic steps after the timed windows (``pytest_dlperf.rank.phases``; without it a case

@@ -85,7 +85,7 @@ class Sharding:
 
     def configure(self, graph: Any) -> None:
         """Stages and micro-batches (pipelines), ZeRO-3 (fsdp) of the training graph."""
-        if self.layout.fsdp > 1:  # untried: on CPU it is unavailable (layout_unavailable)
+        if self.layout.fsdp > 1:  # untried: on CPU it is unavailable (its strategy's why_not)
             graph.config.enable_zero(True, stage=3)
         if self.layout.pp == 1:
             return

@@ -16,21 +16,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.parallel import BUILT_IN, MESH_ORDER, Layout, mesh_order
+from ..core.parallel import Layout, mesh_order
 from ..core.spec import RankSpec
-from ..core.strategies import TorchPart, strategy_for
+from ..core.strategies import (
+    Checked,
+    PartStrategy,
+    TorchPart,
+    register_strategy,
+    strategy_for,
+    why_not,
+)
 from ..core.workload import Parts, WorkloadError
 from ._torch_names import check_names, has
 
 
 def unavailable(kinds: tuple[str, ...], device_type: str, compiled: bool = False) -> str | None:
-    """Why the torch adapter cannot run a layout of these kinds on ``device_type`` (compiled:
-    under torch.compile), or None."""
-    unknown = [kind for kind in kinds if kind not in MESH_ORDER]
-    if unknown:
-        # Context parallelism, say: no sharding strategy for its attention kernels on CPU, and
-        # no layout kind for it yet.
-        return f"the torch adapter has no {', '.join(unknown)} layout"
+    """What the torch adapter cannot run of a layout of these kinds on ``device_type``
+    (compiled: under torch.compile), or None: the check of its fsdp, tp and pp strategies."""
     if "pp" in kinds and "tp" in kinds:
         return ("pipeline x tensor parallelism: the torch adapter cuts pipelines by tracing "
                 "(torch.distributed.pipelining.pipeline), and a traced stage holds no nn.Linear "
@@ -87,6 +89,40 @@ def _replace(module: Any, name: str, new: Any) -> None:
 
 
 # -- one function per strategy ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TensorParallel:
+    """Megatron-style tensor parallelism, applied before torch.compile (its graphs trace the
+    DTensor ops)."""
+
+    kind: str = "tp"
+
+    def why_not(self, kinds: tuple[str, ...], device_type: str, compiled: bool) -> str | None:
+        return unavailable(kinds, device_type, compiled)
+
+    def apply(self, part: TorchPart) -> None:
+        apply_tp(part.module, part.mesh, part.parts)
+
+
+@dataclass(frozen=True)
+class FullyShard:
+    """FSDP2 of each unit, then of the part's root, after torch.compile of each unit."""
+
+    kind: str = "fsdp"
+
+    def why_not(self, kinds: tuple[str, ...], device_type: str, compiled: bool) -> str | None:
+        return unavailable(kinds, device_type, compiled)
+
+    def apply(self, part: TorchPart) -> None:
+        apply_fsdp(part.torch, part.module, part.mesh, part.units, part.layout, part.spec)
+
+
+# torch's strategies: tensor parallelism and FSDP2 shard each part of the model; a pipeline
+# cuts the model into stages first (``build_pipeline``), which its step then schedules.
+register_strategy("torch", TensorParallel())
+register_strategy("torch", FullyShard())
+register_strategy("torch", Checked("pp", unavailable))
+
 
 def apply_tp(model: Any, mesh: Any, parts: Parts) -> None:
     """Megatron-style tensor parallelism: the recipe's plan on the mesh's ``tp`` dimension."""
@@ -297,30 +333,27 @@ def shard(torch: Any, model: Any, parts: Parts, inputs: Any, layout: Layout, mes
                                 "the pipeline itself; return the unsharded model with "
                                 "Parts.plans['pp']")
         return Sharded([model])
-    built_in = tuple(kind for kind in layout.kinds if kind in BUILT_IN) or ("dp",)
-    reason = spec.compiled and unavailable(built_in, spec.device_type, compiled=True)
+    reason = why_not("torch", layout.kinds, spec.device_type, spec.compiled)
     if reason:
         raise WorkloadError(f"layout {layout.id}: {reason}")
-    added = [kind for kind in layout.kinds if kind not in BUILT_IN]
-    strategies = {kind: strategy_for("torch", kind) for kind in added}
-    missing = [kind for kind, strategy in strategies.items() if strategy is None]
-    if missing:
-        raise WorkloadError(f"layout {layout.id}: no torch strategy for {', '.join(missing)} in "
-                            "this rank: register it in the module that registers the kind")
+    strategies = [strategy for kind in layout.kinds
+                  if isinstance(strategy := strategy_for("torch", kind), PartStrategy)]
     units = fsdp_unit_names(torch, model, parts)
     sharded = check_names(torch, model, parts, layout, units)
 
     def shard_part(part: Any) -> None:
-        if layout.uses("tp"):
-            apply_tp(part, mesh, parts)
-        held = [name for name in units if has(part, name)]
+        # torchtitan's order: tensor parallelism, torch.compile of each block, then what wraps
+        # the compiled blocks (FSDP2, a registered kind's strategy), in the layout's order.
+        held = tuple(name for name in units if has(part, name))
+        given = TorchPart(torch, part, mesh, parts, layout, spec, held)
+        for strategy in strategies:
+            if isinstance(strategy, TensorParallel):
+                strategy.apply(given)
         if spec.compiled:
             compile_units(torch, part, held)
-        if layout.uses("fsdp"):
-            apply_fsdp(torch, part, mesh, held, layout, spec)
-        for strategy in strategies.values():  # the registered kinds', after the built-in ones
-            assert strategy is not None
-            strategy.apply(TorchPart(torch, part, mesh, parts, layout, spec))
+        for strategy in strategies:
+            if not isinstance(strategy, TensorParallel):
+                strategy.apply(given)
 
     if layout.uses("pp"):
         pipeline = build_pipeline(torch, model, inputs, layout, mesh, parts, device, loss,

@@ -34,6 +34,7 @@ from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from ..core.spec import OptimizerSpec, RankSpec
+from ..core.strategies import Checked, Unported, register_strategy, why_not
 from ..core.workload import BuildContext, Parts, WorkloadError
 from . import DeviceUnavailable, DistEnv, _jax_step, _jax_tp, _roles, fresh, require_parameters
 
@@ -81,7 +82,7 @@ class JaxTrainer:
         from flax import nnx
 
         self.layout = layout = spec.parallel(dist.world_size)
-        refused = layout_unavailable(layout.kinds, spec.device_type)
+        refused = why_not("jax", layout.kinds, spec.device_type, compiled=True)
         if refused:
             raise WorkloadError(f"layout {layout.id}: {refused}")
         # tp1 (named on one rank) runs tp's step on a mesh of one, as torch's does.
@@ -303,15 +304,20 @@ def amp_unavailable(device_type: str) -> str | None:
     return None
 
 
-def layout_unavailable(kinds: tuple[str, ...], device_type: str) -> str | None:
-    extra = sorted(set(kinds) - {"dp", "fsdp", "tp"})
-    if extra:
-        return (f"the JAX adapter runs dp, fsdp and tp layouts; {', '.join(extra)} is not "
-                "ported")
+def layout_unavailable(kinds: tuple[str, ...], device_type: str,
+                       compiled: bool = True) -> str | None:
+    """What the JAX adapter's fsdp and tp strategies cannot run together, or None."""
     if "fsdp" in kinds and "tp" in kinds:
         return ("the JAX adapter runs tp with dp, not with fsdp (fsdp's step is a shard_map, "
                 "tp's a step XLA partitions: not ported together)")
     return None
+
+
+# JAX's strategies: fsdp (a shard_map step, _jax_step) and tp (XLA's partitioner, _jax_tp).
+register_strategy("jax", Checked("fsdp", layout_unavailable))
+register_strategy("jax", Checked("tp", layout_unavailable))
+register_strategy("jax", Unported("pp", "the JAX adapter runs dp, fsdp and tp layouts; pp is "
+                                        "not ported"))
 
 
 def build_trainer(spec: RankSpec, dist: DistEnv,

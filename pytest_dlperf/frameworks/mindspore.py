@@ -331,6 +331,10 @@ def compile_unavailable(device_type: str) -> str | None:
     return None  # mindspore.jit compiles on CPU and GPU alike
 
 
+def eager_unavailable(device_type: str) -> str | None:
+    return None  # PyNative mode runs wherever MindSpore does
+
+
 def build_trainer(spec: RankSpec, dist: DistEnv,
                   recipe: Callable[[BuildContext], Parts] | None) -> MindSporeTrainer:
     if recipe is None:

@@ -304,6 +304,10 @@ def compile_unavailable(device_type: str) -> str | None:
     return None  # hybridize compiles on CPU and GPU alike
 
 
+def eager_unavailable(device_type: str) -> str | None:
+    return None  # imperative Gluon runs wherever MXNet does
+
+
 def build_trainer(spec: RankSpec, dist: DistEnv,
                   recipe: Callable[[BuildContext], Parts] | None) -> MXNetTrainer:
     if recipe is None:

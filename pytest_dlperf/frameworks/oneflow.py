@@ -21,11 +21,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ..core.spec import OptimizerSpec, RankSpec
+from ..core.spec import RankSpec
+from ..core.strategies import Checked, register_strategy, why_not
 from ..core.workload import BuildContext, Parts, WorkloadError
 from . import Batches, DeviceUnavailable, DistEnv, PhasePlan, map_batch, require_parameters
 from . import _oneflow_phases as phases
 from ._oneflow_parallel import Sharding
+from ._oneflow_update import EagerLossScaler, make_optimizer
 
 DISTRIBUTION = "oneflow"
 INSTALL_HINT = ("OneFlow 0.9.0 needs Python 3.10: create its worker interpreter with "
@@ -92,7 +94,7 @@ class OneFlowTrainer:
         opt = spec.optimizer
 
         why = (None if layout.is_data_parallel else
-               layout_unavailable(layout.kinds, spec.device_type, self.graph))
+               why_not("oneflow", layout.kinds, spec.device_type, self.graph))
         if why:
             raise WorkloadError(f"layout {layout.id}: {why}")
         self.sharding = None if layout.is_data_parallel else Sharding(flow, layout, parts,
@@ -290,78 +292,6 @@ class OneFlowTrainer:
         pass  # OneFlow tears its control plane down at interpreter exit
 
 
-def make_optimizer(flow: Any, params: list[Any], opt: OptimizerSpec, graph: bool) -> Any:
-    """The workload's optimizer. In nn.Graph, clipping and the decay exclusions are the
-    optimizer's (a graph's gradients never reach Python): one parameter group, so that its
-    clip is by the norm over all parameters (OneFlow clips each group by its own norm), and
-    the 1-D parameters excluded from decay by name patterns, as OneFlow's BERT did. Eagerly,
-    the step clips, and the excluded parameters are a group of their own."""
-    if opt.kind not in ("sgd", "adamw"):
-        raise ValueError(f"the oneflow adapter has no optimizer {opt.kind!r} (has: sgd, adamw)")
-    clip = ({"clip_grad_max_norm": opt.clip_norm, "clip_grad_norm_type": 2.0}
-            if graph and opt.clip_norm is not None else {})
-    if opt.kind == "sgd":
-        return flow.optim.SGD([{"params": params, **clip}], lr=opt.lr, momentum=opt.momentum,
-                              weight_decay=opt.weight_decay)
-    kept = [p for p in params if not opt.decays(p.shape)]
-    if not graph:
-        groups: list[dict[str, Any]] = [{"params": [p for p in params if opt.decays(p.shape)]},
-                  {"params": kept, "weight_decay": 0.0}]
-        return flow.optim.AdamW([g for g in groups if g["params"]], lr=opt.lr,
-                                betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay)
-    optimizer = flow.optim.AdamW([{"params": params, **clip}], lr=opt.lr, betas=opt.betas,
-                                 eps=opt.eps, weight_decay=opt.weight_decay)
-    generate = optimizer._generate_conf_for_graph
-
-    def with_exclusions(train_conf: Any, vars_conf: Any) -> Any:
-        confs = generate(train_conf, vars_conf)
-        excluded = [vars_conf[p].name for p in kept]
-        decayed = [vars_conf[p].name for p in params if opt.decays(p.shape)]
-        # OneFlow matches the patterns as substrings of variable names: no decayed name may
-        # contain an excluded one (they are full dotted paths from one root, so none does).
-        clash = [(e, d) for e in excluded for d in decayed if e in d]
-        if clash:
-            raise ValueError(f"cannot exclude {clash[0][0]} from weight decay by name without "
-                             f"excluding {clash[0][1]} too")
-        for conf in confs:
-            conf.weight_decay_conf.excludes.pattern.extend(excluded)
-        return confs
-
-    optimizer._generate_conf_for_graph = with_exclusions
-    return optimizer
-
-
-class EagerLossScaler:
-    """Dynamic loss scaling for eager fp16 steps as torch's GradScaler (OneFlow 0.9.0's sets up
-    nn.Graph only): the loss scaled up for backward, the gradients back down; a step with an inf
-    or NaN gradient skipped and the scale halved, doubled after ``growth_interval`` clean steps.
-    Checking for infs reads a flag on the host each step (torch's fused optimizer avoids it)."""
-
-    def __init__(self, flow: Any, scale: float = 2.0 ** 16, growth_interval: int = 2000) -> None:
-        self._flow, self.scale, self.growth_interval, self._clean_steps = (
-            flow, scale, growth_interval, 0)
-
-    def backward(self, loss: Any) -> None:
-        (loss * self.scale).backward()
-
-    def unscale(self, params: list[Any]) -> bool:
-        """Unscale the gradients in place; whether they are all finite (the step may go on)."""
-        flow = self._flow
-        grads = [p.grad for p in params if p.grad is not None]
-        for grad in grads:
-            grad.mul_(1.0 / self.scale)
-        finite = bool(flow.stack([flow.isfinite(g).all() for g in grads]).all().item())
-        if not finite:
-            self.scale /= 2
-            self._clean_steps = 0
-        else:
-            self._clean_steps += 1
-            if self._clean_steps == self.growth_interval:
-                self.scale *= 2
-                self._clean_steps = 0
-        return finite
-
-
 def amp_unavailable(device_type: str) -> str | None:
     """OneFlow 0.9.0 has no mixed precision on CPU: eager ``autocast("cpu")`` disables itself
     with a warning, and nn.Graph's AMP pass leaves CPU kernels in fp32 (its bf16 graph gave the
@@ -388,8 +318,18 @@ def layout_unavailable(kinds: tuple[str, ...], device_type: str,
     return None
 
 
+# OneFlow's strategies, global tensors with SBP signatures (_oneflow_parallel): ZeRO, tensor
+# parallelism and pipelines, with what each cannot run above.
+for _kind in ("fsdp", "tp", "pp"):
+    register_strategy("oneflow", Checked(_kind, layout_unavailable))
+
+
 def compile_unavailable(device_type: str) -> str | None:
     return None  # nn.Graph compiles on CPU and CUDA alike
+
+
+def eager_unavailable(device_type: str) -> str | None:
+    return None  # eager global tensors under DDP run wherever OneFlow does
 
 
 def build_trainer(spec: RankSpec, dist: DistEnv,

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..core.parallel import Layout
 from ..core.spec import OptimizerSpec, RankSpec
+from ..core.strategies import Checked, Unported, register_strategy, why_not
 from ..core.workload import BuildContext, Parts, WorkloadError
 from . import Batches, DeviceUnavailable, DistEnv, PhasePlan, fresh, map_batch, require_parameters
 from . import _paddle_phases as phases
@@ -246,7 +247,7 @@ class PaddleTrainer:
 
 def shard_model(paddle: Any, model: Any, parts: Parts, layout: Layout, spec: RankSpec) -> Any:
     """Tensor parallelism through Paddle's auto-parallel API (``fleet``'s hybrid parallelism
-    does not run on CPU: ``layout_unavailable``). ``Parts.plans['tp']`` maps sublayer names to
+    does not run on CPU: its strategies below). ``Parts.plans['tp']`` maps sublayer names to
     ``"colwise"`` / ``"rowwise"`` (torch's words: one plan reads the same in both recipes) or
     to ``{parameter name: dist placement}``. Paddle keeps a Linear's weight ``[in, out]``, so
     column-parallel is ``Shard(1)`` with the bias ``Shard(0)``; row-parallel ``Shard(0)`` with
@@ -254,7 +255,7 @@ def shard_model(paddle: Any, model: Any, parts: Parts, layout: Layout, spec: Ran
     Paddle inserts the collectives from the placements. On CPU only plans whose collectives
     are all-reduces run (Megatron's column-then-row pairs): a split output consumed whole
     needs a reduce-scatter in backward, which has no CPU kernel."""
-    why = layout_unavailable(layout.kinds, spec.device_type, spec.compiled)
+    why = why_not("paddle", layout.kinds, spec.device_type, spec.compiled)
     if why or layout.tp != layout.world_size:
         raise WorkloadError(why or f"layout {layout.id}: the paddle adapter runs tensor "
                             "parallelism over every rank (no data-parallel dimension beside it)")
@@ -280,23 +281,27 @@ def shard_model(paddle: Any, model: Any, parts: Parts, layout: Layout, spec: Ran
 def layout_unavailable(kinds: tuple[str, ...], device_type: str,
                        compiled: bool = False) -> str | None:
     """What Paddle 3.3.1 ran on CPU (measured 2026-11-25): tensor parallelism through the
-    auto-parallel API, eagerly; ``fleet``'s hybrid parallelism refuses the CPU ("Only support
-    xpu, gpu and custom_device"), its pipeline needs gloo's send. On CUDA these are fleet's,
-    not ported."""
+    auto-parallel API, eagerly; on CUDA the layouts are fleet's hybrid parallelism, not
+    ported."""
     if device_type != "cpu":
         return ("not ported: on CUDA Paddle's layouts are fleet's hybrid parallelism, which "
                 "the adapter does not set up (it ran the auto-parallel API on CPU only)")
-    if "pp" in kinds:
-        return ("Paddle's pipeline (fleet PipelineLayer) needs send/recv, and gloo 'does not "
-                "support send with sync_op and use_calc_stream' on CPU")
-    if "fsdp" in kinds:
-        return ("Paddle's sharding (auto-parallel ShardingStage3) reduce-scatters the "
-                "gradients, and its CPU kernel is missing: 'Unimplemented cpu kernel for "
-                "CReduceScatterOp'")
     if compiled:
         return ("to_static of a model of dist tensors (the auto-parallel API) aborted its "
                 "ranks on CPU: 'terminate called after throwing std::exception'")
     return None
+
+
+# Paddle's strategy: tensor parallelism through the auto-parallel API (``shard_tp``). Its
+# pipeline and sharding refuse the CPU, measured with Paddle 3.3.1 on 2026-11-25: fleet's
+# hybrid parallelism says "Only support xpu, gpu and custom_device".
+register_strategy("paddle", Checked("tp", layout_unavailable))
+register_strategy("paddle", Unported(
+    "pp", "Paddle's pipeline (fleet PipelineLayer) needs send/recv, and gloo 'does not support "
+          "send with sync_op and use_calc_stream' on CPU"))
+register_strategy("paddle", Unported(
+    "fsdp", "Paddle's sharding (auto-parallel ShardingStage3) reduce-scatters the gradients, and "
+            "its CPU kernel is missing: 'Unimplemented cpu kernel for CReduceScatterOp'"))
 
 
 def make_optimizer(paddle: Any, params: list[Any], opt: OptimizerSpec) -> Any:
@@ -331,6 +336,10 @@ def amp_unavailable(device_type: str) -> str | None:
 
 def compile_unavailable(device_type: str) -> str | None:
     return None  # to_static runs on CPU and CUDA alike
+
+
+def eager_unavailable(device_type: str) -> str | None:
+    return None  # dygraph runs wherever Paddle does
 
 
 def build_trainer(spec: RankSpec, dist: DistEnv,

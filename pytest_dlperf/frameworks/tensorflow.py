@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.spec import OptimizerSpec, RankSpec
+from ..core.strategies import Unported, register_strategy
 from ..core.workload import BuildContext, Parts, WorkloadError
 from . import DeviceUnavailable, DistEnv, PhasePlan, exchange, fresh, require_parameters
 from . import _tensorflow_phases as phases
@@ -25,6 +26,7 @@ from . import _tensorflow_phases as phases
 # Either wheel provides the framework: "tensorflow" (CUDA) or "tensorflow-cpu".
 DISTRIBUTION = ("tensorflow", "tensorflow-cpu")
 
+INSTALL_HINT = None  # the pip extra
 RECIPE_FOR = "tensorflow"
 COMPILER = "XLA"  # jit_compile=True
 
@@ -354,18 +356,30 @@ def _cross_entropy(logits: Any, labels: Any) -> Any:
     return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
 
 
-def layout_unavailable(kinds: tuple[str, ...], device_type: str,
-                       compiled: bool = False) -> str | None:
-    """Not ported, for what the installed stack offers (read 2026-11-25 in TensorFlow 2.21 and
-    Keras 3.15.1): TensorFlow's sharding API is DTensor (``tf.experimental.dtensor``, parts of
-    it deprecated), which shards variables created with DTensor layouts; the recipes return
-    Keras 3 models, and Keras 3's distribution API (``ModelParallel``, ``LayoutMap``) has no
-    TensorFlow implementation (its TF backend module says "DO NOT USE ... just a prototype" and
-    defines no ``distribute_variable``). Keras 2 (``tf_keras``), whose layout maps did, is not
-    installed. Pipelines have no TensorFlow API at all."""
-    return ("TensorFlow's layouts are DTensor's, and Keras 3 (the recipes' models) does not "
-            "shard variables with it: its TensorFlow distribution backend is an unfinished "
-            "prototype ('DO NOT USE'); not ported")
+# Not ported, for what the installed stack offers (read 2026-11-25 in TensorFlow 2.21 and Keras
+# 3.15.1): TensorFlow's sharding API is DTensor (``tf.experimental.dtensor``, parts of it
+# deprecated), which shards variables created with DTensor layouts; the recipes return Keras 3
+# models, and Keras 3's distribution API (``ModelParallel``, ``LayoutMap``) has no TensorFlow
+# implementation (its TF backend module says "DO NOT USE ... just a prototype" and defines no
+# ``distribute_variable``). Keras 2 (``tf_keras``), whose layout maps did, is not installed.
+# Pipelines have no TensorFlow API at all.
+_NOT_PORTED = ("TensorFlow's layouts are DTensor's, and Keras 3 (the recipes' models) does not "
+               "shard variables with it: its TensorFlow distribution backend is an unfinished "
+               "prototype ('DO NOT USE'); not ported")
+for _kind in ("fsdp", "tp", "pp"):
+    register_strategy("tensorflow", Unported(_kind, _NOT_PORTED))
+
+
+def amp_unavailable(device_type: str) -> str | None:
+    return None  # Keras' mixed_bfloat16 on CPU, mixed_float16 with loss scaling on CUDA
+
+
+def compile_unavailable(device_type: str) -> str | None:
+    return None  # XLA (jit_compile) on CPU and CUDA (across CPU workers, around the all-reduce)
+
+
+def eager_unavailable(device_type: str) -> str | None:
+    return None  # tf.function without jit_compile
 
 
 def build_trainer(spec: RankSpec, dist: DistEnv,

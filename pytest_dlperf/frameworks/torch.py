@@ -25,6 +25,7 @@ from . import _torch_parallel as parallel
 from . import _torch_phases as phases
 
 DISTRIBUTION = "torch"
+INSTALL_HINT = None  # the pip extra
 RECIPE_FOR = "torch"
 COMPILER = "torch.compile"
 
@@ -334,13 +335,6 @@ def cross_entropy(outputs: Any, targets: Any) -> Any:
     return functional.cross_entropy(outputs, targets)
 
 
-def layout_unavailable(kinds: tuple[str, ...], device_type: str,
-                       compiled: bool = False) -> str | None:
-    """Why a layout of these kinds (``Layout.kinds``) cannot run on ``device_type`` here
-    (``compiled``: under torch.compile), or None."""
-    return parallel.unavailable(kinds, device_type, compiled)
-
-
 def compile_unavailable(device_type: str) -> str | None:
     """Why torch.compile cannot run here, or None. Inductor builds C++ kernels on CPU and
     Triton kernels on CUDA."""
@@ -349,6 +343,14 @@ def compile_unavailable(device_type: str) -> str | None:
     if device_type == "cpu" and not (shutil.which("g++") or shutil.which("c++")):
         return "inductor needs a C++ compiler (g++) on CPU and none is on PATH"
     return None
+
+
+def amp_unavailable(device_type: str) -> str | None:
+    return None  # autocast: bf16 on CPU, fp16 with a GradScaler on CUDA
+
+
+def eager_unavailable(device_type: str) -> str | None:
+    return None  # eager mode is torch's own
 
 
 def build_trainer(spec: RankSpec, dist: DistEnv,

@@ -7,16 +7,15 @@ module is looked up once per case (``Adapter.resolve``) and asked everything fro
 from __future__ import annotations
 
 import importlib.metadata
-import inspect
 import subprocess
+import sys
 from dataclasses import dataclass
-from types import ModuleType
 
 from .. import frameworks
-from ..core.kinds import BUILT_IN
+from ..core import strategies
 from ..core.recipes import RecipeReference, import_root, recipe_reference
-from ..core.strategies import kinds_of, strategy_for
 from ..core.workload import Workload, WorkloadError
+from ..frameworks._contract import AdapterModule, adapter
 from ..models import with_recipe
 
 # Prints the version of the first of its arguments that is installed, in another interpreter.
@@ -35,12 +34,13 @@ class Adapter:
     """A framework adapter module (``frameworks/<name>.py``, or a user's dotted module)."""
 
     name: str
-    module: ModuleType
+    module: AdapterModule
 
     @classmethod
     def resolve(cls, name: str) -> Adapter:
-        """The adapter for ``name``; a ``LookupError`` naming the known ones otherwise."""
-        return cls(name, frameworks.load(name))
+        """The adapter for ``name``; a ``LookupError`` naming the known ones otherwise. A
+        user's adapter goes through the shim of ``frameworks/_contract.py``."""
+        return cls(name, adapter(frameworks.load(name), name))
 
     @property
     def import_root(self) -> str | None:
@@ -50,14 +50,14 @@ class Adapter:
         if self.module.__name__.startswith(f"{frameworks.__name__}."):
             return None
         try:
-            return import_root(self.module)
+            return import_root(sys.modules[self.module.__name__])
         except WorkloadError:
             return None
 
     @property
     def recipe_key(self) -> str | None:
         """Which recipes it builds from (None: it trains on its own)."""
-        return getattr(self.module, "RECIPE_FOR", None)
+        return self.module.RECIPE_FOR
 
     @property
     def distributions(self) -> tuple[str, ...]:
@@ -67,8 +67,8 @@ class Adapter:
     @property
     def install_hint(self) -> str:
         """How to install the framework, as its adapter says (default: this package's extra)."""
-        hint = getattr(self.module, "INSTALL_HINT", None)
-        return str(hint) if hint else f"install it (pip install 'pytest-dlperf[{self.name}]')"
+        hint = self.module.INSTALL_HINT
+        return hint if hint else f"install it (pip install 'pytest-dlperf[{self.name}]')"
 
     def recipe_for(self, workload: Workload) -> RecipeReference | None:
         """The reference of ``workload``'s recipe for this adapter, checked on the pytest side
@@ -100,44 +100,18 @@ class Adapter:
 
     def unavailable(self, mode: str, device_type: str) -> str | None:
         """Why ``mode`` ("amp", "eager" or "compile") cannot run on ``device_type`` here, as
-        the adapter's optional ``amp_unavailable`` / ``eager_unavailable`` /
-        ``compile_unavailable`` says; None: it can."""
-        check = getattr(self.module, f"{mode}_unavailable", None)
-        return check(device_type) if check is not None else None
+        the adapter's ``amp_unavailable`` / ``eager_unavailable`` / ``compile_unavailable``
+        says; None: it can."""
+        checks = {"amp": self.module.amp_unavailable, "eager": self.module.eager_unavailable,
+                  "compile": self.module.compile_unavailable}
+        return checks[mode](device_type)
 
     def layout_unavailable(self, kinds: tuple[str, ...], device_type: str,
                            compiled: bool = False) -> str | None:
-        """Why a layout of ``kinds`` (``Layout.kinds``: "fsdp", "tp", "pp") cannot run on
-        ``device_type`` (``compiled``: under the adapter's compiler), as the adapter's optional
-        ``layout_unavailable(kinds, device_type[, compiled])`` says; an adapter without it runs
-        plain data parallelism only."""
-        # A kind beyond the built-in ones runs where a strategy for it is registered
-        # (core/strategies.py), and only there; the strategy says what it cannot.
-        added = [kind for kind in kinds if kind not in BUILT_IN]
-        for kind in added:
-            if strategy_for(self.name, kind) is None:
-                has = kinds_of(self.name)
-                return (f"the {self.name} adapter has no strategy for layout kind {kind!r}"
-                        + (f" (it has: {', '.join(has)})" if has else "")
-                        + ": register one (docs/adding-a-layout-kind.md)")
-        built_in = tuple(kind for kind in kinds if kind in BUILT_IN)
-        if built_in and built_in != ("dp",):
-            check = getattr(self.module, "layout_unavailable", None)
-            if check is None:
-                return (f"the {self.name} adapter runs data parallelism only (it defines no "
-                        "layout_unavailable: docs/adding-a-framework.md)")
-            takes_compiled = "compiled" in inspect.signature(check).parameters
-            reason = (check(built_in, device_type, compiled=compiled) if takes_compiled
-                      else check(built_in, device_type))
-            if reason:
-                return str(reason)
-        for kind in added:
-            strategy = strategy_for(self.name, kind)
-            assert strategy is not None
-            why = strategy.why_not(tuple(kinds), device_type, compiled)
-            if why:
-                return str(why)
-        return None
+        """Why a layout of ``kinds`` (``Layout.kinds``) cannot run on ``device_type``
+        (``compiled``: under the adapter's compiler): a kind beyond ``dp`` runs where a
+        strategy for it is registered (core/strategies.py), and only there."""
+        return strategies.why_not(self.name, kinds, device_type, compiled)
 
 
 def _version_in(python: str, distributions: tuple[str, ...]) -> str | None:
