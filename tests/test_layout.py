@@ -233,3 +233,21 @@ def test_library_modules_have_no_main_block_but_the_process_entry_points() -> No
     found = {p.relative_to(PACKAGE.parent).as_posix() for p in PACKAGE.rglob("*.py")
              if '__name__ == "__main__"' in p.read_text()}
     assert found <= entries, found - entries
+
+
+# The packages whose docstring is their table of contents (issue 54: core's named 9 of its 17
+# modules): every module is named there, ``like_this``. The other packages are a module per
+# framework, model, launcher or pytest concern, listed by their folder.
+INDEXED = ("core", "verdict", "rank", "store", "report")
+
+
+def test_a_package_docstring_names_every_module_of_its_package() -> None:
+    unnamed = {}
+    for package in INDEXED:
+        folder = PACKAGE / package
+        doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
+        modules = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
+        missing = [name for name in modules if f"``{name}``" not in doc]
+        if missing:
+            unnamed[package] = missing
+    assert unnamed == {}

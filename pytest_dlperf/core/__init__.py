@@ -1,9 +1,13 @@
-"""The standard-library core, below everything else: what a workload is (``workload``), the
-measurement protocol and its figures (``protocol``), the JSON spec a rank gets (``spec``),
-topologies and fingerprints (``topology``), a case's layout (``parallel``), the layout kinds
-and the strategies that run them (``kinds``, ``strategies``), process lifelines and per-rank
-memory limits (``lifeline``, ``cgroup``), the batch-size search (``batchsearch``), units and
-JSON files.
+"""The standard-library core, below everything else. What a case is: a workload and where its
+recipes are (``workload``, ``recipes``), the JSON spec a rank gets (``spec``), topologies and
+fingerprints (``topology``), a layout (``parallel``), the layout kinds and the strategies that
+run them (``kinds``, ``strategies``), a local node's link (``link``). What a case measures: the
+protocol and its figures (``protocol``), the step's phases (``phases``), the batch-size search
+(``batchsearch``), what else ran on the host (``interference``), the heap allocator
+(``allocator``). How processes are kept: lifelines and per-rank memory limits (``lifeline``,
+``cgroup``), free ports (``ports``), git worktrees for A/B and bisection (``worktrees``). And the
+small things every layer uses: name-to-value records (``facts``), sizes and rates (``units``),
+JSON files (``jsonio``).
 
 Imports the standard library only (and nothing of this package above it): the ranks import it
 under any Python 3.10+, with or without pytest.

@@ -1,6 +1,8 @@
-"""What runs inside a training rank: the worker process (``python -m pytest_dlperf.rank.worker
-SPEC.json OUT_DIR``), the timing of its windows (``timing``), its memory (``memory``), its
-progress events (``progress``) and FLOP counting (``flops``).
+"""What runs inside a training rank: the worker process (``worker``: ``python -m
+pytest_dlperf.rank.worker SPEC.json OUT_DIR``), the timing of its windows (``timing``), its
+memory (``memory``), its progress events (``progress``), FLOP counting (``flops``), the
+diagnostic steps cut into phases after the windows (``phases``) and duet A/B's barrier before
+each window (``barrier``).
 
 This package must never import pytest, the pytest side (``pytest_dlperf.plugin``) or anything
 that does: a rank gets a plain JSON spec and hands back plain JSON, and it may run under another

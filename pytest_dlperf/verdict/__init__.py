@@ -1,4 +1,14 @@
-"""Pure decisions: the statistics (``stats``), change points in a history (``changepoints``),
-MFU (``mfu``), the case record (``record``) and what a case's figures mean (``decide``). Takes
-figures, returns decisions: no launching, no pytest, no files; imports ``core`` and ``store``.
+"""Pure decisions: takes figures, returns decisions; no launching, no pytest, no files; imports
+``core`` and ``store``.
+
+- A case's verdict against its baseline (``decide``), from the statistics (``stats``) on evidence
+  at three levels, windows within launches within runs (``levels``), with the machine's drift
+  between runs pooled over its baselines (``drift``); the A/B verdict from paired launches
+  (``paired``).
+- What makes figures untrustworthy: windows of one launch far apart (``unstable``), a busy
+  machine (``busy``), a first launch that reads apart run after run (``position``), an
+  efficiency above 100% (``superlinear``).
+- What a result means beyond its throughput: which phases moved (``phases``), the scaling
+  model held against the measured efficiency (``scaling``), MFU (``mfu``), change points in a
+  history (``changepoints``), and the case record itself (``record``).
 """
