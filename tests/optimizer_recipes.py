@@ -46,6 +46,28 @@ def tensorflow(ctx: BuildContext) -> Parts:
                  loss=lambda out, _: factor * tf.reduce_sum(out))
 
 
+def tensorflow_random(ctx: BuildContext) -> Parts:
+    """``paddle_random`` in TensorFlow. The data are constants the step reads: a tf.Variable
+    made under the strategy's scope would start as worker 0's value on every worker."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    data = np.random.RandomState(100 + int(ctx.sizes["data_rank"]))
+    inputs = data.randn(BATCH, IN).astype("float32")
+    targets = data.randn(BATCH, OUT).astype("float32")
+    layer = keras.Input((IN,))
+
+    def constant(array: Any) -> Any:  # a function, not a lambda: autograph reads its source
+        def read() -> Any:
+            return tf.constant(array)
+        return read
+
+    return Parts(model=keras.Model(layer, keras.layers.Dense(OUT)(layer)),
+                 inputs=constant(inputs), targets=constant(targets),
+                 loss=lambda out, target: tf.reduce_mean((out - target) ** 2))
+
+
 def paddle(ctx: BuildContext) -> Parts:
     import paddle
 

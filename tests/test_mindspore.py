@@ -1,6 +1,7 @@
-"""The MindSpore adapter: ranks from the plugin's launchers (MindSpore's dynamic cluster from
-their variables, its scheduler started by rank 0), the update DDP's averaged-gradient step,
-windows that wait for MindSpore's asynchronous CPU execution, and cases under pytest.
+"""The MindSpore adapter: its dynamic cluster's variables, the scheduler rank 0 starts leaving
+with it, an AdamW that holds no memory across steps, and cases under pytest. The contract every
+adapter meets (two ranks average, AdamW is torch's, a window waits for MindSpore's asynchronous
+CPU execution) is tests/test_conformance.py's.
 
 MindSpore runs under its own interpreter (``scripts/setup-mindspore``, or
 ``DLPERF_TEST_MINDSPORE_PYTHON``): every MindSpore line here runs in a subprocess under it, and
@@ -14,154 +15,18 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from snippets import (
-    WINDOW_AGAINST_A_CLOCK,
     free_ports,
     in_a_file,
     run_snippet,
-    run_together,
-    still_running_after,
 )
 
 from pytest_dlperf.frameworks import DistEnv
-from pytest_dlperf.frameworks.mindspore import SCHEDULER, SCHEDULER_GRACE_S, prepare_environ
+from pytest_dlperf.frameworks.mindspore import prepare_environ
 
 REPO = Path(__file__).resolve().parents[1]
-
-STEP = """
-import json, sys
-sys.path.insert(0, "tests")
-from pytest_dlperf import SGD, Workload
-from pytest_dlperf.frameworks import DistEnv, load
-from pytest_dlperf.core.protocol import QUICK
-from pytest_dlperf.core.spec import spec_for
-from pytest_dlperf.core.recipes import load_recipe
-workload = Workload("linear", recipes={"mindspore": "optimizer_recipes:mindspore_random"},
-                    batch_size={"cpu": 4}, sizes={"data_rank": RANK},
-                    optimizer=SGD(lr_per_256=0.1 * 256 / 4, momentum=0.0))
-spec = spec_for("mindspore", workload, protocol=QUICK, device_type="cpu", compiler=COMPILER)
-dist = DistEnv(RANK, WORLD, RANK, WORLD, 0) if WORLD > 1 else DistEnv(0, 1, 0, 1, 0)
-trainer = load("mindspore").build_trainer(spec, dist, load_recipe(spec.recipe))
-import os, socket
-def taken(port):  # whether something listens on this port
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", int(port)))
-        except OSError:
-            return True
-        return False
-ports = {name: taken(os.environ[name]) for name in ("MASTER_PORT", "DLPERF_FRAMEWORK_PORT")
-         if RANK == 0 and WORLD > 1}
-before = [p.asnumpy().tolist() for p in trainer.params]
-trainer.step()
-trainer.synchronize()
-after = [p.asnumpy().tolist() for p in trainer.params]
-env = trainer.environment()
-trainer.close()
-print(json.dumps({"before": before, "after": after, "ranks": env["data_parallel_ranks"],
-                  "ports": ports}))
-"""
-
-
-def _flat(weights: list[Any]) -> list[float]:
-    out: list[float] = []
-    for value in weights:
-        out.extend(_flat(value) if isinstance(value, list) else [float(value)])
-    return out
-
-
-@pytest.mark.parametrize("mode", ["eager", pytest.param("compiled", marks=pytest.mark.outside_ci(
-    "10 s: the compiled twin of the eager average, which CI runs"))])
-def test_two_ranks_average_their_gradients(mode: str, mindspore_python: str) -> None:
-    """Two ranks through the adapter (MindSpore's dynamic cluster from the launcher's
-    variables, its scheduler on the spare port, DistributedGradReducer), each on its own data:
-    one step of plain SGD leaves both with the same weights, the mean of what each rank's data
-    alone gives (summed gradients would give twice the update, a rank alone its own)."""
-    ports = free_ports(2)
-    head = f"COMPILER = {mode!r}\n"
-    # As the launchers start ranks: MASTER_PORT is torchrun's store there (unused here), and
-    # MindSpore's scheduler takes the spare port.
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(ports[0]),
-           "DLPERF_FRAMEWORK_PORT": str(ports[1])}
-    together: list[Any] = run_together(
-        mindspore_python, [head + f"RANK, WORLD = {rank}, 2\n" + STEP for rank in (0, 1)], env)
-    alone: list[Any] = [run_snippet(mindspore_python, head + f"RANK, WORLD = {rank}, 1\n" + STEP)
-                        for rank in (0, 1)]
-    assert [r["ranks"] for r in together] == [2, 2]
-    # Rank 0's scheduler listened on the spare port, leaving MASTER_PORT alone.
-    assert together[0]["ports"] == {"MASTER_PORT": False, "DLPERF_FRAMEWORK_PORT": True}
-    assert together[0]["before"] == together[1]["before"] == alone[0]["before"]
-    first, second = (_flat(r["after"]) for r in together)
-    assert first == pytest.approx(second, abs=1e-7)
-    each = [_flat(r["after"]) for r in alone]
-    assert each[0] != pytest.approx(each[1], abs=1e-4)  # the ranks' data differ
-    assert first == pytest.approx([(a + b) / 2 for a, b in zip(*each)], abs=1e-6)
-    # Rank 0's scheduler leaves with its workers (here within ~1 s), or its tether to rank 0
-    # ends it SCHEDULER_GRACE_S after rank 0 has gone.
-    assert still_running_after(schedulers, SCHEDULER_GRACE_S + 5) == []
-
-
-ADAMW = """
-import json
-import numpy as np
-import mindspore as ms
-from pytest_dlperf.frameworks._mindspore_adamw import adamw
-ms.set_context(mode=ms.PYNATIVE_MODE)
-start, grads, decays = json.loads(DATA)
-params = [ms.Parameter(ms.Tensor(np.array(w, np.float32)), name=f"p{i}")
-          for i, w in enumerate(start)]
-opt = adamw(ms)(params, decays, LR, BETAS, EPS, CLIP)
-def whole(grads):  # a compiled training step calls the optimizer inside its graph
-    return opt(grads)
-step = ms.jit(whole) if COMPILED else opt
-for per_step in grads:
-    step(tuple(ms.Tensor(np.array(g, np.float32)) for g in per_step))
-print(json.dumps([p.asnumpy().tolist() for p in params]))
-"""
-
-
-@pytest.mark.parametrize("clip", [None, 0.05], ids=["unclipped", "clipped"])
-@pytest.mark.parametrize("mode", ["eager", "compiled"])
-def test_adamw_is_torchs_over_three_steps(mode: str, clip: float | None,
-                                          mindspore_python: str, tmp_path: Path) -> None:
-    """The adapter's AdamW (MindSpore's fused Adam kernel behind the decoupled decay, its
-    epsilon rescaled to torch's placement) against torch.optim.AdamW on the same weights and
-    gradients, three steps: gradients near epsilon (so its placement shows), a decayed matrix
-    beside an undecayed bias. A bias correction off by a step, or epsilon where MindSpore's
-    kernel puts it, moves the weights by more than the tolerance. Clipped: the gradients'
-    global norm clipped to 0.05 inside the compiled update (the first two steps' norms are
-    ~0.04 and ~0.12), torch's clip_grad_norm_ before its step."""
-    import numpy as np
-    import torch
-
-    rng = np.random.default_rng(3)
-    start = [rng.standard_normal((4, 3)), rng.standard_normal(3)]
-    grads = [[g * scale for g in (rng.standard_normal((4, 3)), rng.standard_normal(3))]
-             for scale in (1e-2, 3e-2, 1e-3)]
-    decays, lr, betas, eps = [0.1, 0.0], 0.05, (0.9, 0.999), 1e-2
-    data = json.dumps([[w.tolist() for w in start], [[g.tolist() for g in step]
-                                                     for step in grads], decays])
-    code = (f"DATA, LR, BETAS, EPS, CLIP, COMPILED = {data!r}, {lr}, {betas}, {eps}, {clip}, "
-            f"{mode == 'compiled'}\n" + ADAMW)
-    got = run_snippet(mindspore_python, in_a_file(code, tmp_path))
-    params = [torch.tensor(w, dtype=torch.float64, requires_grad=True) for w in start]
-    want = torch.optim.AdamW([{"params": [p], "weight_decay": d}
-                              for p, d in zip(params, decays)], lr=lr, betas=betas, eps=eps)
-    for step in grads:
-        for p, g in zip(params, step):
-            p.grad = torch.tensor(g, dtype=torch.float64)
-        if clip is not None:
-            torch.nn.utils.clip_grad_norm_(params, clip)
-        want.step()
-    assert isinstance(got, list)
-    for mine, theirs in zip(got, params):
-        assert np.allclose(mine, theirs.detach().numpy(), rtol=0, atol=2e-6), (mine, theirs)
-    assert not np.allclose(got[0], start[0], atol=1e-2)  # the steps moved the weights
-
 
 HELD = """
 import json
@@ -198,14 +63,6 @@ def test_adamw_holds_no_memory_across_eager_steps(mindspore_python: str,
     assert grown < 3 * 64 * 2**20, " ".join(f"{r / 2**20:.0f}" for r in resident)
 
 
-def schedulers() -> list[int]:
-    """MindSpore schedulers the adapter started that still run."""
-    import psutil
-
-    return [p.pid for p in psutil.process_iter(["cmdline"])
-            if SCHEDULER in (p.info["cmdline"] or [])]
-
-
 ORPHAN = """
 import json, os, time
 from pytest_dlperf.frameworks import DistEnv
@@ -236,36 +93,6 @@ def test_the_scheduler_leaves_with_rank_0(mindspore_python: str) -> None:
     except psutil.TimeoutExpired:
         scheduler.kill()
         pytest.fail("rank 0's scheduler outlived it by 30 s")
-
-
-@pytest.mark.parametrize("mode", ["eager", "compiled"])
-def test_a_window_waits_for_mindspore(mode: str, mindspore_python: str) -> None:
-    """A compiled MindSpore step (``mindspore.jit``) returns once it is queued, on CPU too; a
-    PyNative step, measured here, returns when its work is done. Both ways shown with one
-    ResNet-50 step: the meter's window agrees with a wall clock read after a blocking loss
-    fetch; with a no-op synchronize the compiled window reads under half of that clock (the
-    control: the check can fail), the PyNative one agrees with it (were PyNative asynchronous
-    too, this would say so)."""
-    figures = run_snippet(mindspore_python, f"COMPILER, STEPS = {mode!r}, 1\n" + """
-from pytest_dlperf.frameworks import DistEnv
-from pytest_dlperf.models import RESNET50
-from pytest_dlperf.core.protocol import QUICK
-from pytest_dlperf.core.spec import spec_for
-from pytest_dlperf.rank.worker import build
-spec = spec_for("mindspore", RESNET50, protocol=QUICK, device_type="cpu", compiler=COMPILER,
-                sizes={"image_size": 32})
-trainer = build(spec, DistEnv(0, 1, 0, 1, 0))
-for _ in range(3):
-    trainer.step()
-""" + WINDOW_AGAINST_A_CLOCK, timeout=600)
-    assert isinstance(figures, dict)
-    window, outside = figures["synchronized"]
-    assert 0.9 * outside <= window <= outside
-    unsynced_window, unsynced_outside = figures["not synchronized"]
-    if mode == "compiled":
-        assert unsynced_window < 0.5 * unsynced_outside
-    else:
-        assert 0.9 * unsynced_outside <= unsynced_window <= unsynced_outside
 
 
 def test_the_scheduler_takes_the_launchers_spare_port() -> None:

@@ -1,7 +1,7 @@
-"""The MXNet adapter: ranks from the plugin's launchers (a distributed key-value store whose
-scheduler and server rank 0 starts, roles from their variables), the update DDP's
-averaged-gradient step, torch's AdamW, windows that wait for MXNet's asynchronous engine, and
-cases under pytest.
+"""The MXNet adapter: the distributed key-value store's scheduler and server, which rank 0
+starts, leaving with it; their variables; and cases under pytest. The contract every adapter
+meets (two ranks average, AdamW is torch's, a window waits for MXNet's asynchronous engine) is
+tests/test_conformance.py's.
 
 MXNet runs under its own interpreter (``scripts/setup-mxnet``, or ``DLPERF_TEST_MXNET_PYTHON``):
 every MXNet line here runs in a subprocess under it, and the tests skip without it."""
@@ -14,15 +14,10 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from snippets import (
-    WINDOW_AGAINST_A_CLOCK,
     free_ports,
-    in_a_file,
-    run_snippet,
-    run_together,
     still_running_after,
 )
 
@@ -31,119 +26,11 @@ from pytest_dlperf.frameworks.mxnet import ROLE, ROLE_GRACE_S, prepare_environ
 
 REPO = Path(__file__).resolve().parents[1]
 
-STEP = """
-import json, sys
-sys.path.insert(0, "tests")
-from pytest_dlperf import SGD, Workload
-from pytest_dlperf.frameworks import DistEnv, load
-from pytest_dlperf.core.protocol import QUICK
-from pytest_dlperf.core.spec import spec_for
-from pytest_dlperf.core.recipes import load_recipe
-workload = Workload("linear", recipes={"mxnet": "optimizer_recipes:mxnet_random"},
-                    batch_size={"cpu": 4}, sizes={"data_rank": RANK},
-                    optimizer=SGD(lr_per_256=0.1 * 256 / 4, momentum=0.0))
-spec = spec_for("mxnet", workload, protocol=QUICK, device_type="cpu", compiler=COMPILER)
-dist = DistEnv(RANK, WORLD, RANK, WORLD, 0) if WORLD > 1 else DistEnv(0, 1, 0, 1, 0)
-trainer = load("mxnet").build_trainer(spec, dist, load_recipe(spec.recipe))
-before = [p.data().asnumpy().tolist() for p in trainer.params]
-trainer.step()
-trainer.synchronize()
-after = [p.data().asnumpy().tolist() for p in trainer.params]
-env = trainer.environment()
-trainer.close()
-print(json.dumps({"before": before, "after": after, "ranks": env["data_parallel_ranks"],
-                  "kvstore": env["kvstore"]}))
-"""
-
-
-def _flat(weights: list[Any]) -> list[float]:
-    out: list[float] = []
-    for value in weights:
-        out.extend(_flat(value) if isinstance(value, list) else [float(value)])
-    return out
-
-
 def roles() -> list[int]:
     """MXNet schedulers and servers the adapter started that still run."""
     import psutil
 
     return [p.pid for p in psutil.process_iter(["cmdline"]) if ROLE in (p.info["cmdline"] or [])]
-
-
-@pytest.mark.parametrize("mode", ["eager", pytest.param("compiled", marks=pytest.mark.outside_ci(
-    "3 s: the hybridized twin of the eager average, which CI runs"))])
-def test_two_ranks_average_their_gradients(mode: str, mxnet_python: str) -> None:
-    """Two ranks through the adapter (the store's roles from the launcher's variables, its
-    scheduler on the spare port, a shell's PORT ignored), each on its own data: one step of
-    plain SGD leaves both with the same weights, the mean of what each rank's data alone gives
-    (the store's sum unscaled would give twice the update, a rank alone its own)."""
-    ports = free_ports(3)
-    head = f"COMPILER = {mode!r}\n"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(ports[0]),
-           "DLPERF_FRAMEWORK_PORT": str(ports[1]), "PORT": str(ports[2])}
-    together: list[Any] = run_together(
-        mxnet_python, [head + f"RANK, WORLD = {rank}, 2\n" + STEP for rank in (0, 1)], env,
-        timeout=120)
-    alone: list[Any] = [run_snippet(mxnet_python, head + f"RANK, WORLD = {rank}, 1\n" + STEP)
-                        for rank in (0, 1)]
-    assert [(r["ranks"], r["kvstore"]) for r in together] == [(2, "dist_sync")] * 2
-    assert together[0]["before"] == together[1]["before"] == alone[0]["before"]
-    first, second = (_flat(r["after"]) for r in together)
-    assert first == pytest.approx(second, abs=1e-7)
-    each = [_flat(r["after"]) for r in alone]
-    assert each[0] != pytest.approx(each[1], abs=1e-4)  # the ranks' data differ
-    assert first == pytest.approx([(a + b) / 2 for a, b in zip(*each)], abs=1e-6)
-    # They exit once the workers finalized, or ROLE_GRACE_S after rank 0 has gone.
-    assert still_running_after(roles, ROLE_GRACE_S + 5) == []
-
-
-ADAMW = """
-import json
-import mxnet as mx
-import numpy as np
-from pytest_dlperf.frameworks._mxnet_adamw import adamw
-start, grads, decays = json.loads(DATA)
-opt = adamw(mx)(learning_rate=LR, betas=BETAS, epsilon=EPS, wd=1.0)
-weights = [mx.nd.array(np.array(w, np.float32)) for w in start]
-states = [opt.create_state(i, w) for i, w in enumerate(weights)]
-opt.set_wd_mult({i: d for i, d in enumerate(decays)})
-opt.idx2name = {i: str(i) for i in range(len(weights))}
-for per_step in grads:
-    for i, (w, g) in enumerate(zip(weights, per_step)):
-        opt.update(i, w, mx.nd.array(np.array(g, np.float32)), states[i])
-print(json.dumps([w.asnumpy().tolist() for w in weights]))
-"""
-
-
-def test_adamw_is_torchs_over_three_steps(mxnet_python: str, tmp_path: Path) -> None:
-    """The adapter's AdamW against torch.optim.AdamW on the same weights and gradients, three
-    steps: gradients near epsilon (so its placement shows), a matrix decayed by 0.1 beside an
-    undecayed bias. MXNet's own ``adamw_update`` kernel (no bias correction, decay not scaled by
-    the rate) moves the weights by more than the tolerance."""
-    import numpy as np
-    import torch
-
-    rng = np.random.default_rng(3)
-    start = [rng.standard_normal((4, 3)), rng.standard_normal(3)]
-    grads = [[g * scale for g in (rng.standard_normal((4, 3)), rng.standard_normal(3))]
-             for scale in (1e-2, 3e-2, 1e-3)]
-    decays, lr, betas, eps = [0.1, 0.0], 0.05, (0.9, 0.999), 1e-2
-    data = json.dumps([[w.tolist() for w in start], [[g.tolist() for g in step]
-                                                     for step in grads], decays])
-    code = f"DATA, LR, BETAS, EPS = {data!r}, {lr}, {betas}, {eps}\n" + ADAMW
-    got = run_snippet(mxnet_python, in_a_file(code, tmp_path))
-    params = [torch.tensor(w, dtype=torch.float64, requires_grad=True) for w in start]
-    want = torch.optim.AdamW([{"params": [p], "weight_decay": d}
-                              for p, d in zip(params, decays)], lr=lr, betas=betas, eps=eps)
-    for step in grads:
-        for p, g in zip(params, step):
-            p.grad = torch.tensor(g, dtype=torch.float64)
-        want.step()
-    assert isinstance(got, list)
-    for mine, theirs in zip(got, params):
-        assert np.allclose(mine, theirs.detach().numpy(), rtol=0, atol=2e-6), (mine, theirs)
-    assert not np.allclose(got[0], start[0], atol=1e-2)  # the steps moved the weights
 
 
 ORPHAN = """
@@ -176,31 +63,6 @@ def test_the_scheduler_and_server_leave_with_rank_0(mxnet_python: str) -> None:
     for process in alive:
         process.kill()
     assert alive == [], "rank 0's scheduler or server outlived it by 30 s"
-
-
-@pytest.mark.parametrize("mode", ["eager", "compiled"])
-def test_a_window_waits_for_mxnet(mode: str, mxnet_python: str) -> None:
-    """MXNet's engine runs a step after ``step`` has returned, eager and hybridized alike, on
-    CPU too. One ResNet-50 step: the meter's window agrees with a wall clock read after a
-    blocking loss fetch; with a no-op synchronize the window reads under half of that clock
-    (the control: the check can fail)."""
-    figures = run_snippet(mxnet_python, f"COMPILER, STEPS = {mode!r}, 1\n" + """
-from pytest_dlperf.frameworks import DistEnv
-from pytest_dlperf.models import RESNET50
-from pytest_dlperf.core.protocol import QUICK
-from pytest_dlperf.core.spec import spec_for
-from pytest_dlperf.rank.worker import build
-spec = spec_for("mxnet", RESNET50, protocol=QUICK, device_type="cpu", compiler=COMPILER,
-                sizes={"image_size": 32})
-trainer = build(spec, DistEnv(0, 1, 0, 1, 0))
-for _ in range(3):
-    trainer.step()
-""" + WINDOW_AGAINST_A_CLOCK, timeout=600)
-    assert isinstance(figures, dict)
-    window, outside = figures["synchronized"]
-    assert 0.9 * outside <= window <= outside
-    unsynced_window, unsynced_outside = figures["not synchronized"]
-    assert unsynced_window < 0.5 * unsynced_outside
 
 
 def test_the_store_takes_the_launchers_spare_port() -> None:

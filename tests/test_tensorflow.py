@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-from snippets import REPO, free_ports, run_snippet, run_together
+from snippets import run_snippet
 
 # torch before TensorFlow: importing torch (its triton import) after TensorFlow segfaults with
 # tensorflow-cpu 2.21 + torch 2.14 (seen here). Workers never hold both but for a moment in
@@ -163,91 +162,6 @@ def test_a_compiled_case_trains_on_two_cpu_workers(pytester: pytest.Pytester) ->
     env = bench["extra_info"]["environment"]
     assert env["jit_compile"] is True and env["data_parallel_ranks"] == 2
     assert env["xla_compiles"] == "forward-backward and update, not the all-reduce"
-
-
-# A linear layer on data of its own per ``data_rank`` (a size), as constants the step reads: a
-# tf.Variable made under the strategy's scope would start as worker 0's value on every worker.
-DATA_RANK_RECIPE = """
-import keras
-import numpy as np
-import tensorflow as tf
-
-from pytest_dlperf import Parts
-
-
-def build(ctx):
-    data = np.random.RandomState(100 + int(ctx.sizes["data_rank"]))
-    inputs, targets = data.randn(4, 8).astype("float32"), data.randn(4, 3).astype("float32")
-    layer = keras.Input((8,))
-    return Parts(model=keras.Model(layer, keras.layers.Dense(3)(layer)),
-                 inputs=lambda: tf.constant(inputs), targets=lambda: tf.constant(targets),
-                 loss=lambda out, target: tf.reduce_mean((out - target) ** 2))
-"""
-
-# One step of plain SGD through the adapter; RANK, WORLD, COMPILER, WORKERS and the recipe's
-# folder (HERE) come first.
-AVERAGED_STEP = """
-import json, sys
-sys.path.insert(0, HERE)
-from pytest_dlperf import SGD, Workload
-from pytest_dlperf.frameworks import DistEnv, load
-from pytest_dlperf.core.protocol import QUICK
-from pytest_dlperf.core.spec import spec_for
-from pytest_dlperf.core.recipes import load_recipe
-workload = Workload("linear", recipes={"tensorflow": "data_rank_recipe:build"},
-                    batch_size={"cpu": 4}, sizes={"data_rank": RANK},
-                    optimizer=SGD(lr_per_256=0.1 * 256 / 4, momentum=0.0))
-spec = spec_for("tensorflow", workload, protocol=QUICK, device_type="cpu", compiler=COMPILER)
-dist = DistEnv(RANK, WORLD, RANK, WORLD, 0) if WORLD > 1 else DistEnv(0, 1, 0, 1, 0)
-trainer = load("tensorflow").build_trainer(spec.with_(workers=WORKERS), dist,
-                                           load_recipe(spec.recipe))
-def weights():
-    return [w.numpy().ravel().tolist() for w in trainer.model.trainable_weights]
-before = weights()
-trainer.step()
-trainer.synchronize()
-env = trainer.environment()
-print(json.dumps({"before": before, "after": weights(), "ranks": env["data_parallel_ranks"],
-                  "xla": env["xla_compiles"]}))
-"""
-
-
-def _flat(weights: object) -> list[float]:
-    assert isinstance(weights, list)
-    return [v for tensor in weights for v in tensor]
-
-
-@pytest.mark.parametrize("mode", ["eager", "compiled"])
-def test_two_workers_average_their_gradients(mode: str, tmp_path: Path) -> None:
-    """Two workers through the adapter (MultiWorkerMirroredStrategy over CPU collectives), each
-    on its own data: one step of plain SGD leaves both with the same weights, the mean of what
-    each worker's data alone gives (summed gradients would give twice the update, a worker
-    training alone its own). Compiled, the all-reduce runs outside XLA on CPU: still averaged."""
-    import os
-
-    (tmp_path / "data_rank_recipe.py").write_text(DATA_RANK_RECIPE)
-    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
-
-    def code(rank: int, world: int) -> str:
-        return (f"RANK, WORLD, COMPILER = {rank}, {world}, {mode!r}\n"
-                f"WORKERS, HERE = {workers if world > 1 else None!r}, {str(tmp_path)!r}\n"
-                + AVERAGED_STEP)
-
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
-           "TF_CPP_MIN_LOG_LEVEL": "2"}
-    together: list[Any] = run_together(sys.executable, [code(rank, 2) for rank in (0, 1)], env)
-    alone = [run_snippet(sys.executable, code(rank, 1)) for rank in (0, 1)]
-    assert [r["ranks"] for r in together] == [2, 2]
-    # Compiled, two CPU workers compile around the all-reduce, one worker the whole step.
-    xla = "forward-backward and update, not the all-reduce" if mode == "compiled" else None
-    assert [r["xla"] for r in together] == [xla, xla]
-    assert [r["xla"] for r in alone] == [xla and "the step"] * 2  # type: ignore[index]
-    assert together[0]["before"] == together[1]["before"] == alone[0]["before"]  # type: ignore[index]
-    first, second = (_flat(r["after"]) for r in together)
-    assert first == pytest.approx(second, abs=1e-7)
-    each = [_flat(r["after"]) for r in alone]  # type: ignore[index]
-    assert each[0] != pytest.approx(each[1], abs=1e-4)  # the workers' data differ
-    assert first == pytest.approx([(a + b) / 2 for a, b in zip(*each)], abs=1e-6)
 
 
 NO_PARAMETERS = """

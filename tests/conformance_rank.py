@@ -1,0 +1,145 @@
+"""One process of a conformance check (tests/test_conformance.py), run under a framework's own
+interpreter, which has no pytest: ``python tests/conformance_rank.py '<job as JSON>'``. It does
+what the job names through the adapter, as a rank would, and prints one JSON line last.
+
+Jobs: ``average`` (one step of plain SGD on data of the rank's own), ``window`` (the meter's
+window against a wall clock) and ``adamw`` (the adapter's own AdamW on given weights and
+gradients). What differs by framework here is only how its weights are read and its AdamW
+called; what is expected of them is said in the test's table."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from typing import Any
+
+
+def weights(framework: str, trainer: Any) -> list[list[float]]:
+    """Every parameter whole (gathered from the ranks where it is sharded), flattened, the
+    weight before the bias."""
+    import numpy as np
+
+    if framework == "tensorflow":
+        arrays = [w.numpy() for w in trainer.model.trainable_weights]
+    elif framework == "jax":
+        from jax.experimental import multihost_utils
+
+        arrays = [np.asarray(multihost_utils.process_allgather(p, tiled=True))
+                  for p in trainer.params]
+    elif framework == "mindspore":
+        arrays = [p.asnumpy() for p in trainer.params]
+    elif framework == "mxnet":
+        arrays = [p.data().asnumpy() for p in trainer.params]
+    elif framework == "torch":
+        arrays = [p.detach().numpy() for p in trainer.params]
+    else:  # OneFlow, Paddle
+        arrays = [p.numpy() for p in trainer.params]
+    return [a.ravel().tolist() for a in sorted(arrays, key=lambda a: -a.ndim)]
+
+
+def listening(port: str) -> bool:
+    """Whether something listens on this loopback port (the stores bind every address)."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", int(port)))
+        except OSError:
+            return True
+        return False
+
+
+def average(job: dict[str, Any]) -> dict[str, Any]:
+    from dataclasses import replace
+
+    from pytest_dlperf import SGD, Workload
+    from pytest_dlperf.core.parallel import Layout
+    from pytest_dlperf.core.protocol import QUICK
+    from pytest_dlperf.core.recipes import load_recipe
+    from pytest_dlperf.core.spec import spec_for
+    from pytest_dlperf.frameworks import DistEnv, load
+
+    framework, rank, world = job["framework"], job["rank"], job["world"]
+    workload = Workload("linear", recipes={framework: f"optimizer_recipes:{framework}_random"},
+                        batch_size={"cpu": 4}, sizes={"data_rank": rank},
+                        optimizer=SGD(lr_per_256=0.1 * 256 / 4, momentum=0.0))
+    layout = Layout(fsdp=world, named=("fsdp",)) if job["layout"] == "fsdp" else Layout(dp=world)
+    spec = spec_for(framework, workload, protocol=QUICK, device_type="cpu",
+                    compiler=job["compiler"], world_size=world, layout=layout)
+    # The same rate alone and together, whatever the global batch.
+    spec = spec.with_(optimizer=replace(spec.optimizer, lr=0.1), workers=job.get("workers"))
+    dist = DistEnv(rank, world, rank, world, 0) if world > 1 else DistEnv(0, 1, 0, 1, 0)
+    trainer = load(framework).build_trainer(spec, dist, load_recipe(spec.recipe))
+    ports = {name: listening(os.environ[name]) for name in job.get("ports", ())}
+    shards = ([list(p.addressable_data(0).shape) for p in trainer.params]
+              if framework == "jax" else None)
+    before = weights(framework, trainer)
+    trainer.step()
+    trainer.synchronize()
+    after = weights(framework, trainer)
+    environment = trainer.environment()
+    trainer.close()
+    return {"before": before, "after": after, "environment": environment, "ports": ports,
+            "shards": shards and sorted(shards)}
+
+
+def window(job: dict[str, Any]) -> None:
+    from snippets import WINDOW_AGAINST_A_CLOCK
+
+    from pytest_dlperf.core.protocol import QUICK
+    from pytest_dlperf.core.spec import spec_for
+    from pytest_dlperf.frameworks import DistEnv
+    from pytest_dlperf.models import RESNET50
+    from pytest_dlperf.rank.worker import build
+
+    spec = spec_for(job["framework"], RESNET50, protocol=QUICK, device_type="cpu",
+                    compiler=job["compiler"], sizes={"image_size": 32})
+    trainer = build(spec, DistEnv(0, 1, 0, 1, 0))
+    for _ in range(job["warmup"]):
+        trainer.step()
+    exec(WINDOW_AGAINST_A_CLOCK, {"trainer": trainer, "STEPS": job["steps"]})  # prints
+
+
+def adamw(job: dict[str, Any]) -> list[Any]:
+    """Three steps of the adapter's AdamW (MindSpore's and MXNet's are the adapter's own)."""
+    import numpy as np
+
+    start, grads, decays = job["start"], job["grads"], job["decays"]
+    lr, betas, eps = job["lr"], tuple(job["betas"]), job["eps"]
+    if job["framework"] == "mxnet":
+        import mxnet as mx
+
+        from pytest_dlperf.frameworks._mxnet_adamw import adamw as mxnet_adamw
+
+        opt = mxnet_adamw(mx)(learning_rate=lr, betas=betas, epsilon=eps, wd=1.0)
+        found = [mx.nd.array(np.array(w, np.float32)) for w in start]
+        states = [opt.create_state(i, w) for i, w in enumerate(found)]
+        opt.set_wd_mult(dict(enumerate(decays)))
+        opt.idx2name = {i: str(i) for i in range(len(found))}
+        for per_step in grads:
+            for i, (w, g) in enumerate(zip(found, per_step)):
+                opt.update(i, w, mx.nd.array(np.array(g, np.float32)), states[i])
+        return [w.asnumpy().tolist() for w in found]
+    import mindspore as ms
+
+    from pytest_dlperf.frameworks._mindspore_adamw import adamw as mindspore_adamw
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    params = [ms.Parameter(ms.Tensor(np.array(w, np.float32)), name=f"p{i}")
+              for i, w in enumerate(start)]
+    opt = mindspore_adamw(ms)(params, decays, lr, betas, eps, job["clip"])
+
+    def whole(grads: Any) -> Any:  # a compiled training step calls the optimizer in its graph
+        return opt(grads)
+
+    step = ms.jit(whole) if job["compiler"] == "compiled" else opt
+    for per_step in grads:
+        step(tuple(ms.Tensor(np.array(g, np.float32)) for g in per_step))
+    return [p.asnumpy().tolist() for p in params]
+
+
+if __name__ == "__main__":
+    JOB = json.loads(sys.argv[1])
+    FOUND = {"average": average, "window": window, "adamw": adamw}[JOB["job"]](JOB)
+    if FOUND is not None:
+        print(json.dumps(FOUND), flush=True)
