@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from . import PhasePlan, step_phases
+from . import PhasePlan
 
 # Keys of the diagnostic buffers in the store, past any model's parameters (the trainer's keys
 # are the parameters' indices).
@@ -28,7 +28,7 @@ FIRST_KEY = 1_000_000
 
 def plan(trainer: Any) -> PhasePlan:
     """``trainer`` (an ``MXNetTrainer``) cut into phases."""
-    phases = step_phases(trainer._next_batch, trainer.forward, trainer.backward, trainer.update)
+    phases = trainer.phases()
     note = ("forward: one static graph (hybridize), backward its gradient graph, the update "
             "op by op" if trainer.compiled else "")
     kvstore = trainer.kvstore

@@ -20,16 +20,12 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from . import PhasePlan, bucket_elements, step_phases
+from . import PhasePlan, bucket_elements
 
 
 def plan(trainer: Any) -> PhasePlan:
     """``trainer`` (a ``PaddleTrainer``) cut into phases."""
-    def forward(inputs: Any, targets: Any) -> Any:  # kept where loss() reads it, as step's
-        trainer._loss = trainer._forward(inputs, targets)
-        return trainer._loss
-
-    phases = step_phases(trainer._next_batch, forward, trainer._backward, trainer._update)
+    phases = trainer.phases()
     note = ("forward: one static program (paddle.jit.to_static), backward its gradient "
             "program, the optimizer eager" if trainer.compiled else "")
     paddle = trainer._paddle

@@ -1,6 +1,6 @@
 """The torch trainer's step in phases, for the diagnostic steps after the timed windows
-(``pytest_dlperf.rank.phases``): the trainer's own data, forward, backward and update methods,
-one phase each, so that the diagnostic steps run the code the windows ran.
+(``pytest_dlperf.rank.phases``): the trainer's own step, ``_step.EagerStep``'s four phases, so
+that the diagnostic steps run the code the windows ran.
 
 Gradient communication is switched off with a DDP communication hook that hands each bucket
 back untouched (``register_comm_hook``, registered at the first diagnostic step, after every
@@ -16,15 +16,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.phases import BACKWARD, FORWARD, merged
-from . import PhasePlan, bucket_elements, step_phases
+from . import PhasePlan, bucket_elements
 
 
 def plan(trainer: Any) -> PhasePlan:
     """``trainer`` (a ``TorchTrainer``) cut into phases."""
     sharded = trainer.sharded
     pipelined = sharded is not None and sharded.pipeline is not None
-    phases = step_phases(trainer._next_batch, trainer._forward, trainer._backward,
-                         trainer._update)
+    phases = trainer.phases()
     if pipelined:  # the schedule runs forward and backward (_forward's) together
         (_, forward), (_, backward) = phases[1:3]
 

@@ -48,6 +48,7 @@ from . import (
     require_parameters,
 )
 from . import _mxnet_phases as phases
+from ._step import EagerStep
 
 DISTRIBUTION = ("mxnet", "mxnet-cu112", "mxnet-cu117", "mxnet-mkl")
 RECIPE_FOR = "mxnet"
@@ -85,7 +86,7 @@ def start_roles(environ: MutableMapping[str, str]) -> list[subprocess.Popen[byte
                                                                           "server")])
 
 
-class MXNetTrainer:
+class MXNetTrainer(EagerStep):
     def __init__(self, spec: RankSpec, dist: DistEnv,
                  recipe: Callable[[BuildContext], Parts]) -> None:
         self.world_size = dist.world_size
@@ -177,7 +178,7 @@ class MXNetTrainer:
         inputs, targets = self.batches.next()
         return self._to_device(inputs), self._to_device(targets)
 
-    def forward(self, inputs: Any, targets: Any) -> Any:
+    def _forward(self, inputs: Any, targets: Any) -> Any:
         """The loss, recorded for backward."""
         with self._mx.autograd.record():
             outputs = self.model(*inputs) if isinstance(inputs, tuple) else self.model(inputs)
@@ -189,10 +190,10 @@ class MXNetTrainer:
                     return scaled
             return loss
 
-    def backward(self, loss: Any) -> None:
+    def _backward(self, loss: Any) -> None:
         loss.backward()
 
-    def update(self) -> None:
+    def _update(self) -> None:
         """The gradients summed over the workers (the store), clipped as their mean, applied
         rescaled by 1 / world size: the mean gradient, DDP's update."""
         if self.kvstore is not None and self.communicating:
@@ -205,17 +206,13 @@ class MXNetTrainer:
                              self.clip_norm * self.world_size)
         self.trainer.update(self.world_size)
 
-    def step(self) -> None:
-        self.backward(self.forward(*self._next_batch()))
-        self.update()
-
     def phase_plan(self) -> PhasePlan:  # the step in phases: _mxnet_phases
         return phases.plan(self)
 
     def local_step(self) -> None:
         """Forward and backward of this rank alone, no all-reduce and no update: the
         straggler check's measure of the rank's own speed."""
-        self.backward(self.forward(*self._next_batch()))
+        self._backward(self._forward(*self._next_batch()))
 
     def synchronize(self) -> None:
         """Waits for everything MXNet's engine has queued, on every device."""

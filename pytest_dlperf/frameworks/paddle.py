@@ -27,6 +27,7 @@ from ..core.strategies import Checked, Unported, register_strategy, why_not
 from ..core.workload import BuildContext, Parts, WorkloadError
 from . import Batches, DeviceUnavailable, DistEnv, PhasePlan, fresh, map_batch, require_parameters
 from . import _paddle_phases as phases
+from ._step import EagerStep
 
 # The CPU wheel and the CUDA one are different distributions; either provides ``paddle``.
 DISTRIBUTION = ("paddlepaddle", "paddlepaddle-gpu")
@@ -74,7 +75,7 @@ def prepare_environ(environ: MutableMapping[str, str], dist: DistEnv, cuda: bool
         environ.setdefault("FLAGS_cudnn_exhaustive_search", "1")
 
 
-class PaddleTrainer:
+class PaddleTrainer(EagerStep):
     def __init__(self, spec: RankSpec, dist: DistEnv,
                  recipe: Callable[[BuildContext], Parts]) -> None:
         self.cuda = spec.device_type == "cuda"
@@ -153,16 +154,11 @@ class PaddleTrainer:
             return contextlib.nullcontext()
         return self._paddle.amp.auto_cast(enable=True, dtype=self.amp_dtype, level="O1")
 
-    def step(self) -> None:
-        loss = self._forward(*self._next_batch())
-        self._backward(loss)
-        self._update()
-        self._loss = loss
-
     def _forward(self, inputs: Any, targets: Any) -> Any:
         with self._autocast():
             outputs = self.model(*inputs) if isinstance(inputs, tuple) else self.model(inputs)
-            return self.criterion(outputs, targets)
+            self._loss = self.criterion(outputs, targets)
+            return self._loss
 
     def _backward(self, loss: Any) -> None:
         # DataParallel all-reduces (averages) the gradients here, unless in no_sync.

@@ -23,6 +23,7 @@ from . import (
 )
 from . import _torch_parallel as parallel
 from . import _torch_phases as phases
+from ._step import EagerStep
 
 DISTRIBUTION = "torch"
 INSTALL_HINT = None  # the pip extra
@@ -30,7 +31,7 @@ RECIPE_FOR = "torch"
 COMPILER = "torch.compile"
 
 
-class TorchTrainer:
+class TorchTrainer(EagerStep):
     def __init__(self, spec: RankSpec, dist: DistEnv,
                  recipe: Callable[[BuildContext], Parts]) -> None:
         import torch
@@ -127,11 +128,6 @@ class TorchTrainer:
             return fresh(self.inputs), fresh(self.targets)
         inputs, targets = self.batches.next()
         return self._to_device(inputs), self._to_device(targets)
-
-    def step(self) -> None:
-        inputs, targets = self._next_batch()
-        self._backward(self._forward(inputs, targets))
-        self._update()
 
     def _forward(self, inputs: Any, targets: Any) -> Any:
         """The loss; under a pipeline, the whole schedule (its backward included) and the last

@@ -1,0 +1,59 @@
+"""One training step, written once: the batch, the forward pass to the loss, backward from it,
+and the update (loss scaling undone, the gradients clipped, the optimizer's step), as four
+methods a trainer fills in (``EagerStep``). The timed step (``step``) and the diagnostic step cut
+into phases (``phases``, a ``PhasePlan``'s) are the same four calls in the same order: they
+cannot disagree, and the phases measure the code the windows timed.
+
+A trainer whose framework runs the step as one compiled program (a graph with the optimizer
+inside: OneFlow's nn.Graph, MindSpore's GRAPH mode, TensorFlow's tf.function, JAX's jit) has no
+such four calls to time apart: its phases are merged (``core.phases.merged``) and it writes its
+own ``step``.
+
+Runs inside a rank, under any interpreter: the standard library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from . import step_phases
+
+
+class EagerStep:
+    """A trainer whose step is ``_next_batch``, ``_forward``, ``_backward`` and ``_update``,
+    called in that order (torch's, Paddle's and MXNet's eager and hybrid steps):
+
+    - ``_next_batch() -> (inputs, targets)`` on the device;
+    - ``_forward(inputs, targets) -> loss``, also kept where the trainer's ``loss()`` reads it;
+    - ``_backward(loss)``: backward, loss scaling applied, the data-parallel gradients averaged
+      where the framework does it in backward (DDP's hooks);
+    - ``_update()``: the scaled gradients unscaled, clipped by their global norm, the optimizer's
+      step (skipped where a gradient is not finite), the gradients cleared."""
+
+    _phases: list[tuple[str, Callable[[], None]]] | None = None
+
+    def _next_batch(self) -> tuple[Any, Any]:
+        raise NotImplementedError
+
+    def _forward(self, inputs: Any, targets: Any) -> Any:
+        raise NotImplementedError
+
+    def _backward(self, loss: Any) -> None:
+        raise NotImplementedError
+
+    def _update(self) -> None:
+        raise NotImplementedError
+
+    def phases(self) -> list[tuple[str, Callable[[], None]]]:
+        """The step as its four phases (data, forward, backward, optimizer), each keeping what
+        the next needs: what ``step`` runs."""
+        if self._phases is None:
+            self._phases = step_phases(self._next_batch, self._forward, self._backward,
+                                       self._update)
+        return list(self._phases)
+
+    def step(self) -> None:
+        """One optimizer step: the four phases, one after the other."""
+        for _, run in self._phases or self.phases():
+            run()
