@@ -255,13 +255,13 @@ class SessionState:
         if self.settings.compilers is not None or not isinstance(framework, str) \
                 or "compiled" in compilers:
             return compilers
-        from ..frameworks import load
+        from .adapters import Adapter
 
         try:
-            check = getattr(load(framework), "eager_unavailable", None)
+            adapter = Adapter.resolve(framework)
         except LookupError:
             return compilers  # the case says what is wrong with the name, when it runs
-        if check is not None and check(self.device_type):
+        if adapter.unavailable("eager", self.device_type):
             return tuple(c for c in compilers if c != "eager") + ("compiled",)
         return compilers
 
