@@ -16,7 +16,7 @@ from pytest_dlperf.core.parallel import Layout
 from pytest_dlperf.core.protocol import QUICK
 from pytest_dlperf.core.spec import spec_for
 from pytest_dlperf.core.workload import BuildContext, Workload, WorkloadError
-from pytest_dlperf.models import BUILTIN, gpt
+from pytest_dlperf.models import BUILTIN, gpt, gpt_torch
 from pytest_dlperf.plugin import flops as pytest_flops
 from pytest_dlperf.rank import flops as rank_flops
 from pytest_dlperf.verdict import mfu
@@ -26,7 +26,7 @@ torch = pytest.importorskip("torch")
 
 
 def built(sizes: dict[str, Any]) -> int:
-    model = gpt.torch_model(gpt.GPTShape.of(sizes), "meta")
+    model = gpt_torch.build(gpt.GPTShape.of(sizes), "meta")
     return sum(p.numel() for p in model.parameters())
 
 
@@ -76,10 +76,10 @@ def test_flop_counter_mode_agrees_with_the_formula_but_for_the_vectors(arch: str
     spec = spec_for("torch", workload, protocol=QUICK, device_type="cpu", batch_size=2,
                     layout=Layout(pp=8))
     with pytest.raises(WorkloadError, match="8 pipeline stages"):
-        gpt.torch_recipe(spec.context(0, 8, 0, "meta"))
+        gpt_torch.recipe(spec.context(0, 8, 0, "meta"))
     counted = rank_flops.count(spec)
     assert counted["source"] == "FlopCounterMode (meta)"
-    model = gpt.torch_model(gpt.GPTShape.of(sizes), "meta")
+    model = gpt_torch.build(gpt.GPTShape.of(sizes), "meta")
     vectors = sum(p.numel() for p in model.parameters() if p.dim() == 1)
     seq = int(sizes["seq_length"])
     assert counted["flops_per_sample"] == gpt.flops_per_sequence(sizes) - 6 * vectors * seq
@@ -137,22 +137,22 @@ def test_an_mfu_above_100_percent_is_an_error_naming_the_peak() -> None:
 
 def test_the_tp_plan_and_pipeline_split_name_the_model() -> None:
     shape = gpt.GPTShape.of({**gpt.CPU_SIZES, "arch": "llama", "num_kv_heads": 2})
-    model = gpt.torch_model(shape, "meta")
+    model = gpt_torch.build(shape, "meta")
     names = {name for name, _ in model.named_modules()}
-    plan = gpt.tp_plan(shape)
+    plan = gpt_torch.tp_plan(shape)
     assert set(plan) <= names and "output" in plan and "layers.3.feed_forward.w3" in plan
-    assert "output" not in gpt.tp_plan(gpt.GPTShape.of(gpt.CPU_SIZES))  # tied: follows wte
+    assert "output" not in gpt_torch.tp_plan(gpt.GPTShape.of(gpt.CPU_SIZES))  # tied: follows wte
     assert gpt.pipeline_split(shape, 2) == ["layers.2"]
     assert gpt.pipeline_split(gpt.GPTShape.of(gpt.GPT2_124M), 4) == [
         "layers.3", "layers.6", "layers.9"]
-    parts = gpt.torch_recipe(context(dict(gpt.CPU_SIZES), "meta", layout=Layout(pp=2)))
+    parts = gpt_torch.recipe(context(dict(gpt.CPU_SIZES), "meta", layout=Layout(pp=2)))
     assert parts.plan("tp") is None and parts.plan("pp") == ["layers.2"]
     interleaved = Layout(pp=2, schedule="interleaved1f1b")
-    parts = gpt.torch_recipe(context(dict(gpt.CPU_SIZES), "meta", layout=interleaved))
+    parts = gpt_torch.recipe(context(dict(gpt.CPU_SIZES), "meta", layout=interleaved))
     assert parts.plan("pp") == ["layers.1", "layers.2", "layers.3"]
-    assert gpt.torch_recipe(context(dict(gpt.CPU_SIZES), "meta")).plan("tp") is None
+    assert gpt_torch.recipe(context(dict(gpt.CPU_SIZES), "meta")).plan("tp") is None
     with pytest.raises(WorkloadError, match="num_heads"):
-        gpt.torch_recipe(context(dict(gpt.CPU_SIZES), "meta", layout=Layout(tp=8)))
+        gpt_torch.recipe(context(dict(gpt.CPU_SIZES), "meta", layout=Layout(tp=8)))
 
 
 def _tp_rank(rank: int, port: int, out: str) -> None:
@@ -172,8 +172,8 @@ def _tp_rank(rank: int, port: int, out: str) -> None:
     for arch in ("gpt2", "llama"):
         sizes = {**gpt.CPU_SIZES, "arch": arch, "num_kv_heads": 2 if arch == "llama" else 4}
         torch.manual_seed(rank)  # as the adapter seeds ranks: the weights must not follow
-        parts = gpt.torch_recipe(context(sizes, layout=Layout(tp=2), rank=rank))
-        whole = gpt.torch_model(gpt.GPTShape.of(sizes))
+        parts = gpt_torch.recipe(context(sizes, layout=Layout(tp=2), rank=rank))
+        whole = gpt_torch.build(gpt.GPTShape.of(sizes))
         whole.load_state_dict(parts.model.state_dict())
         targets = parts.targets().clone()
         sharded = parallelize_module(parts.model, mesh["tp"], parts.plan("tp"))

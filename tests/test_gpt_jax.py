@@ -18,7 +18,7 @@ import pytest
 from snippets import run_snippet
 
 from pytest_dlperf.core.workload import BuildContext, WorkloadError
-from pytest_dlperf.models import gpt, gpt_jax
+from pytest_dlperf.models import gpt, gpt_jax, gpt_torch
 
 SMALL = gpt.GPTShape.of(gpt.CPU_SIZES)
 
@@ -58,7 +58,7 @@ def test_parameters_are_torchs_by_name_order_shape_and_initialization(jax_python
     assert isinstance(out, dict)
     for sizes, key in ((gpt.CPU_SIZES, "small"), (gpt.GPT2_124M, "big")):
         want = {name: tuple(p.shape) for name, p in
-                gpt.torch_model(gpt.GPTShape.of(sizes), "meta").named_parameters()}
+                gpt_torch.build(gpt.GPTShape.of(sizes), "meta").named_parameters()}
         got = {name: tuple(shape) for name, shape in out[key].items()}
         assert list(got) == list(want)  # names, and in torch's order
         assert got == want
@@ -66,7 +66,7 @@ def test_parameters_are_torchs_by_name_order_shape_and_initialization(jax_python
     assert out["counted"] == [gpt.parameter_count(gpt.CPU_SIZES),
                               gpt.parameter_count(gpt.GPT2_124M)] == [867_072, 124_475_904]
     torch.manual_seed(0)
-    reference = gpt.torch_model(SMALL)
+    reference = gpt_torch.build(SMALL)
     for name, p in reference.named_parameters():
         mean, std = out["stats"][name]
         if p.dim() == 1:
@@ -85,7 +85,7 @@ def torch_reference(path: Path) -> None:
     import torch
 
     torch.manual_seed(0)
-    model = gpt.torch_model(SMALL)
+    model = gpt_torch.build(SMALL)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 2:
@@ -97,7 +97,7 @@ def torch_reference(path: Path) -> None:
         logits = model(tokens)
         context = BuildContext("torch", "cpu", "meta", 2, dict(gpt.CPU_SIZES), "fp32",
                                "float32", False, 0, 0, 1, 0)
-        recipe_loss = gpt.torch_recipe(context).loss
+        recipe_loss = gpt_torch.recipe(context).loss
         assert recipe_loss is not None
         loss = recipe_loss(logits, targets)
     np.savez(path, tokens=tokens.numpy(), targets=targets.numpy(), logits=logits.numpy(),

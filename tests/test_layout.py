@@ -197,7 +197,7 @@ LONG_FUNCTIONS = {
     # list of small layer classes, not one long procedure.
     "pytest_dlperf/models/bert_oneflow.py::_modules",
     "pytest_dlperf/models/bert_keras.py::_layer_classes",
-    "pytest_dlperf/models/gpt.py::_torch_classes",
+    "pytest_dlperf/models/gpt_torch.py::_classes",
     # One dict literal: the results entry's fields, one a line.
     "pytest_dlperf/report/results.py::benchmark_entry",
     # The adapters' trainers set up a framework in one visible sequence (process group, device,

@@ -2,8 +2,8 @@
 
 Why written here: Flax ships no GPT-2 to import (its language models are example scripts), and
 the Hugging Face port (``FlaxGPT2LMHeadModel``) is linen, is gone from transformers 5, and names
-and initializes its parameters as ``transformers`` does, not as ``gpt.torch_model``. So the network
-is written here, module for module as ``gpt._torch_classes`` writes it and under its attribute
+and initializes its parameters as ``transformers`` does, not as ``gpt_torch.build``. So the network
+is written here, module for module as ``gpt_torch._classes`` writes it and under its attribute
 names, as ``bert_jax`` is for BERT: the alignment tests (``tests/test_gpt_jax.py``) compare it
 with torch's by name and shape and load torch's weights into it to compare logits. Llama's
 architecture is not ported: ``model`` and ``recipe`` refuse it.
@@ -112,7 +112,7 @@ def recipe(ctx: BuildContext) -> Parts:
 
 
 def tp_plan(shape: GPTShape) -> dict[str, str]:
-    """torch's recipe's plan (``gpt.tp_plan``: torchtitan's) in the JAX adapter's styles: the
+    """torch's recipe's plan (``gpt_torch.tp_plan``: torchtitan's) in the JAX adapter's styles: the
     token embedding's rows (the vocabulary; the tied head follows it), the attention's Q/K/V
     and the MLP's first matrix by columns (heads and hidden units), their output projections
     by rows."""
