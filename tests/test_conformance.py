@@ -1,151 +1,31 @@
 """The contract every framework's adapter meets, written once and run for each framework: two
 ranks average their gradients, a window waits for the steps it times, the adapter's own AdamW is
-torch's. What differs by framework (its interpreter, its variants, what it reports, which way its
-steps run) is said in one table, ``FRAMEWORKS``; the work runs in real processes under the
-framework's own interpreter (``tests/conformance_rank.py``), and a framework whose interpreter
-is missing skips, saying how to get it. What only one framework has (its model against torch's
-weights, its own quirks) stays in that framework's test file."""
+torch's, an own model trains on two nodes. What differs by framework is said in one table,
+``conformance.FRAMEWORKS``; the work runs in real processes under the framework's own
+interpreter (``tests/conformance_rank.py``, or the plugin's ranks). What only one framework has
+(its model against torch's weights, its own quirks) stays in that framework's test file."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import subprocess
-import sys
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from snippets import (
-    REPO,
-    free_ports,
-    jax_interpreter,
-    mindspore_interpreter,
-    mxnet_interpreter,
-    oneflow_interpreter,
-    still_running_after,
-)
-
-from pytest_dlperf.frameworks.mindspore import SCHEDULER, SCHEDULER_GRACE_S
-from pytest_dlperf.frameworks.mxnet import ROLE, ROLE_GRACE_S
+from conformance import Average, Framework, cases
+from snippets import REPO, free_ports, run_snippet, run_together, still_running_after
 
 RANK = Path(__file__).with_name("conformance_rank.py")
-COMPILED_AROUND = "forward-backward and update, not the all-reduce"
 
 
-@dataclass(frozen=True)
-class Average:
-    """One way two ranks train a step together: what the ranks then report of it (entries of
-    the trainer's environment, together and alone) and, where it stays out of CI, why."""
-
-    name: str
-    compiler: str = "eager"
-    layout: str = "dp"
-    together: Mapping[str, object] = field(default_factory=dict)
-    alone: Mapping[str, object] = field(default_factory=dict)
-    shards: list[list[int]] | None = None  # each parameter's shape on a rank, where sharded
-    outside_ci: str | None = None
-
-
-@dataclass(frozen=True)
-class Window:
-    """ResNet-50 steps timed by the meter: which compilers run, which of them return before the
-    step's work is done on CPU (there a window without a wait reads short: the control), how
-    many steps a window takes and how many warm up first."""
-
-    compilers: tuple[str, ...]
-    asynchronous: frozenset[str]
-    steps: int
-    warmup: int = 3
-
-
-@dataclass(frozen=True)
-class Framework:
-    """What the contract needs to know of one framework."""
-
-    name: str
-    own_interpreter: Callable[[], Path] | None  # None: it runs in pytest's own
-    missing: str  # how to get it, said when it is missing
-    averages: tuple[Average, ...] = ()
-    spare_port: bool = True  # rank 0's own store binds DLPERF_FRAMEWORK_PORT, not MASTER_PORT
-    started: tuple[str, float] | None = None  # what rank 0 starts beside it: its tag, its grace
-    stray_port: str | None = None  # a variable of the shell's the ranks must not bind
-    window: Window | None = None
-    adamw: tuple[tuple[str, float | None], ...] = ()  # its own AdamW: (compiler, clip) cases
-
-    def python(self) -> str:
-        """Its interpreter; skips saying how to get it where it is missing."""
-        if self.own_interpreter is None:
-            if importlib.util.find_spec(self.name) is None:
-                pytest.skip(f"{self.name} is not installed in pytest's interpreter: {self.missing}")
-            return sys.executable
-        path = self.own_interpreter()
-        if not os.access(path, os.X_OK):
-            pytest.skip(f"no {self.name} interpreter at {path}: {self.missing}")
-        return str(path)
-
-
-TWINS = "the compiled twin of the eager average, which CI runs"
-FRAMEWORKS = (
-    Framework("tensorflow", None, "pip install 'pytest-dlperf[tensorflow]'", averages=(
-        Average("eager", together={"xla_compiles": None}, alone={"xla_compiles": None}),
-        # On CPU, XLA cannot compile the all-reduce of two workers: compiled around it.
-        Average("compiled", "compiled", together={"xla_compiles": COMPILED_AROUND},
-                alone={"xla_compiles": "the step"})),
-        spare_port=False),  # its workers are named in the spec: no store of its own
-    Framework("oneflow", oneflow_interpreter, "run scripts/setup-oneflow",
-              window=Window(("eager", "compiled"), frozenset({"eager", "compiled"}), steps=12)),
-    Framework("paddle", None, "pip install 'pytest-dlperf[paddle]'",
-              averages=(Average("eager"), Average("compiled", "compiled")),
-              window=Window(("eager", "compiled"), frozenset(), steps=8)),
-    Framework("mindspore", mindspore_interpreter, "run scripts/setup-mindspore", averages=(
-        Average("eager"), Average("compiled", "compiled", outside_ci=f"10 s: {TWINS}")),
-        started=(SCHEDULER, SCHEDULER_GRACE_S),
-        window=Window(("eager", "compiled"), frozenset({"compiled"}), steps=1),
-        adamw=tuple((c, clip) for c in ("eager", "compiled") for clip in (None, 0.05))),
-    Framework("mxnet", mxnet_interpreter, "run scripts/setup-mxnet", averages=(
-        Average("eager", together={"kvstore": "dist_sync"}),
-        Average("compiled", "compiled", together={"kvstore": "dist_sync"},
-                outside_ci=f"3 s: {TWINS}")),
-        started=(ROLE, ROLE_GRACE_S), stray_port="PORT",
-        window=Window(("eager", "compiled"), frozenset({"eager", "compiled"}), steps=1),
-        adamw=(("eager", None),)),
-    Framework("jax", jax_interpreter, "run scripts/setup-jax", averages=(
-        # The weight (torch's 4 x 8, Flax's kernel 8 x 4) and the bias (4); fsdp halves both.
-        Average("dp", "compiled", together={"devices": 2}, shards=[[4], [8, 4]]),
-        Average("fsdp", "compiled", "fsdp", together={"devices": 2}, shards=[[2], [4, 4]])),
-        window=Window(("compiled",), frozenset({"compiled"}), steps=3, warmup=2)),
-)
-
-
-def cases(contract: Callable[[Framework], Iterator[tuple[str, tuple[Any, ...], str | None]]]
-          ) -> list[Any]:
-    """The pytest params of a contract: ``contract`` yields (id, values, why outside CI) per
-    framework, the framework first among the values."""
-    return [pytest.param(*values, id=f"{framework.name}-{name}" if name else framework.name,
-                         marks=[pytest.mark.outside_ci(why)] if why else [])
-            for framework in FRAMEWORKS for name, values, why in contract(framework)]
-
-
-def run(python: str, jobs: list[tuple[dict[str, Any], dict[str, str]]], folder: Path,
-        timeout: float = 300) -> list[Any]:
-    """Each job in a process of its own under ``python``, all at once, with its environment
-    over this one's; each prints one JSON line last, returned in order."""
-    base = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
-            "GLOG_minloglevel": "2", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    procs = [subprocess.Popen([python, str(RANK), json.dumps(job)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env={**base, **env}, cwd=folder,
-                              stdin=subprocess.DEVNULL)
-             for job, env in jobs]
-    out = []
-    for proc in procs:
-        stdout, stderr = proc.communicate(timeout=timeout)
-        assert proc.returncode == 0, stderr[-3000:]
-        out.append(json.loads(stdout.strip().splitlines()[-1]))
-    return out
+def job(spec: dict[str, Any], folder: Path) -> str:
+    """Code that runs tests/conformance_rank.py on ``spec`` in ``folder`` (where a failed
+    MindSpore compile writes its dump), for ``run_snippet`` and ``run_together``."""
+    return (f"import os, runpy, sys; sys.path.insert(0, {str(RANK.parent)!r}); "
+            f"os.chdir({str(folder)!r}); sys.argv[1:] = [{json.dumps(spec)!r}]; "
+            f"runpy.run_path({str(RANK)!r}, run_name='__main__')")
 
 
 def flat(weights: list[list[float]]) -> list[float]:
@@ -168,8 +48,8 @@ def averaged(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     framework, average = request.param
     python = framework.python()
     ports = free_ports(3)
-    job = {"job": "average", "framework": framework.name, "compiler": average.compiler,
-           "layout": average.layout}
+    spec = {"job": "average", "framework": framework.name, "compiler": average.compiler,
+            "layout": average.layout}
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(ports[0]),
            "DLPERF_FRAMEWORK_PORT": str(ports[1])}
     if framework.stray_port:
@@ -177,11 +57,15 @@ def averaged(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     workers = None
     if not framework.spare_port:
         env, workers = {}, [f"127.0.0.1:{port}" for port in free_ports(2)]
-    ranks = [({**job, "rank": rank, "world": 2, "workers": workers,
-               "ports": list(env)[1:3] if rank == 0 else []}, env) for rank in (0, 1)]
-    alone = [({**job, "rank": rank, "world": 1}, {}) for rank in (0, 1)]
-    found = run(python, ranks + alone, tmp_path_factory.mktemp(framework.name))
-    return framework, average, found[:2], found[2:]
+    folder = tmp_path_factory.mktemp(framework.name)
+    ranks = [job({**spec, "rank": rank, "world": 2, "workers": workers,
+                  "ports": list(env)[1:3] if rank == 0 else []}, folder) for rank in (0, 1)]
+    base = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
+            "GLOG_minloglevel": "2", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    together = run_together(python, ranks, {**base, **env})
+    alone = run_together(python, [job({**spec, "rank": rank, "world": 1}, folder)
+                                  for rank in (0, 1)], base)
+    return framework, average, together, alone
 
 
 def test_two_ranks_average_their_gradients(averaged: tuple[Any, ...]) -> None:
@@ -220,14 +104,79 @@ def test_what_rank_0_started_leaves_with_the_ranks(averaged: tuple[Any, ...]) ->
     framework = averaged[0]
     if framework.started is None:
         pytest.skip(f"{framework.name}'s rank 0 starts no process beside it")
+    assert left_by(framework) == []
+
+
+def left_by(framework: Framework) -> list[int]:
+    """What rank 0 started beside it that still runs once the ranks have gone, after its grace
+    period."""
     import psutil
 
+    assert framework.started is not None
     tag, grace = framework.started
 
     def left() -> list[int]:
         return [p.pid for p in psutil.process_iter(["cmdline"]) if tag in (p.info["cmdline"] or [])]
 
-    assert still_running_after(left, grace + 5) == []
+    return still_running_after(left, grace + 5)
+
+
+# -- the update is the workload's optimizer ---------------------------------------------------
+
+def updates(framework: Framework) -> Iterator[tuple[str, tuple[Any, ...], str | None]]:
+    for compiler in framework.optimizers:
+        yield compiler, ((framework, compiler),), None
+
+
+Flat = list[float]
+
+
+@pytest.fixture(scope="module", params=cases(updates))
+def stepped(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+            ) -> dict[str, tuple[Flat, Flat, Flat, Flat]]:
+    """One real step (two for momentum) of the framework's trainer on a linear layer per
+    optimizer, in one fresh process: (weight before, weight after, bias before, bias after)."""
+    framework, compiler = request.param
+    found: Any = run_snippet(framework.python(), job(
+        {"job": "optimizers", "framework": framework.name, "compiler": compiler},
+        tmp_path_factory.mktemp(framework.name)))
+    out = {}
+    for name, run in found.items():
+        (w0, b0), (w1, b1) = run["before"], run["after"]
+        out[name] = (w0, w1, b0, b1)
+    return out
+
+
+def norm(values: list[float]) -> float:
+    return sum(v * v for v in values) ** 0.5
+
+
+def test_the_update_is_clipped_to_the_global_norm(stepped: dict[str, Any]) -> None:
+    w0, w1, b0, b1 = stepped["sgd-clip"]
+    delta = [a - b for a, b in zip(w1 + b1, w0 + b0)]
+    # Plain SGD at lr 0.5: the update is lr x the clipped gradient, whose norm over weight and
+    # bias together is the bound (clipping the two apart would give sqrt(2) x it; no clip, an
+    # update 1000x too big).
+    assert norm(delta) == pytest.approx(0.5 * 0.01, rel=1e-3)
+
+
+def test_adamw_decays_matrices_and_not_biases(stepped: dict[str, Any]) -> None:
+    w0, w1, b0, b1 = stepped["adamw-decay"]
+    # No gradient: Adam's own update is zero, the decoupled decay shrinks the weight by
+    # lr x weight_decay = 5%, and the bias (1-D: BERT's "not on biases and LayerNorm") keeps
+    # its value.
+    assert w1 == pytest.approx([w * (1 - 0.1 * 0.5) for w in w0], rel=1e-5)
+    assert b1 == pytest.approx(b0, rel=1e-6)
+    assert any(b != 0 for b in b0)  # a zero bias would stay zero under any decay
+
+
+def test_sgd_momentum_carries_the_coupled_weight_decay(stepped: dict[str, Any]) -> None:
+    w0, w2, b0, b2 = stepped["sgd-momentum-decay"]
+    # No loss gradient: two steps of lr 0.1, momentum 0.9, L2 decay 0.5 added to the gradient
+    # (torch's SGD). Step 1: w1 = 0.95 w0, buffer 0.5 w0. Step 2: buffer 0.45 w0 + 0.5 w1,
+    # w2 = w1 - 0.1 x buffer = 0.8575 w0, biases too (every parameter decays). Decoupled
+    # decay, or decay kept out of the momentum, would give 0.9025 w0.
+    assert w2 + b2 == pytest.approx([v * 0.8575 for v in w0 + b0], rel=1e-5)
 
 
 # -- a window waits for the steps it times ---------------------------------------------------
@@ -247,9 +196,9 @@ def test_a_window_agrees_with_a_wall_clock(framework: Framework, mode: str,
     this would say the adapter needs a real wait)."""
     window = framework.window
     assert window is not None
-    (figures,) = run(framework.python(), [(
+    figures: Any = run_snippet(framework.python(), job(
         {"job": "window", "framework": framework.name, "compiler": mode,
-         "steps": window.steps, "warmup": window.warmup}, {})], tmp_path, timeout=600)
+         "steps": window.steps, "warmup": window.warmup}, tmp_path), timeout=600)
     synced, outside = figures["synchronized"]
     assert 0.9 * outside <= synced <= outside
     unsynced, unsynced_outside = figures["not synchronized"]
@@ -284,11 +233,11 @@ def test_adamw_is_torchs_over_three_steps(framework: Framework, mode: str, clip:
     grads = [[g * scale for g in (rng.standard_normal((4, 3)), rng.standard_normal(3))]
              for scale in (1e-2, 3e-2, 1e-3)]
     decays, lr, betas, eps = [0.1, 0.0], 0.05, (0.9, 0.999), 1e-2
-    (got,) = run(framework.python(), [({
+    got: Any = run_snippet(framework.python(), job({
         "job": "adamw", "framework": framework.name, "compiler": mode, "clip": clip,
         "start": [w.tolist() for w in start], "grads": [[g.tolist() for g in step]
                                                         for step in grads],
-        "decays": decays, "lr": lr, "betas": betas, "eps": eps}, {})], tmp_path)
+        "decays": decays, "lr": lr, "betas": betas, "eps": eps}, tmp_path))
     params = [torch.tensor(w, dtype=torch.float64, requires_grad=True) for w in start]
     want = torch.optim.AdamW([{"params": [p], "weight_decay": d}
                               for p, d in zip(params, decays)], lr=lr, betas=betas, eps=eps)
@@ -301,3 +250,79 @@ def test_adamw_is_torchs_over_three_steps(framework: Framework, mode: str, clip:
     for mine, theirs in zip(got, params):
         assert np.allclose(mine, theirs.detach().numpy(), rtol=0, atol=2e-6), (mine, theirs)
     assert not np.allclose(got[0], start[0], atol=1e-2)  # the steps moved the weights
+
+
+# -- an own model trains on two nodes --------------------------------------------------------
+
+OWN_MODEL = """
+import pytest
+
+from pytest_dlperf import Workload
+
+MLP = Workload("{name}-mlp", recipes={{"{name}": "own_mlp_recipes:{name}"}}, batch_size={{"cpu": 16}},
+               sizes={{"width": 32}}, unit="rows")
+
+
+@pytest.mark.multinode{layouts}
+def test_mlp(cluster, {layout}amp, compiler, throughput_meter):
+    report = throughput_meter.measure("{name}", MLP)
+    assert report.environment["data_parallel_ranks"] == cluster.world_size
+    assert report.environment["parameters"] == 32 * 64 + 64 + 64 * 10 + 10
+"""
+
+
+def own_models(framework: Framework) -> Iterator[tuple[str, tuple[Any, ...], str | None]]:
+    if framework.own_model:
+        yield "", (framework,), framework.own_model.outside_ci
+
+
+@pytest.mark.usefixtures("subprocess_env")
+@pytest.mark.parametrize("framework", cases(own_models))
+def test_an_own_model_trains_on_two_nodes(pytester: pytest.Pytester,
+                                          framework: Framework) -> None:
+    """Two local nodes (as root, two network hosts: the gradients cross the link between them),
+    the recipe in a module of its own (an interpreter of the framework's own has no pytest to
+    import the test file with)."""
+    own = framework.own_model
+    assert own is not None
+    python = ("--dlperf-python", f"{framework.name}={framework.python()}"
+              ) if framework.own_interpreter else ()
+    layouts = f"\n@pytest.mark.layouts{own.layouts!r}" if own.layouts else ""
+    pytester.makepyfile(own_mlp_recipes=Path(__file__).with_name("own_mlp_recipes.py").read_text(),
+                        test_own=OWN_MODEL.format(name=framework.name, layouts=layouts,
+                                                  layout="layout, " if own.layouts else ""))
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--dlperf-protocol", "quick", "-m", "multinode", "--nodes",
+        "2", "--devices-per-node", "1", "--dlperf-compilers", "eager,compiled", "-k", "2n1d",
+        "--dlperf-precisions", "fp32,amp", "--dlperf-json", "r.json", "-rs",
+        "--dlperf-launches", "1", "--dlperf-unstable-cv", "50",
+        *python, timeout=500)
+    result.assert_outcomes(passed=len(own.names), skipped=len(own.names) if own.skipped else 0)
+    if own.skipped:
+        result.stdout.fnmatch_lines([own.skipped])
+    benches = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
+    assert sorted(b["name"] for b in benches) == sorted(own.names)
+    from pytest_dlperf.launch import fabric
+
+    for bench in benches:
+        info = bench["extra_info"]
+        assert info["fingerprint"]["framework"] == framework.name and info["unit"] == "rows"
+        assert info["environment"]["compiled"] == bench["name"].endswith("compiled]")
+        assert {k: info["environment"][k] for k in own.reports} == own.reports
+        assert info["samples_per_s"] > 0
+        ranks = info["peak_memory_per_rank"]
+        assert [r["rank"] for r in ranks] == [0, 1]
+        assert all(r["peak_memory_bytes"] > 0 for r in ranks)
+        if own.own_step:
+            assert all(r["own_step_s"] > 0 for r in ranks)
+        if own.phases:  # the step in phases, the communication switched off for half of them
+            seconds = info["phases"]["seconds_per_step"]
+            assert info["phases"]["communication_s"] > 0
+            assert all(value >= 0 for value in seconds.values()), seconds
+            assert set(own.reported) <= set(seconds), seconds
+            compiler = "compiled" if bench["name"].endswith("compiled]") else "eager"
+            assert all(seconds[phase] > 0 for phase in own.phases[compiler]), seconds
+        if fabric.available()[0]:
+            assert len(set(info["network"]["addresses"])) == 2, info["network"]
+    if framework.started:
+        assert left_by(framework) == []

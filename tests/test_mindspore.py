@@ -1,7 +1,7 @@
 """The MindSpore adapter: its dynamic cluster's variables, the scheduler rank 0 starts leaving
-with it, an AdamW that holds no memory across steps, and cases under pytest. The contract every
-adapter meets (two ranks average, AdamW is torch's, a window waits for MindSpore's asynchronous
-CPU execution) is tests/test_conformance.py's.
+with it, an AdamW that holds no memory across steps. The contract every adapter meets (two ranks
+average, AdamW is torch's, a window waits for MindSpore's asynchronous CPU execution, an own
+model on two nodes) is tests/test_conformance.py's.
 
 MindSpore runs under its own interpreter (``scripts/setup-mindspore``, or
 ``DLPERF_TEST_MINDSPORE_PYTHON``): every MindSpore line here runs in a subprocess under it, and
@@ -9,7 +9,6 @@ the tests skip without it."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -118,81 +117,3 @@ def test_the_scheduler_takes_the_launchers_spare_port() -> None:
     # A name that cannot be one (a 64-character label) fails before any lookup leaves the host.
     with pytest.raises(RuntimeError, match="MASTER_ADDR='a{64}' does not resolve"):
         prepare_environ({"MASTER_ADDR": "a" * 64, "MASTER_PORT": "1"}, DistEnv(0, 2, 0, 2, 0))
-
-
-RECIPES = """
-from pytest_dlperf import Parts
-
-
-def build(ctx):
-    import mindspore as ms  # inside the recipe: the pytest side never imports MindSpore
-    import numpy as np
-
-    width = int(ctx.sizes["width"])
-    model = ms.nn.SequentialCell(ms.nn.Dense(width, 2 * width), ms.nn.ReLU(),
-                                 ms.nn.Dense(2 * width, 10))
-    rng = np.random.default_rng(ctx.rank)
-    return Parts(model=model,
-                 inputs=ms.Tensor(rng.standard_normal((ctx.batch_size, width), np.float32)),
-                 targets=ms.Tensor(rng.integers(0, 10, ctx.batch_size).astype(np.int32)))
-"""
-
-OWN_MODEL = """
-import pytest
-
-from pytest_dlperf import Workload
-
-MLP = Workload("ms-mlp", recipes={"mindspore": "ms_recipes:build"}, batch_size={"cpu": 16},
-               sizes={"width": 32}, unit="rows")
-
-
-@pytest.mark.multinode
-def test_mlp(cluster, amp, compiler, throughput_meter):
-    report = throughput_meter.measure("mindspore", MLP)
-    assert report.environment["data_parallel_ranks"] == cluster.world_size
-    assert report.environment["parameters"] == 32 * 64 + 64 + 64 * 10 + 10
-"""
-
-
-@pytest.mark.outside_ci("32 s, beyond MindSpore's CI share: the Slurm cluster's two-node job crosses nodes "
-                        "in CI")
-@pytest.mark.usefixtures("subprocess_env")
-def test_an_own_model_trains_on_two_nodes_eager_and_compiled(
-        pytester: pytest.Pytester, mindspore_python: str) -> None:
-    """Two local nodes (as root, two network hosts: MindSpore's collectives cross the link
-    between them), PyNative and a compiled step; AMP skips on CPU with MindSpore's reason. The
-    recipe lives in a module of its own: MindSpore's interpreter has no pytest to import the
-    test file with."""
-    pytester.makepyfile(test_own=OWN_MODEL, ms_recipes=RECIPES)
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--dlperf-protocol", "quick", "-m", "multinode", "--nodes",
-        "2", "--devices-per-node", "1", "--dlperf-compilers", "eager,compiled", "-k", "2n1d",
-        "--dlperf-precisions", "fp32,amp", "--dlperf-json", "r.json", "-rs",
-        "--dlperf-launches", "1", "--dlperf-unstable-cv", "50",
-        "--dlperf-python", f"mindspore={mindspore_python}", timeout=500)
-    result.assert_outcomes(passed=2, skipped=2)
-    result.stdout.fnmatch_lines(["*mindspore has no AMP on cpu*no CPU bf16 kernels*"])
-    benches = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
-    assert sorted(b["name"] for b in benches) == ["test_mlp[2n1d-fp32-compiled]",
-                                                 "test_mlp[2n1d-fp32-eager]"]
-    for bench in benches:
-        info = bench["extra_info"]
-        assert info["fingerprint"]["framework"] == "mindspore" and info["unit"] == "rows"
-        assert info["environment"]["compiled"] == bench["name"].endswith("compiled]")
-        ranks = info["peak_memory_per_rank"]
-        assert [r["rank"] for r in ranks] == [0, 1]
-        assert all(r["own_step_s"] > 0 and r["peak_memory_bytes"] > 0 for r in ranks)
-        # The step in phases, the reducer switched off for half the diagnostic steps, and the
-        # gradients all-reduced alone. What the step exposes of it is there but may read 0: this
-        # MLP's 2,762 gradients take ~3-8 ms to all-reduce, within the noise of 4 diagnostic
-        # steps of ~50-90 ms (2.9-35 ms in three runs here; a `> 0` here failed once).
-        seconds = info["phases"]["seconds_per_step"]
-        assert info["phases"]["communication_s"] > 0
-        assert seconds["exposed communication"] >= 0 and seconds["data"] >= 0
-        assert ("forward+backward+optimizer" in seconds if bench["name"].endswith("compiled]")
-                else seconds["forward+backward"] > 0 and seconds["optimizer"] > 0)
-        from pytest_dlperf.launch import fabric
-
-        if fabric.available()[0]:
-            assert len(set(info["network"]["addresses"])) == 2, info["network"]
-

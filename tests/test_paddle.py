@@ -1,6 +1,6 @@
-"""PaddlePaddle: its ResNet-50 is torchvision's, its data loader, its store's variables, and
-cases under pytest on two nodes. The contract every adapter meets (two ranks average, the
-window against a wall clock) is tests/test_conformance.py's.
+"""PaddlePaddle: its ResNet-50 is torchvision's, a data loader feeds its steps, and its store
+takes the launcher's spare port. The contract every adapter meets (two ranks average, the window
+against a wall clock, an own model on two nodes) is tests/test_conformance.py's.
 
 Paddle runs in subprocesses only (``run_snippet``, pytester): importing Paddle and TensorFlow
 in one process segfaults here (tensorflow-cpu 2.21 + paddlepaddle 3.3.1), and this suite's
@@ -10,7 +10,6 @@ process imports TensorFlow in other modules.
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 import sys
 from pathlib import Path
@@ -147,59 +146,3 @@ def test_paddles_store_takes_the_launchers_spare_port() -> None:
         prepare_environ({"MASTER_ADDR": "h", "MASTER_PORT": "29500",
                          "TORCHELASTIC_USE_AGENT_STORE": "True"},
                         DistEnv(0, 2, 0, 2, 0), cuda=False)
-
-
-OWN_MODEL = """
-import pytest
-
-from pytest_dlperf import Parts, Workload
-
-
-def build(ctx):
-    import paddle  # inside the recipe: the pytest side never imports Paddle
-
-    width = int(ctx.sizes["width"])
-    model = paddle.nn.Sequential(paddle.nn.Linear(width, 2 * width), paddle.nn.ReLU(),
-                                 paddle.nn.Linear(2 * width, 10))
-    return Parts(model=model, inputs=paddle.randn([ctx.batch_size, width]),
-                 targets=lambda: paddle.randint(0, 10, [ctx.batch_size]))
-
-
-MLP = Workload("pd-mlp", recipes={"paddle": build}, batch_size={"cpu": 16}, sizes={"width": 32},
-               unit="rows")
-
-
-@pytest.mark.multinode
-def test_mlp(cluster, amp, compiler, throughput_meter):
-    report = throughput_meter.measure("paddle", MLP)
-    assert report.environment["data_parallel_ranks"] == cluster.world_size
-    assert report.environment["parameters"] == 32 * 64 + 64 + 64 * 10 + 10
-"""
-
-
-@pytest.mark.usefixtures("subprocess_env")
-def test_an_own_model_trains_on_two_nodes_eager_and_compiled(pytester: pytest.Pytester) -> None:
-    """Two local nodes (as root, two network hosts: gloo's traffic crosses the link between
-    them), eager and to_static; AMP skips on CPU with Paddle's reason."""
-    pytester.makepyfile(test_own=OWN_MODEL)
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--dlperf-protocol", "quick", "-m", "multinode", "--nodes",
-        "2", "--devices-per-node", "1", "--dlperf-compilers", "eager,compiled", "-k", "2n1d",
-        "--dlperf-precisions", "fp32,amp", "--dlperf-json", "r.json", "-rs",
-        "--dlperf-unstable-cv", "50", timeout=400)
-    result.assert_outcomes(passed=2, skipped=2)
-    result.stdout.fnmatch_lines(["*paddle has no AMP on cpu*Paddle has no CPU mixed precision*"])
-    benches = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
-    assert sorted(b["name"] for b in benches) == ["test_mlp[2n1d-fp32-compiled]",
-                                                 "test_mlp[2n1d-fp32-eager]"]
-    for bench in benches:
-        info = bench["extra_info"]
-        assert info["fingerprint"]["framework"] == "paddle" and info["unit"] == "rows"
-        assert info["environment"]["compiled"] == bench["name"].endswith("compiled]")
-        ranks = info["peak_memory_per_rank"]
-        assert [r["rank"] for r in ranks] == [0, 1]
-        assert all(r["own_step_s"] > 0 and r["peak_memory_bytes"] > 0 for r in ranks)
-        from pytest_dlperf.launch import fabric
-
-        if fabric.available()[0]:
-            assert len(set(info["network"]["addresses"])) == 2, info["network"]

@@ -1,0 +1,162 @@
+"""What the conformance suite (tests/test_conformance.py) needs to know of each framework, in
+one table, ``FRAMEWORKS``: its interpreter and how to get it, the variants each contract runs
+in, what its ranks report, which way its steps run, and which params stay out of CI and why.
+A framework missing from a contract's part of the table has no such check, and a framework
+whose interpreter is missing skips, saying how to get it."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from snippets import jax_interpreter, mindspore_interpreter, mxnet_interpreter, oneflow_interpreter
+
+from pytest_dlperf.frameworks.mindspore import SCHEDULER, SCHEDULER_GRACE_S
+from pytest_dlperf.frameworks.mxnet import ROLE, ROLE_GRACE_S
+
+COMPILED_AROUND = "forward-backward and update, not the all-reduce"
+
+
+@dataclass(frozen=True)
+class Average:
+    """One way two ranks train a step together: what the ranks then report of it (entries of
+    the trainer's environment, together and alone) and, where it stays out of CI, why."""
+
+    name: str
+    compiler: str = "eager"
+    layout: str = "dp"
+    together: Mapping[str, object] = field(default_factory=dict)
+    alone: Mapping[str, object] = field(default_factory=dict)
+    shards: list[list[int]] | None = None  # each parameter's shape on a rank, where sharded
+    outside_ci: str | None = None
+
+
+@dataclass(frozen=True)
+class Window:
+    """ResNet-50 steps timed by the meter: which compilers run, which of them return before the
+    step's work is done on CPU (there a window without a wait reads short: the control), how
+    many steps a window takes and how many warm up first."""
+
+    compilers: tuple[str, ...]
+    asynchronous: frozenset[str]
+    steps: int
+    warmup: int = 3
+
+
+@dataclass(frozen=True)
+class OwnModel:
+    """A user's MLP (tests/own_mlp_recipes.py) measured by the plugin on two local nodes, fp32
+    and AMP, eager and compiled: the cases that run (the others skip, saying why), entries of
+    every case's environment, the phases that take time per compiler, and why it stays out of
+    CI where it does."""
+
+    names: tuple[str, ...]
+    skipped: str | None = None  # what the skipped cases say
+    layouts: tuple[str, ...] = ()  # the layouts marker's, where the module has one
+    reports: Mapping[str, object] = field(default_factory=dict)
+    phases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    reported: tuple[str, ...] = ("exposed communication",)  # phases reported, maybe 0, if phased
+    own_step: bool = True  # each rank times a step of its own, without the all-reduce
+    outside_ci: str | None = None
+
+
+@dataclass(frozen=True)
+class Framework:
+    """What the contract needs to know of one framework."""
+
+    name: str
+    own_interpreter: Callable[[], Path] | None  # None: it runs in pytest's own
+    missing: str  # how to get it, said when it is missing
+    averages: tuple[Average, ...] = ()
+    spare_port: bool = True  # rank 0's own store binds DLPERF_FRAMEWORK_PORT, not MASTER_PORT
+    started: tuple[str, float] | None = None  # what rank 0 starts beside it: its tag, its grace
+    stray_port: str | None = None  # a variable of the shell's the ranks must not bind
+    window: Window | None = None
+    optimizers: tuple[str, ...] = ("eager", "compiled")  # the compilers its updates run under
+    adamw: tuple[tuple[str, float | None], ...] = ()  # its own AdamW: (compiler, clip) cases
+    own_model: OwnModel | None = None
+
+    def python(self) -> str:
+        """Its interpreter; skips saying how to get it where it is missing."""
+        if self.own_interpreter is None:
+            if importlib.util.find_spec(self.name) is None:
+                pytest.skip(f"{self.name} is not installed in pytest's interpreter: {self.missing}")
+            return sys.executable
+        path = self.own_interpreter()
+        if not os.access(path, os.X_OK):
+            pytest.skip(f"no {self.name} interpreter at {path}: {self.missing}")
+        return str(path)
+
+
+TWINS = "the compiled twin of the eager average, which CI runs"
+CROSSES = "beyond {}'s CI share: the Slurm cluster's two-node job crosses nodes in CI"
+FP32 = ("test_mlp[2n1d-fp32-compiled]", "test_mlp[2n1d-fp32-eager]")
+FRAMEWORKS = (
+    Framework("torch", None, "pip install torch", optimizers=("eager",)),
+    Framework("tensorflow", None, "pip install 'pytest-dlperf[tensorflow]'", averages=(
+        Average("eager", together={"xla_compiles": None}, alone={"xla_compiles": None}),
+        # On CPU, XLA cannot compile the all-reduce of two workers: compiled around it.
+        Average("compiled", "compiled", together={"xla_compiles": COMPILED_AROUND},
+                alone={"xla_compiles": "the step"})),
+        spare_port=False),  # its workers are named in the spec: no store of its own
+    Framework("oneflow", oneflow_interpreter, "run scripts/setup-oneflow",
+              window=Window(("eager", "compiled"), frozenset({"eager", "compiled"}), steps=12)),
+    Framework("paddle", None, "pip install 'pytest-dlperf[paddle]'",
+              averages=(Average("eager"), Average("compiled", "compiled")),
+              window=Window(("eager", "compiled"), frozenset(), steps=8),
+              own_model=OwnModel(FP32, "*paddle has no AMP on cpu*Paddle has no CPU mixed*")),
+    Framework("mindspore", mindspore_interpreter, "run scripts/setup-mindspore", averages=(
+        Average("eager"), Average("compiled", "compiled", outside_ci=f"10 s: {TWINS}")),
+        started=(SCHEDULER, SCHEDULER_GRACE_S),
+        window=Window(("eager", "compiled"), frozenset({"compiled"}), steps=1),
+        # The reducer switched off for half the diagnostic steps; the gradients all-reduced
+        # alone. What the step exposes of it may read 0: this MLP's 2,762 gradients take ~3-8
+        # ms to all-reduce, within the noise of 4 diagnostic steps of ~50-90 ms.
+        own_model=OwnModel(FP32, "*mindspore has no AMP on cpu*no CPU bf16 kernels*", phases={
+            "eager": ("forward+backward", "optimizer"),
+            "compiled": ("forward+backward+optimizer",)}, reported=("exposed communication", "data"),
+            outside_ci="32 s, " + CROSSES.format("MindSpore")),
+        adamw=tuple((c, clip) for c in ("eager", "compiled") for clip in (None, 0.05))),
+    Framework("mxnet", mxnet_interpreter, "run scripts/setup-mxnet", averages=(
+        Average("eager", together={"kvstore": "dist_sync"}),
+        Average("compiled", "compiled", together={"kvstore": "dist_sync"},
+                outside_ci=f"3 s: {TWINS}")),
+        started=(ROLE, ROLE_GRACE_S), stray_port="PORT",
+        window=Window(("eager", "compiled"), frozenset({"eager", "compiled"}), steps=1),
+        adamw=(("eager", None),),
+        # The push and pull left out for half the diagnostic steps, and timed alone.
+        own_model=OwnModel(
+            (*FP32, "test_mlp[2n1d-amp-compiled]", "test_mlp[2n1d-amp-eager]"),
+            reports={"kvstore": "dist_sync"}, phases=dict.fromkeys(
+                ("eager", "compiled"), ("forward", "backward", "optimizer")),
+            outside_ci="22 s, " + CROSSES.format("MXNet"))),
+    Framework("jax", jax_interpreter, "run scripts/setup-jax", averages=(
+        # The weight (torch's 4 x 8, Flax's kernel 8 x 4) and the bias (4); fsdp halves both.
+        Average("dp", "compiled", together={"devices": 2}, shards=[[4], [8, 4]]),
+        Average("fsdp", "compiled", "fsdp", together={"devices": 2}, shards=[[2], [4, 4]])),
+        window=Window(("compiled",), frozenset({"compiled"}), steps=3, warmup=2),
+        optimizers=("compiled",),
+        own_model=OwnModel(
+            ("test_mlp[2n1d-amp-compiled]", "test_mlp[2n1d-fp32-compiled]",
+             "test_mlp[2n1d-fsdp2-amp-compiled]", "test_mlp[2n1d-fsdp2-fp32-compiled]"),
+            "*jax has no eager mode to measure: JAX trains under jax.jit*", ("dp", "fsdp"),
+            own_step=False,  # its one compiled step holds the all-reduce
+            outside_ci="~2 minutes, beyond JAX's CI share: the two-rank averages cross ranks "
+                       "under both layouts in CI, and the GPT case records and judges fsdp on "
+                       "two ranks")),
+)
+
+
+def cases(contract: Callable[[Framework], Iterator[tuple[str, tuple[Any, ...], str | None]]]
+          ) -> list[Any]:
+    """The pytest params of a contract: ``contract`` yields (id, values, why outside CI) per
+    framework, the framework first among the values."""
+    return [pytest.param(*values, id=f"{framework.name}-{name}" if name else framework.name,
+                         marks=[pytest.mark.outside_ci(why)] if why else [])
+            for framework in FRAMEWORKS for name, values, why in contract(framework)]
