@@ -179,6 +179,9 @@ STORE_VARIABLE = "DLPERF_STORE"
 # Stores this rank hosts (rank 0 of ranks started without agents): the server lives as long as
 # its object, and the other ranks may still be reading from it when this rank has its answer.
 _HOSTED_STORES: list[Any] = []
+# This process's store clients by (address, port): ``exchange`` may be called every step (a
+# framework of one's own averaging its gradients through it, docs/adding-a-framework.md).
+_STORES: dict[tuple[str, int], Any] = {}
 
 
 def exchange(dist: DistEnv, key: str, value: str, timeout_s: float = 600.0) -> list[str]:
@@ -186,7 +189,8 @@ def exchange(dist: DistEnv, key: str, value: str, timeout_s: float = 600.0) -> l
     store: the store of the torchrun agent that started this rank (its rendezvous store), or,
     for one node's ranks started without agents, the one rank 0 hosts on MASTER_ADDR:PORT (as
     torch's env:// rendezvous does). For frameworks that need all peers' addresses before they
-    start (TensorFlow's TF_CONFIG). torch is importable wherever torchrun is."""
+    start (TensorFlow's TF_CONFIG), or a small framework's gradients every step (keys must then
+    differ from call to call). torch is importable wherever torchrun is."""
     import os
     from datetime import timedelta
 
@@ -199,11 +203,14 @@ def exchange(dist: DistEnv, key: str, value: str, timeout_s: float = 600.0) -> l
                            "(TORCHELASTIC_USE_AGENT_STORE) nor by pytest-dlperf's local launcher "
                            f"({STORE_VARIABLE}=rank0); give every rank's address in the spec")
     host = rank0_store and dist.rank == 0
-    store = torch_dist.TCPStore(  # type: ignore[attr-defined]
-        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), dist.world_size,
-        is_master=host, timeout=timedelta(seconds=timeout_s))
-    if host:
-        _HOSTED_STORES.append(store)
+    where = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+    store = _STORES.get(where)
+    if store is None:  # one connection (and one hosted server) a process, reused by every call
+        store = _STORES[where] = torch_dist.TCPStore(  # type: ignore[attr-defined]
+            where[0], where[1], dist.world_size, is_master=host,
+            timeout=timedelta(seconds=timeout_s))
+        if host:
+            _HOSTED_STORES.append(store)
     store.set(f"dlperf/{key}/{dist.rank}", value)
     keys = [f"dlperf/{key}/{rank}" for rank in range(dist.world_size)]
     store.wait(keys, timedelta(seconds=timeout_s))
