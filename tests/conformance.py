@@ -17,6 +17,10 @@ from typing import Any
 import pytest
 from snippets import jax_interpreter, mindspore_interpreter, mxnet_interpreter, oneflow_interpreter
 
+from pytest_dlperf.frameworks import DistEnv
+from pytest_dlperf.frameworks import mindspore as mindspore_adapter
+from pytest_dlperf.frameworks import mxnet as mxnet_adapter
+from pytest_dlperf.frameworks import paddle as paddle_adapter
 from pytest_dlperf.frameworks.mindspore import SCHEDULER, SCHEDULER_GRACE_S
 from pytest_dlperf.frameworks.mxnet import ROLE, ROLE_GRACE_S
 
@@ -67,6 +71,15 @@ class OwnModel:
 
 
 @dataclass(frozen=True)
+class Store:
+    """Where the adapter tells the framework's own store to be: ``prepare`` writes its
+    variables into an environment (as a rank's is), ``address`` reads (host, port) back."""
+
+    prepare: Callable[[dict[str, str], DistEnv], None]
+    address: Callable[[Mapping[str, str]], tuple[str, ...]]
+
+
+@dataclass(frozen=True)
 class Framework:
     """What the contract needs to know of one framework."""
 
@@ -81,6 +94,7 @@ class Framework:
     optimizers: tuple[str, ...] = ("eager", "compiled")  # the compilers its updates run under
     adamw: tuple[tuple[str, float | None], ...] = ()  # its own AdamW: (compiler, clip) cases
     own_model: OwnModel | None = None
+    store: Store | None = None  # a store of its own, placed by the launcher's variables
 
     def python(self) -> str:
         """Its interpreter; skips saying how to get it where it is missing."""
@@ -110,7 +124,9 @@ FRAMEWORKS = (
     Framework("paddle", None, "pip install 'pytest-dlperf[paddle]'",
               averages=(Average("eager"), Average("compiled", "compiled")),
               window=Window(("eager", "compiled"), frozenset(), steps=8),
-              own_model=OwnModel(FP32, "*paddle has no AMP on cpu*Paddle has no CPU mixed*")),
+              own_model=OwnModel(FP32, "*paddle has no AMP on cpu*Paddle has no CPU mixed*"),
+              store=Store(lambda env, dist: paddle_adapter.prepare_environ(env, dist, cuda=False),
+                          lambda env: tuple(env["PADDLE_MASTER"].rsplit(":", 1)))),
     Framework("mindspore", mindspore_interpreter, "run scripts/setup-mindspore", averages=(
         Average("eager"), Average("compiled", "compiled", outside_ci=f"10 s: {TWINS}")),
         started=(SCHEDULER, SCHEDULER_GRACE_S),
@@ -120,8 +136,11 @@ FRAMEWORKS = (
         # ms to all-reduce, within the noise of 4 diagnostic steps of ~50-90 ms.
         own_model=OwnModel(FP32, "*mindspore has no AMP on cpu*no CPU bf16 kernels*", phases={
             "eager": ("forward+backward", "optimizer"),
-            "compiled": ("forward+backward+optimizer",)}, reported=("exposed communication", "data"),
+            "compiled": ("forward+backward+optimizer",)},
+            reported=("exposed communication", "data"),
             outside_ci="32 s, " + CROSSES.format("MindSpore")),
+        store=Store(mindspore_adapter.prepare_environ,
+                    lambda env: (env["MS_SCHED_HOST"], env["MS_SCHED_PORT"])),
         adamw=tuple((c, clip) for c in ("eager", "compiled") for clip in (None, 0.05))),
     Framework("mxnet", mxnet_interpreter, "run scripts/setup-mxnet", averages=(
         Average("eager", together={"kvstore": "dist_sync"}),
@@ -135,7 +154,9 @@ FRAMEWORKS = (
             (*FP32, "test_mlp[2n1d-amp-compiled]", "test_mlp[2n1d-amp-eager]"),
             reports={"kvstore": "dist_sync"}, phases=dict.fromkeys(
                 ("eager", "compiled"), ("forward", "backward", "optimizer")),
-            outside_ci="22 s, " + CROSSES.format("MXNet"))),
+            outside_ci="22 s, " + CROSSES.format("MXNet")),
+        store=Store(mxnet_adapter.prepare_environ,
+                    lambda env: (env["DMLC_PS_ROOT_URI"], env["DMLC_PS_ROOT_PORT"]))),
     Framework("jax", jax_interpreter, "run scripts/setup-jax", averages=(
         # The weight (torch's 4 x 8, Flax's kernel 8 x 4) and the bias (4); fsdp halves both.
         Average("dp", "compiled", together={"devices": 2}, shards=[[4], [8, 4]]),

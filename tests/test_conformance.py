@@ -1,6 +1,7 @@
 """The contract every framework's adapter meets, written once and run for each framework: two
-ranks average their gradients, a window waits for the steps it times, the adapter's own AdamW is
-torch's, an own model trains on two nodes. What differs by framework is said in one table,
+ranks average their gradients, its own store takes the launcher's spare port, the update is the
+workload's optimizer, a window waits for the steps it times, the adapter's own AdamW is torch's,
+an own model trains on two nodes. What differs by framework is said in one table,
 ``conformance.FRAMEWORKS``; the work runs in real processes under the framework's own
 interpreter (``tests/conformance_rank.py``, or the plugin's ranks). What only one framework has
 (its model against torch's weights, its own quirks) stays in that framework's test file."""
@@ -16,6 +17,8 @@ from typing import Any
 import pytest
 from conformance import Average, Framework, cases
 from snippets import REPO, free_ports, run_snippet, run_together, still_running_after
+
+from pytest_dlperf.frameworks import DistEnv
 
 RANK = Path(__file__).with_name("conformance_rank.py")
 
@@ -96,6 +99,32 @@ def test_rank_0s_store_takes_the_launchers_spare_port(averaged: tuple[Any, ...])
         pytest.skip(f"{framework.name} names every worker in the spec: it has no store")
     # Listening on the spare port, leaving MASTER_PORT to torchrun's agent store.
     assert together[0]["ports"] == {"MASTER_PORT": False, "DLPERF_FRAMEWORK_PORT": True}
+
+
+def stores(framework: Framework) -> Iterator[tuple[str, tuple[Any, ...], str | None]]:
+    if framework.store:
+        yield "", (framework,), None
+
+
+@pytest.mark.parametrize("framework", cases(stores))
+def test_the_store_takes_the_port_the_launcher_leaves_it(framework: Framework) -> None:
+    """Where the adapter's variables place the framework's own store, which rank 0 binds and
+    the others reach (the test above checks the bind for real)."""
+    store = framework.store
+    assert store is not None
+    agent = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
+             "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    environ = {**agent, "DLPERF_FRAMEWORK_PORT": "31000"}
+    store.prepare(environ, DistEnv(1, 2, 0, 2, 1))
+    assert store.address(environ) == ("127.0.0.1", "31000")
+    assert environ["MASTER_PORT"] == "29500"  # torchrun's agent store keeps it
+    # An agent store on MASTER_PORT and no spare port: the framework's would fail to bind it.
+    with pytest.raises(RuntimeError, match="DLPERF_FRAMEWORK_PORT"):
+        store.prepare(dict(agent), DistEnv(0, 2, 0, 2, 0))
+    # No agent and no spare port (srun, external mode): MASTER_PORT is free for it.
+    bare = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    store.prepare(bare, DistEnv(0, 2, 0, 2, 0))
+    assert store.address(bare) == ("127.0.0.1", "29500")
 
 
 def test_what_rank_0_started_leaves_with_the_ranks(averaged: tuple[Any, ...]) -> None:

@@ -94,22 +94,13 @@ def test_the_scheduler_leaves_with_rank_0(mindspore_python: str) -> None:
         pytest.fail("rank 0's scheduler outlived it by 30 s")
 
 
-def test_the_scheduler_takes_the_launchers_spare_port() -> None:
+def test_the_variables_name_the_rank_and_an_address_mindspore_parses() -> None:
+    """Where the scheduler goes is tests/test_conformance.py's (as every framework's store)."""
     environ = {"MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29500",
                "DLPERF_FRAMEWORK_PORT": "31000", "TORCHELASTIC_USE_AGENT_STORE": "True"}
     prepare_environ(environ, DistEnv(3, 4, 1, 2, 1))
-    assert (environ["MS_SCHED_HOST"], environ["MS_SCHED_PORT"]) == ("10.1.2.3", "31000")
-    assert environ["MASTER_PORT"] == "29500"  # torchrun's agent store keeps it
     assert (environ["MS_ROLE"], environ["MS_WORKER_NUM"], environ["MS_NODE_ID"]) == (
         "MS_WORKER", "4", "3")  # MindSpore's rank id is the launcher's rank
-    # An agent store on MASTER_PORT and no spare port: the scheduler would fail to bind it.
-    with pytest.raises(RuntimeError, match="DLPERF_FRAMEWORK_PORT"):
-        prepare_environ({"MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29500",
-                         "TORCHELASTIC_USE_AGENT_STORE": "True"}, DistEnv(0, 2, 0, 2, 0))
-    # No agent and no spare port (srun, external mode): MASTER_PORT is free for the scheduler.
-    environ = {"MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29500"}
-    prepare_environ(environ, DistEnv(0, 2, 0, 2, 0))
-    assert environ["MS_SCHED_PORT"] == "29500"
     # A host name (Slurm's MASTER_ADDR is the first node's): MindSpore parses only addresses.
     environ = {"MASTER_ADDR": "localhost", "MASTER_PORT": "29500"}
     prepare_environ(environ, DistEnv(0, 2, 0, 2, 0))
