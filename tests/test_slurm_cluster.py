@@ -308,6 +308,7 @@ def test_a_two_node_job_trains_one_rank_on_each_node(
     job = Job(slurm, pytester.path, framework,
               ["--dlperf-steps", "2", "--dlperf-timeout", "120", "--dlperf-layouts", layout,
                *framework_args(framework, request)])
+    logs = slurmd_logs(slurm)
     began = time.monotonic()
     done = job.start(how).wait(timeout=400)
     print(f"\n{framework} through {how}: {time.monotonic() - began:.1f} s")
@@ -329,7 +330,27 @@ def test_a_two_node_job_trains_one_rank_on_each_node(
     assert ranks[0]["netns"] != ranks[1]["netns"]
     # The case's scratch folder (under the rootdir, which every node sees) is gone.
     assert list((pytester.path / ".pytest-dlperf").iterdir()) == []
+    # Every step (the 2n1d launch, then its 1n1d reference) ended through its srun: had the
+    # launcher killed srun once the results were in, each node's slurmstepd would have found no
+    # srun to tell its tasks' exit to, retried for ~2 s, and held the step's CPUs until then and
+    # until the tasks ended on their own, the next step pending behind it (issue 54).
+    said = "".join(after(mark) for mark in logs)
+    assert "Failed to send MESSAGE_TASK_EXIT" not in said, said[-3000:]
     assert_quiet(slurm)
+
+
+def slurmd_logs(slurm: LocalSlurm) -> list[tuple[Path, int]]:
+    """Each node's slurmd log and its length now: where what follows begins."""
+    return [(path, path.stat().st_size) for path in
+            sorted((slurm.state_dir / "log").glob("slurmd-node*.log"))
+            if not path.name.endswith(".start.log")]
+
+
+def after(mark: tuple[Path, int]) -> str:
+    path, size = mark
+    with path.open("rb") as log:
+        log.seek(size)
+        return log.read().decode(errors="replace")
 
 
 def fault(slurm: LocalSlurm, folder: Path, do: Callable[[dict[int, dict[str, Any]]], None],

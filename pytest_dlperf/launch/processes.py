@@ -240,6 +240,11 @@ class Processes:
     world_size: int
     timeout_s: float
     ranks_themselves: bool = False
+    # Seconds the commands get to end by themselves once every result is in, before they are
+    # ended (SIGTERM, then SIGKILL): srun's, so that it hears its tasks exit and ends the step
+    # with Slurm; killed, it left each node's slurmstepd retrying to reach it (~2 s) and the
+    # step's CPUs held until the tasks ended on their own, the next step pending behind them.
+    wind_down_s: float = 0.0
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
     outcome: str = "interrupted"
@@ -290,8 +295,13 @@ class Processes:
             return
         self._stopped = True
         try:
-            kill_tree(self.procs,
-                      first=signal.SIGKILL if self.outcome == "ok" else signal.SIGTERM)
+            if self.outcome == "ok" and self.wind_down_s > 0:
+                deadline = time.monotonic() + self.wind_down_s
+                while time.monotonic() < deadline and any(p.poll() is None for p in self.procs):
+                    time.sleep(0.05)
+            first = (signal.SIGKILL if self.outcome == "ok" and not self.wind_down_s
+                     else signal.SIGTERM)
+            kill_tree(self.procs, first=first)
         finally:
             if self._previous is not None:
                 signal.signal(signal.SIGTERM, self._previous)

@@ -34,6 +34,11 @@ from .base import Launcher, LaunchError
 from .processes import Processes, agent_command, new_run_id, prepare, worker_environment
 from .protocol import LauncherProtocol, Rendezvous
 
+# How long srun gets to end its step by itself once every rank's result is in (its tasks' own
+# wind-down: torchrun's exit barrier, two interpreters' teardown; ~2 s here), before it is told
+# to end it (SIGTERM: srun signals the tasks and ends the step with Slurm).
+WIND_DOWN_S = 30.0
+
 
 @dataclass(frozen=True)
 class SlurmAllocation:
@@ -118,7 +123,8 @@ class SlurmLauncher(Launcher):
             # If pytest dies, srun gets SIGTERM: its own handling signals the step's tasks on
             # every node and ends the step (SIGKILL would leave the remote tasks to Slurm's
             # timeouts).
-            processes = Processes(run_dir, out_dir, topology.world_size, timeout_s).start(
+            processes = Processes(run_dir, out_dir, topology.world_size, timeout_s,
+                                  wind_down_s=WIND_DOWN_S).start(
                 [command], env, death_signal=signal.SIGTERM)
         except BaseException:
             watch.stop()
