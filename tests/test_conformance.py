@@ -61,8 +61,9 @@ def averaged(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     if not framework.spare_port:
         env, workers = {}, [f"127.0.0.1:{port}" for port in free_ports(2)]
     folder = tmp_path_factory.mktemp(framework.name)
+    watched = ["MASTER_PORT", "DLPERF_FRAMEWORK_PORT"] if framework.spare_port else []
     ranks = [job({**spec, "rank": rank, "world": 2, "workers": workers,
-                  "ports": list(env)[1:3] if rank == 0 else []}, folder) for rank in (0, 1)]
+                  "ports": watched if rank == 0 else []}, folder) for rank in (0, 1)]
     base = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
             "GLOG_minloglevel": "2", "TF_CPP_MIN_LOG_LEVEL": "2"}
     together = run_together(python, ranks, {**base, **env})
