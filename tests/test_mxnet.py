@@ -71,3 +71,15 @@ def test_the_variables_name_the_roles_and_an_address_ps_lite_parses() -> None:
     assert (environ["DMLC_PS_ROOT_URI"], environ["DMLC_PS_ROOT_PORT"]) == ("127.0.0.1", "29500")
     with pytest.raises(RuntimeError, match="MASTER_ADDR='a{64}' does not resolve"):
         prepare_environ({"MASTER_ADDR": "a" * 64, "MASTER_PORT": "1"}, DistEnv(0, 2, 0, 2, 0))
+
+
+def test_amp_is_refused_where_onednn_has_no_bf16_kernels() -> None:
+    """MXNet 1.9.1's bf16 layers failed on an AVX2 CPU (an AMD EPYC VM, 2026-11-27: "could not
+    create a primitive descriptor iterator"): its AMP cases skip there, naming what the CPU
+    lacks, and run where AVX-512 core is (the VM of 2026-11-25, where they trained)."""
+    from pytest_dlperf.frameworks.mxnet import cpu_bf16_unavailable
+
+    avx2 = {"sse4_2", "avx", "avx2", "fma"}
+    reason = cpu_bf16_unavailable(avx2 | {"avx512f"})
+    assert reason is not None and "lacks avx512bw, avx512vl, avx512dq" in reason
+    assert cpu_bf16_unavailable(avx2 | {"avx512f", "avx512bw", "avx512vl", "avx512dq"}) is None

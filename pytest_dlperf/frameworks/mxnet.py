@@ -294,7 +294,40 @@ def make_optimizer(mx: Any, params: list[Any], opt: OptimizerSpec) -> Any:
 
 
 def amp_unavailable(device_type: str) -> str | None:
-    return None  # bf16 on CPU (mxnet.contrib.amp), fp16 with a dynamic loss scale on CUDA
+    """bf16 on CPU (mxnet.contrib.amp), fp16 with a dynamic loss scale on CUDA. MXNet 1.9.1's
+    oneDNN has bf16 kernels for AVX-512 CPUs only: on an AVX2 CPU (an AMD EPYC VM here,
+    2026-11-27) every bf16 FullyConnected failed with "could not create a primitive descriptor
+    iterator" (mkldnn_fully_connected.cc:71)."""
+    if device_type == "cpu":
+        return cpu_bf16_unavailable(cpu_flags())
+    return None
+
+
+_AVX512_CORE = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
+
+
+def cpu_bf16_unavailable(flags: set[str]) -> str | None:
+    """Why MXNet's oneDNN has no bf16 kernel on a CPU with these ``/proc/cpuinfo`` flags, or
+    None (oneDNN's bf16 needs AVX-512 core: avx512f, bw, vl and dq)."""
+    missing = [flag for flag in _AVX512_CORE if flag not in flags]
+    if missing:
+        return ("MXNet 1.9.1's oneDNN has bf16 kernels for AVX-512 CPUs only, and this CPU lacks "
+                f"{', '.join(missing)}: its bf16 layers fail ('could not create a primitive "
+                "descriptor iterator')")
+    return None
+
+
+def cpu_flags() -> set[str]:
+    """This host's CPU flags (``/proc/cpuinfo``); all of them, where it cannot be read (a
+    non-Linux host: MXNet tells for itself)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set(_AVX512_CORE)
 
 
 def compile_unavailable(device_type: str) -> str | None:
