@@ -72,21 +72,19 @@ class UserAdapter:
         self.INSTALL_HINT: str | None = getattr(module, "INSTALL_HINT", None)
         self.COMPILER: str = str(getattr(module, "COMPILER", "its compiler"))
         self.build_trainer = module.build_trainer
-        for mode in ("amp", "compile", "eager"):
-            setattr(self, f"{mode}_unavailable", getattr(module, f"{mode}_unavailable", _none))
 
-    def amp_unavailable(self, device_type: str, /) -> str | None:  # replaced in __init__
-        return None
+    def _asks(self, mode: str, device_type: str) -> str | None:
+        check = getattr(self.module, f"{mode}_unavailable", None)
+        return check(device_type) if check is not None else None
+
+    def amp_unavailable(self, device_type: str, /) -> str | None:
+        return self._asks("amp", device_type)
 
     def compile_unavailable(self, device_type: str, /) -> str | None:
-        return None
+        return self._asks("compile", device_type)
 
     def eager_unavailable(self, device_type: str, /) -> str | None:
-        return None
-
-
-def _none(device_type: str) -> None:
-    return None
+        return self._asks("eager", device_type)
 
 
 def adapter(module: ModuleType, name: str) -> AdapterModule:
