@@ -99,15 +99,25 @@ def recipe(ctx: Any) -> Any:
 
 
 def spec_for(layout: Any, clip: float | None = None, sgd: bool = False,
-             compiled: bool = False, amp: bool = False, **sizes: Any) -> Any:
+             compiled: bool = False, amp: bool | str = False, **sizes: Any) -> Any:
     from pytest_dlperf.core.protocol import Protocol
-    from pytest_dlperf.core.spec import PrecisionSpec, RankSpec
+    from pytest_dlperf.core.spec import RankSpec
 
     return RankSpec(framework="torch", model="tinygpt", protocol=Protocol(0, 3, 1),
                     batch_size=BATCH, optimizer=optimizer(clip, sgd), sizes=sizes, seed=SEED,
                     compiler="compiled" if compiled else "eager",
-                    precision=PrecisionSpec("amp", "bfloat16") if amp else PrecisionSpec(),
+                    precision=precision(amp),
                     layout=None if layout is None else layout.to_json())
+
+
+def precision(amp: bool | str) -> Any:
+    """fp32; bf16 autocast (``True``, the CPU's AMP); ``"float16"``: CUDA's AMP, fp16 autocast
+    with a loss scale (torch runs both on the CPU too)."""
+    from pytest_dlperf.core.spec import PrecisionSpec
+
+    if amp == "float16":
+        return PrecisionSpec("amp", "float16", loss_scaling=True)
+    return PrecisionSpec("amp", "bfloat16") if amp else PrecisionSpec()
 
 
 def optimizer(clip: float | None, sgd: bool = False) -> Any:
@@ -139,15 +149,20 @@ def train(layout_text: str | None, world: int, options: dict[str, Any]) -> dict[
     from pytest_dlperf.frameworks.torch import build_trainer
 
     layout = parse_layout(layout_text).resolve(world) if layout_text else None
+    options = dict(options)
+    inf_rank = options.pop("inf_rank", None)  # this rank's first gradient: an fp16 overflow
     trainer = build_trainer(spec_for(layout, **options), DistEnv.from_environ(dict(os.environ)),
                             recipe)
     try:
+        if inf_rank == int(os.environ["RANK"]):
+            overflow_once(trainer)
         trainer.step()
         began = time.perf_counter()
         for _ in range(2):
             trainer.step()
         step_ms = (time.perf_counter() - began) / 2 * 1000
-        mine = (trainer.loss(), full_parameters(trainer))
+        mine = (trainer.loss(), full_parameters(trainer), float(trainer.scaler.get_scale())
+                if trainer.scaler.is_enabled() else None)
         gathered: list[Any] = [None] * world
         if world > 1:
             torch.distributed.all_gather_object(gathered, mine)
@@ -158,10 +173,25 @@ def train(layout_text: str | None, world: int, options: dict[str, Any]) -> dict[
     finally:
         trainer.close()
     merged: dict[str, torch.Tensor] = {}
-    for _, part in gathered:
+    for _, part, _ in gathered:
         merged.update(part)
-    return {"params": merged, "losses": [loss for loss, _ in gathered], "environment": env,
-            "step_ms": step_ms}
+    return {"params": merged, "losses": [loss for loss, _, _ in gathered], "environment": env,
+            "step_ms": step_ms, "scales": [scale for _, _, scale in gathered]}
+
+
+def overflow_once(trainer: Any) -> None:
+    """The first backward makes this rank's first gradient inf (its shard alone, under a
+    sharded layout): the loss scaler must skip that step on every rank."""
+    param = next(p for module in trainer.model_parts for p in module.parameters())
+    fired: list[bool] = []
+
+    def overflow(grad: torch.Tensor) -> torch.Tensor | None:
+        if fired:
+            return None
+        fired.append(True)
+        return grad * float("inf")
+
+    param.register_hook(overflow)
 
 
 def reference(replicas: int, clip: float | None, sgd: bool) -> dict[str, Any]:

@@ -11,18 +11,20 @@ reduction order: the layouts land within ~3e-11 of the one process here, a wrong
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 from typing import Any
 
 import pytest
-from snippets import REPO, free_ports
+from snippets import REPO, free_ports, run_snippet
 
 from pytest_dlperf.core.parallel import parse_layout
 from pytest_dlperf.core.workload import Parts, WorkloadError
 from pytest_dlperf.frameworks import _torch_names as names
 from pytest_dlperf.frameworks import _torch_parallel as parallel
+from pytest_dlperf.frameworks import _torch_pipeline as pipeline
 from pytest_dlperf.frameworks.torch import compile_unavailable
 from pytest_dlperf.plugin.adapters import Adapter
 
@@ -54,8 +56,16 @@ RUNS: dict[str, tuple[str | None, int, int, int, dict[str, Any]]] = {
     "ddp2-amp": (None, 2, 0, 2, {"amp": True}),
     "fsdp2-amp": ("fsdp2", 2, 0, 2, {"amp": True}),
     "pp2-amp": ("pp2", 2, 2, 1, {"amp": True}),
+    # a bf16 activation crossing the stage boundary (the split inside a block)
+    "pp2-amp-inner-split": ("pp2", 2, 2, 1, {"amp": True, "split": "blocks.1.w2"}),
+    # fp16 with a loss scale (CUDA's AMP), the first gradient of one rank's shard overflowing
+    "tp2-fp16-overflow": ("tp2", 2, 0, 1, {"amp": "float16", "inf_rank": 1}),
+    "fsdp2-fp16-overflow": ("fsdp2", 2, 2, 2, {"amp": "float16", "inf_rank": 1}),
+    "pp2-fp16-overflow": ("pp2", 2, 0, 1, {"amp": "float16", "inf_rank": 0}),
 }
-NOT_COMPARED = ("fsdp2-wrong-split", "ddp2-amp", "fsdp2-amp", "pp2-amp")
+OVERFLOWED = ("tp2-fp16-overflow", "fsdp2-fp16-overflow", "pp2-fp16-overflow")
+NOT_COMPARED = ("fsdp2-wrong-split", "ddp2-amp", "fsdp2-amp", "pp2-amp", "pp2-amp-inner-split",
+                *OVERFLOWED)
 SAME = 1e-9  # float64: measured at most 2.7e-11 (tp2, clipped)
 
 
@@ -134,12 +144,49 @@ def test_a_pipeline_gives_every_rank_the_loss(trained: dict[str, Any], name: str
 def test_bf16_layouts_train_near_float64(trained: dict[str, Any]) -> None:
     # bf16 rounds every product: near the float64 one process's losses (within 3% here after
     # three AdamW steps), not equal to them.
-    for name in ("ddp2-amp", "fsdp2-amp", "pp2-amp"):
+    # A stage's bf16 output crossed the boundary as garbage (NaN) until the stages kept their
+    # traced dtypes.
+    for name in ("ddp2-amp", "fsdp2-amp", "pp2-amp", "pp2-amp-inner-split"):
         losses, reference = trained[name]["losses"], trained[name]["reference"]["losses"]
         assert losses[0] == pytest.approx(reference[0], rel=0.06), name
     # Each rank reports its own replica's loss (DDP's ranks too).
     assert trained["fsdp2-amp"]["losses"] == pytest.approx(trained["ddp2-amp"]["losses"],
                                                            rel=0.01)
+
+
+@pytest.mark.parametrize("name", OVERFLOWED)
+def test_a_shard_that_overflows_skips_the_step_on_every_rank(trained: dict[str, Any],
+                                                             name: str) -> None:
+    # One rank's shard held an inf in the first step: every rank skips it and halves its scale
+    # (GradScaler alone let the other ranks step, failed on tensor parallelism's mix of DTensor
+    # and plain gradients, and had no scale on a pipeline's first stage). FSDP's fp16
+    # gradients of this tiny model overflow again at the scales after (three skips here).
+    result = trained[name]
+    scales = result["scales"]
+    assert len(scales) == 2 and len(set(scales)) == 1, scales
+    assert scales[0] <= 2.0 ** 15, scales
+    assert all(math.isfinite(loss) for loss in result["losses"]), result["losses"]
+
+
+def test_a_pipeline_stage_compiles_more_blocks_than_dynamos_recompile_limit() -> None:
+    # A stage's blocks are traced modules sharing one forward code object: GPT-2's 12 blocks
+    # passed dynamo's limit of 8 on an H200 and the compiled pipeline case failed.
+    if reason := compile_unavailable("cpu"):
+        pytest.skip(f"torch.compile: {reason}")
+    out = run_snippet(sys.executable, """
+import json, torch
+from torch.distributed import pipelining
+from layouts_torch_rank import Block, HIDDEN
+from pytest_dlperf.frameworks._torch_parallel import compile_units
+model = torch.nn.Sequential(*[Block() for _ in range(10)])
+x = torch.randn(2, 4, HIDDEN)
+stage = pipelining.pipeline(model, (x,), split_spec={}).get_stage_module(0)
+names = [name for name, _ in stage.named_children()]
+compile_units(torch, stage, names)
+print(json.dumps({"blocks": len(names), "compiled": type(stage.get_submodule("9")).__name__,
+                  "same": bool(torch.allclose(stage(x), model(x), atol=1e-5))}))
+""", timeout=300, PYTHONPATH=f"{REPO}{os.pathsep}{REPO / 'tests'}")
+    assert out == {"blocks": 10, "compiled": "OptimizedModule", "same": True}
 
 
 def test_fsdp_holds_a_share_of_the_parameters_per_rank(trained: dict[str, Any]) -> None:
@@ -176,11 +223,11 @@ def test_what_a_layout_needs_from_the_recipe() -> None:
     with pytest.raises(WorkloadError, match=r"Parts\.plans\['tp'\]"):
         parallel.apply_tp(None, None, parts)
     with pytest.raises(WorkloadError, match=r"Parts\.plans\['pp'\]"):
-        parallel.split_points(parse_layout("pp2").resolve(2), parts)
+        pipeline.split_points(parse_layout("pp2").resolve(2), parts)
     split = Parts(model=None, inputs=0, plans={"pp": ["b.1", "b.2", "b.3"]})
-    assert parallel.split_points(parse_layout("pp2").resolve(2), split) == ["b.2"]
+    assert pipeline.split_points(parse_layout("pp2").resolve(2), split) == ["b.2"]
     with pytest.raises(WorkloadError, match="two or more stages per rank"):
-        parallel.split_points(parse_layout("pp4-interleaved1f1b").resolve(4), split)
+        pipeline.split_points(parse_layout("pp4-interleaved1f1b").resolve(4), split)
 
 
 def test_layouts_the_torch_adapter_cannot_run() -> None:

@@ -28,6 +28,7 @@ from ..core.strategies import (
 )
 from ..core.workload import Parts, WorkloadError
 from ._torch_names import check_names, has
+from ._torch_pipeline import Pipeline, build_pipeline
 
 
 def unavailable(kinds: tuple[str, ...], device_type: str, compiled: bool = False) -> str | None:
@@ -118,7 +119,7 @@ class FullyShard:
 
 
 # torch's strategies: tensor parallelism and FSDP2 shard each part of the model; a pipeline
-# cuts the model into stages first (``build_pipeline``), which its step then schedules.
+# cuts the model into stages first (``_torch_pipeline``), which its step then schedules.
 register_strategy("torch", TensorParallel())
 register_strategy("torch", FullyShard())
 register_strategy("torch", Checked("pp", unavailable))
@@ -137,7 +138,13 @@ def apply_tp(model: Any, mesh: Any, parts: Parts) -> None:
 
 def compile_units(torch: Any, model: Any, units: Sequence[str]) -> None:
     """``torch.compile`` of each block, before FSDP wraps it (torchtitan's order): its hooks
-    stay outside the compiled graph. Parameter names gain ``_orig_mod.``."""
+    stay outside the compiled graph. Parameter names gain ``_orig_mod.``.
+
+    A pipeline stage's blocks are traced modules sharing one ``forward`` code object, each
+    compiled as a recompilation of it: GPT-2's 12 blocks passed dynamo's limit of 8 on an H200
+    (fullgraph=True then fails). The limit is raised to one per unit beside the default."""
+    config = torch._dynamo.config
+    config.recompile_limit = max(config.recompile_limit, len(units) + 8)
     for name in units:
         _replace(model, name, torch.compile(model.get_submodule(name), fullgraph=True))
 
@@ -158,89 +165,6 @@ def apply_fsdp(torch: Any, model: Any, mesh: Any, units: Sequence[str], layout: 
     for name in units:
         fully_shard(model.get_submodule(name), mesh=data_mesh, mp_policy=policy)
     fully_shard(model, mesh=data_mesh, mp_policy=policy)
-
-
-@dataclass
-class Pipeline:
-    """This rank's pipeline stages and their schedule (``torch.distributed.pipelining``)."""
-
-    stages: list[Any]
-    schedule: Any
-    first: bool  # holds the first stage: takes the inputs
-    last: bool  # holds the last stage: takes the targets, has the loss
-
-    def step(self, torch: Any, inputs: Any, targets: Any) -> Any:
-        """Forward and backward of one batch, micro-batch by micro-batch: the mean of the
-        micro-batches' losses on the last stage (the batch's mean loss), zero elsewhere."""
-        args = (inputs if isinstance(inputs, tuple) else (inputs,)) if self.first else ()
-        losses: list[Any] = []
-        if self.last:
-            self.schedule.step(*args, target=targets, losses=losses)
-            return torch.stack([loss.detach() for loss in losses]).mean()
-        self.schedule.step(*args)
-        return None
-
-
-def split_points(layout: Layout, parts: Parts) -> list[str]:
-    """The module names where stages 1.. begin: ``pp - 1`` of the recipe's for one stage per
-    rank (every k-th where it gives more), all of them for an interleaved schedule's virtual
-    stages (a multiple of ``pp`` stages, two or more per rank)."""
-    names = list(parts.plan("pp") or ())
-    if parts.plan("pp") is None or (not names and layout.pp > 1):  # pp1: one stage, []
-        raise WorkloadError("a pipeline layout needs the recipe's Parts.plans['pp']: the "
-                            "names of the modules where stages after the first begin "
-                            "(['layers.2'] for two stages)")
-    stages = len(names) + 1
-    if stages % layout.pp:
-        raise WorkloadError(f"Parts.plans['pp'] gives {stages} stages, not a multiple of "
-                            f"the layout's {layout.pp} pipeline ranks")
-    if layout.schedule == "interleaved1f1b":
-        if stages < 2 * layout.pp:
-            raise WorkloadError(f"an interleaved schedule needs two or more stages per rank: "
-                                f"Parts.plans['pp'] gives {stages} stages for {layout.pp} "
-                                f"ranks; give at least {2 * layout.pp - 1} split points")
-        return names
-    every = stages // layout.pp
-    return names[every - 1::every]
-
-
-def build_pipeline(torch: Any, model: Any, inputs: Any, layout: Layout, mesh: Any,
-                   parts: Parts, device: Any, loss: Callable[[Any, Any], Any],
-                   shard_stage: Callable[[Any], None]) -> Pipeline:
-    """Traced by ``pipeline()`` at the recipe's split points, this rank's stages (stage ``s``
-    on pipeline rank ``s % pp``) sharded by ``shard_stage``, under the layout's schedule.
-    Pipelining scales gradients by the micro-batches: with a mean loss, the global batch's."""
-    from torch.distributed import pipelining
-
-    names = split_points(layout, parts)
-    micro = layout.stage_microbatches
-    batch = inputs if isinstance(inputs, tuple) else (inputs,)
-    size = batch[0].shape[0]
-    if size % micro:
-        raise WorkloadError(f"a pipeline of {micro} micro-batches needs a per-replica batch "
-                            f"divisible by {micro}; it is {size}: change the batch size or "
-                            "the micro-batches (pp2-mb<N>)")
-    example = tuple(t.tensor_split(micro)[0] if isinstance(t, torch.Tensor) else t
-                    for t in batch)
-    pipe = pipelining.pipeline(model, example, split_spec={
-        name: pipelining.SplitPoint.BEGINNING for name in names})
-    group = mesh["pp"].get_group()
-    rank = mesh["pp"].get_local_rank()
-    indices = list(range(rank, pipe.num_stages, layout.pp))
-    stages: list[Any] = []
-    for index in indices:
-        shard_stage(pipe.get_stage_module(index))
-        stages.append(pipe.build_stage(index, device, group=group))
-    del pipe  # the other ranks' stage modules can be freed
-    schedule: Any
-    if layout.schedule == "interleaved1f1b":
-        schedule = pipelining.ScheduleInterleaved1F1B(stages, micro, loss_fn=loss)
-    else:
-        kind = (pipelining.ScheduleGPipe if layout.schedule == "gpipe"
-                else pipelining.Schedule1F1B)
-        schedule = kind(stages[0], micro, loss_fn=loss)
-    last = len(names)
-    return Pipeline(stages, schedule, first=0 in indices, last=last in indices)
 
 
 # -- what the step needs ------------------------------------------------------------------------

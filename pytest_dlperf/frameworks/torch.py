@@ -23,6 +23,7 @@ from . import (
 )
 from . import _torch_parallel as parallel
 from . import _torch_phases as phases
+from . import _torch_scaling as scaling
 from ._step import EagerStep
 
 DISTRIBUTION = "torch"
@@ -115,7 +116,8 @@ class TorchTrainer(EagerStep):
         self.amp = spec.precision.enabled and not (self.sharded is not None
                                                    and self.sharded.mixed_precision)
         self.amp_dtype = getattr(torch, spec.precision.dtype)
-        self.scaler = torch.amp.GradScaler("cuda", enabled=spec.precision.loss_scaling)
+        self.scaler = scaling.loss_scaler(torch, self.device, spec.precision.loss_scaling,
+                                          sharded=self.sharded is not None)
         self._loss: Any = torch.zeros((), device=self.device)
 
     def _to_device(self, value: Any) -> Any:
