@@ -85,6 +85,10 @@ def pytest_dlperf_launcher_names(config):
 
 def pytest_dlperf_make_launcher(config, name, environ):
     return ToyLauncher() if name == "toy" else None
+
+
+def pytest_dlperf_detect_launcher(config, environ):
+    return "toy" if "TOY_CLUSTER" in environ else None
 '''
 
 CASES = '''
@@ -120,6 +124,8 @@ TINY = ["-p", "no:cacheprovider", "--dlperf-warmup-steps", "1", "--dlperf-steps"
         "--dlperf-repeats", "1", "--dlperf-launches", "1", "--dlperf-baselines", "bl",
         "--dlperf-unstable-cv", "10", "--dlperf-straggler-threshold", "0.99"]
 
+ONE = ["-s", "-k", "test_trains", "--devices-per-node", "1"]  # one case: test_trains[1n1d]
+
 
 def test_a_toy_launcher_from_a_conftest_trains_and_hands_back_through_its_own_collect(
         pytester: pytest.Pytester) -> None:
@@ -141,6 +147,33 @@ def test_a_toy_launcher_from_a_conftest_trains_and_hands_back_through_its_own_co
     assert {case["extra_info"]["launcher"] for case in cases} == {"toy"}
     # The toy gave its ranks no folder to write to: nothing there came back by a file.
     assert not list(pytester.path.rglob("rank-*.json"))
+
+
+def test_auto_picks_the_toy_where_its_hook_claims_the_environment(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makeconftest(TOY)
+    pytester.makepyfile(test_cases=CASES)
+    monkeypatch.setenv("TOY_CLUSTER", "1")
+    claimed = pytester.runpytest_subprocess(*TINY, *ONE, timeout=300)
+    claimed.stdout.fnmatch_lines(["*TOY collected 1 result(s) from the ranks' pipes*",
+                                  "*TRAINED toy 1n1d 8*"])
+    claimed.assert_outcomes(passed=1)
+    # Not claimed: the plugin's own answer (local here).
+    monkeypatch.delenv("TOY_CLUSTER")
+    left = pytester.runpytest_subprocess(*TINY, *ONE, timeout=300)
+    left.stdout.fnmatch_lines(["*TRAINED local 1n1d 8*"])
+    left.assert_outcomes(passed=1)
+
+
+def test_auto_picking_an_unlisted_name_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("def pytest_dlperf_detect_launcher(config, environ):\n"
+                          "    return 'ghost'\n")
+    pytester.makepyfile(test_cases=CASES)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*launcher auto (the default): pytest_dlperf_detect_launcher picked "
+                                 "'ghost', which no pytest_dlperf_launcher_names lists (known: "
+                                 "local, slurm, external)*"])
 
 
 def test_an_unknown_launcher_is_a_usage_error_naming_the_registered_ones(

@@ -15,7 +15,7 @@ import pytest
 from ..core.jsonio import write_json_atomic
 from ..core.parallel import Layout
 from ..core.workload import PRECISIONS, Precision
-from ..launch import BUILTIN_LAUNCHERS, Cluster, Launcher, make_builtin
+from ..launch import BUILTIN_LAUNCHERS, Cluster, Launcher, detect, make_builtin
 from ..report.results import benchmark_entry, change_lines, results_json
 from ..report.tables import (
     AB_HEADER,
@@ -69,6 +69,12 @@ def pytest_dlperf_commit_info(config: pytest.Config) -> dict[str, Any]:
 def pytest_dlperf_launcher_names(config: pytest.Config) -> list[str]:
     """The plugin's own launchers' names."""
     return list(BUILTIN_LAUNCHERS)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_dlperf_detect_launcher(config: pytest.Config, environ: dict[str, str]) -> str:
+    """What ``auto`` picks when no other implementation claims the environment."""
+    return detect(environ)
 
 
 @pytest.hookimpl(trylast=True)

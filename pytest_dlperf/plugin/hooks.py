@@ -46,3 +46,12 @@ def pytest_dlperf_launcher_names(config: pytest.Config) -> list[str]:
     which. And the names are asked without making anything: making a launcher may have
     effects (a Slurm allocation is read, an engine connected to), which listing must not."""
     return []  # (a specification: pluggy calls the implementations, never this)
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_dlperf_detect_launcher(config: pytest.Config, environ: dict[str, str]) -> str | None:
+    """The launcher ``--dlperf-launcher auto`` (the default) picks in this environment: return
+    your launcher's name where the environment is yours (an engine's address set, say), else
+    None, so that the next implementation is asked. The plugin's own answer runs last: external
+    inside a launched job, slurm inside an allocation, else local. The name must be one that
+    ``pytest_dlperf_launcher_names`` lists."""

@@ -49,6 +49,7 @@ class LauncherHooks:
     names: Callable[[], list[str]] = lambda: list(BUILTIN_LAUNCHERS)
     make: Callable[[str, dict[str, str]], Launcher | None] = make_builtin
     source: str = "--dlperf-launcher"
+    detect: Callable[[dict[str, str]], str] = detect  # what ``auto`` picks here
 
     @classmethod
     def of(cls, config: pytest.Config, source: str) -> LauncherHooks:
@@ -61,7 +62,12 @@ class LauncherHooks:
                 config=config, name=name, environ=environ)
             return made
 
-        return cls(names, make, source)
+        def detected(environ: dict[str, str]) -> str:
+            name: str = config.hook.pytest_dlperf_detect_launcher(config=config,
+                                                                 environ=environ)
+            return name
+
+        return cls(names, make, source, detected)
 
 
 @dataclass(frozen=True)
@@ -119,9 +125,16 @@ class SessionState:
 
     def _pick_launcher(self, environ: dict[str, str]) -> Launcher:
         hooks = self.launchers
-        name = detect(environ) if self.settings.launcher == "auto" else self.settings.launcher
+        auto = self.settings.launcher == "auto"
+        name = hooks.detect(environ) if auto else self.settings.launcher
         known = hooks.names()
         if name not in known:
+            if auto:
+                raise pytest.UsageError(
+                    f"pytest-dlperf: launcher auto ({hooks.source}): "
+                    f"pytest_dlperf_detect_launcher picked "
+                    f"{name!r}, which no pytest_dlperf_launcher_names lists (known: "
+                    f"{', '.join(known)}); list it in the hook that makes it")
             raise pytest.UsageError(
                 f"pytest-dlperf: bad value for {hooks.source}: no launcher is called {name!r} "
                 f"(known: auto, {', '.join(known)}); a launcher of your own is a "
