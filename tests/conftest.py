@@ -290,31 +290,3 @@ def nothing_of_the_nodes_network_left() -> Iterator[None]:
     after = fabric.leftovers()
     new = {kind: sorted(set(after[kind]) - set(before[kind])) for kind in after}
     assert not any(new.values()), f"left on this machine by the test suite: {new}"
-
-
-# Files whose tests may run two at a time (scripts/test runs them under pytest-xdist, ``-n 2
-# --dist loadfile``, then the rest alone): each judges no throughput (no verdict, no power, no
-# busy check, no time bound tighter than its own timeout) and makes no network namespace (the
-# suite's leftover check would see another test's), Slurm cluster or database server. A file left off runs alone: new files do until added here. An entry
-# naming no file fails the run (a renamed file must not drop out silently).
-PARALLEL = (
-    "test_bad_inputs.py", "test_bert_jax.py", "test_bert_mindspore.py", "test_bert_mxnet.py",
-    "test_bert_oneflow.py", "test_bert_paddle.py", "test_bert_tensorflow.py",
-    "test_gpt_jax.py", "test_jax.py", "test_jax_tp.py",
-    "test_launcher_protocol.py", "test_layout_kinds.py", "test_layouts_frameworks.py",
-    "test_layouts_torch.py", "test_machine_info.py", "test_memory_frameworks.py",
-    "test_mindspore.py", "test_mxnet.py", "test_oneflow.py", "test_optimizers.py",
-    "test_paddle.py", "test_phases_frameworks.py", "test_progress.py", "test_resnet50_jax.py",
-    "test_resnet50_mindspore.py", "test_resnet50_mxnet.py", "test_tensorflow.py",
-)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    missing = [name for name in PARALLEL if not (here / name).is_file()]
-    if missing:
-        raise pytest.UsageError(f"tests/conftest.py PARALLEL names no file: {missing}; "
-                                "rename or remove the entries")
-    for item in items:
-        if item.path.parent == here and item.path.name in PARALLEL:
-            item.add_marker(pytest.mark.parallel)
