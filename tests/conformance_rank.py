@@ -3,9 +3,9 @@ interpreter, which has no pytest: ``python tests/conformance_rank.py '<job as JS
 what the job names through the adapter, as a rank would, and prints one JSON line last.
 
 Jobs: ``average`` (one step of plain SGD on data of the rank's own), ``optimizers`` (the steps
-of each optimizer a workload may name), ``window`` (the meter's window against a wall clock) and
-``adamw`` (the adapter's own AdamW on given weights and
-gradients). What differs by framework here is only how its weights are read and its AdamW
+of each optimizer a workload may name, and the adapter's dynamic loss scale), ``window`` (the
+meter's window against a wall clock) and ``adamw`` (the adapter's own AdamW on given weights
+and gradients). What differs by framework here is only how its weights are read and its AdamW
 called; what is expected of them is said in the test's table."""
 
 from __future__ import annotations
@@ -118,7 +118,75 @@ def optimizers(job: dict[str, Any]) -> dict[str, Any]:
         # TrainGraph_2") once unrelated imports had changed what was allocated where (one
         # trainer a process, as a rank has, never meets it).
         kept.append(trainer)
+    found["loss-scale"] = loss_scale(framework, job["compiler"])
     return found
+
+
+def loss_scale(framework: str, compiler: str) -> dict[str, Any]:
+    """The dynamic loss scale the adapter builds for fp16 (CUDA's AMP; built here on CPU), read
+    back through the framework's own object: its start, growth and back-off factors and growth
+    interval (None where the framework fixes one and shows it nowhere); ``{"skip": why}`` where
+    there is nothing to read. Read after the optimizers' steps: MXNet's ``amp.init`` patches operators."""
+    if framework == "torch":
+        import torch
+
+        from pytest_dlperf.frameworks._torch_scaling import loss_scaler
+
+        scaler = loss_scaler(torch, torch.device("cpu"), enabled=True, sharded=False)
+        return {"initial": scaler.get_scale(), "growth": scaler.get_growth_factor(),
+                "backoff": scaler.get_backoff_factor(),
+                "interval": scaler.get_growth_interval()}
+    if framework == "paddle":
+        import paddle
+
+        from pytest_dlperf.frameworks.paddle import loss_scaler
+
+        scaler = loss_scaler(paddle)
+        if not scaler.is_enable():
+            return {"skip": "Paddle's GradScaler turns itself off on a CPU and keeps none of "
+                            "its settings to read back"}
+        return {"initial": scaler.get_init_loss_scaling(), "growth": scaler.get_incr_ratio(),
+                "backoff": scaler.get_decr_ratio(), "interval": scaler.get_incr_every_n_steps()}
+    if framework == "oneflow":
+        import oneflow
+
+        from pytest_dlperf.frameworks._oneflow_update import EagerLossScaler, graph_loss_scaler
+
+        if compiler == "eager":  # the policy run by hand (tests/test_loss_scale: as torch's)
+            return {"initial": EagerLossScaler(oneflow).scale, "growth": None, "backoff": None,
+                    "interval": None}
+        graph = graph_loss_scaler(oneflow)
+        return {"initial": graph._init_scale, "growth": graph._growth_factor,
+                "backoff": graph._backoff_factor, "interval": graph._growth_interval}
+    if framework == "mindspore":
+        import mindspore
+
+        from pytest_dlperf.frameworks.mindspore import loss_scaler
+
+        scaler = loss_scaler(mindspore)
+        return {"initial": float(scaler.scale_value.asnumpy()), "growth": scaler.scale_factor,
+                "backoff": 1 / scaler.scale_factor, "interval": scaler.scale_window}
+    if framework == "tensorflow":
+        import keras
+
+        from pytest_dlperf.frameworks.tensorflow import loss_scale_optimizer
+
+        optimizer = loss_scale_optimizer(keras, keras.optimizers.SGD())
+        return {"initial": optimizer.initial_scale, "growth": None, "backoff": None,
+                "interval": optimizer.dynamic_growth_steps}
+    if framework == "mxnet":
+        import mxnet
+        from mxnet.contrib import amp
+
+        from pytest_dlperf.frameworks.mxnet import init_loss_scaling
+
+        amp.init(target_dtype="bfloat16")
+        net = mxnet.gluon.nn.Dense(2)
+        net.initialize()
+        scaler = init_loss_scaling(mxnet.gluon.Trainer(net.collect_params(), "sgd"))
+        return {"initial": scaler.loss_scale, "growth": None, "backoff": None,
+                "interval": scaler._scale_seq_len}
+    return {"skip": f"the {framework} adapter scales no loss (its fp16 AMP is refused)"}
 
 
 def window(job: dict[str, Any]) -> None:

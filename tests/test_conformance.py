@@ -1,13 +1,14 @@
 """The contract every framework's adapter meets, written once and run for each framework: two
 ranks average their gradients, its own store takes the launcher's spare port, the update is the
-workload's optimizer, a window waits for the steps it times, the adapter's own AdamW is torch's,
-an own model trains on two nodes. What differs by framework is said in one table,
-``conformance.FRAMEWORKS``; the work runs in real processes under the framework's own
+workload's optimizer, its dynamic loss scale is the one policy, a window waits for the steps it
+times, the adapter's own AdamW is torch's, an own model trains on two nodes. What differs by
+framework is said in one table, ``conformance.FRAMEWORKS``; the work runs in real processes under the framework's own
 interpreter (``tests/conformance_rank.py``, or the plugin's ranks). What only one framework has
 (its model against torch's weights, its own quirks) stays in that framework's test file."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from conformance import Average, Framework, cases
 from snippets import REPO, free_ports, run_snippet, run_together, still_running_after
 
 from pytest_dlperf.frameworks import DistEnv
+from pytest_dlperf.frameworks._loss_scale import POLICY
 
 RANK = Path(__file__).with_name("conformance_rank.py")
 
@@ -163,14 +165,15 @@ Flat = list[float]
 
 @pytest.fixture(scope="module", params=cases(updates))
 def stepped(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-            ) -> dict[str, tuple[Flat, Flat, Flat, Flat]]:
+            ) -> dict[str, Any]:
     """One real step (two for momentum) of the framework's trainer on a linear layer per
-    optimizer, in one fresh process: (weight before, weight after, bias before, bias after)."""
+    optimizer, in one fresh process: (weight before, weight after, bias before, bias after);
+    and the adapter's dynamic loss scale (``loss-scale``)."""
     framework, compiler = request.param
     found: Any = run_snippet(framework.python(), job(
         {"job": "optimizers", "framework": framework.name, "compiler": compiler},
         tmp_path_factory.mktemp(framework.name)))
-    out = {}
+    out = {"loss-scale": found.pop("loss-scale")}
     for name, run in found.items():
         (w0, b0), (w1, b1) = run["before"], run["after"]
         out[name] = (w0, w1, b0, b1)
@@ -207,6 +210,19 @@ def test_sgd_momentum_carries_the_coupled_weight_decay(stepped: dict[str, Any]) 
     # w2 = w1 - 0.1 x buffer = 0.8575 w0, biases too (every parameter decays). Decoupled
     # decay, or decay kept out of the momentum, would give 0.9025 w0.
     assert w2 + b2 == pytest.approx([v * 0.8575 for v in w0 + b0], rel=1e-5)
+
+
+def test_the_loss_scale_is_the_one_policy(stepped: dict[str, Any]) -> None:
+    """Every framework that scales its loss (fp16) starts, grows, backs off and waits as
+    ``_loss_scale.POLICY`` says, read back from its own scaler (Keras's own default starts at
+    2^15, the others' at 2^16)."""
+    found = stepped["loss-scale"]
+    if "skip" in found:
+        pytest.skip(found["skip"])
+    assert found["initial"] is not None
+    policy = dataclasses.asdict(POLICY)
+    for key, value in found.items():  # None: fixed by the framework, shown nowhere
+        assert value is None or value == policy[key], key
 
 
 # -- a window waits for the steps it times ---------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.spec import OptimizerSpec
+from ._loss_scale import POLICY, DynamicScale
 
 
 def make_optimizer(flow: Any, params: list[Any], opt: OptimizerSpec, graph: bool) -> Any:
@@ -53,32 +54,35 @@ def make_optimizer(flow: Any, params: list[Any], opt: OptimizerSpec, graph: bool
     return optimizer
 
 
-class EagerLossScaler:
-    """Dynamic loss scaling for eager fp16 steps as torch's GradScaler (OneFlow 0.9.0's sets up
-    nn.Graph only): the loss scaled up for backward, the gradients back down; a step with an inf
-    or NaN gradient skipped and the scale halved, doubled after ``growth_interval`` clean steps.
-    Checking for infs reads a flag on the host each step (torch's fused optimizer avoids it)."""
+def graph_loss_scaler(flow: Any) -> Any:
+    """``nn.Graph``'s dynamic loss scaler, on the one policy (``_loss_scale.POLICY``)."""
+    return flow.amp.GradScaler(init_scale=POLICY.initial, growth_factor=POLICY.growth,
+                               backoff_factor=POLICY.backoff, growth_interval=POLICY.interval)
 
-    def __init__(self, flow: Any, scale: float = 2.0 ** 16, growth_interval: int = 2000) -> None:
-        self._flow, self.scale, self.growth_interval, self._clean_steps = (
-            flow, scale, growth_interval, 0)
+
+class EagerLossScaler:
+    """Dynamic loss scaling for eager fp16 steps, the one policy run by hand
+    (``_loss_scale.DynamicScale``; OneFlow 0.9.0's ``GradScaler`` sets up nn.Graph only): the
+    loss scaled up for backward, the gradients back down, a step with an inf or NaN gradient
+    skipped. Checking for infs reads a flag on the host each step (torch's fused optimizer
+    avoids it)."""
+
+    def __init__(self, flow: Any) -> None:
+        self._flow = flow
+        self.dynamic = DynamicScale(POLICY)
+
+    @property
+    def scale(self) -> float:
+        return self.dynamic.scale
 
     def backward(self, loss: Any) -> None:
-        (loss * self.scale).backward()
+        (loss * self.dynamic.scale).backward()
 
     def unscale(self, params: list[Any]) -> bool:
         """Unscale the gradients in place; whether they are all finite (the step may go on)."""
         flow = self._flow
         grads = [p.grad for p in params if p.grad is not None]
         for grad in grads:
-            grad.mul_(1.0 / self.scale)
-        finite = bool(flow.stack([flow.isfinite(g).all() for g in grads]).all().item())
-        if not finite:
-            self.scale /= 2
-            self._clean_steps = 0
-        else:
-            self._clean_steps += 1
-            if self._clean_steps == self.growth_interval:
-                self.scale *= 2
-                self._clean_steps = 0
-        return finite
+            grad.mul_(1.0 / self.dynamic.scale)
+        return self.dynamic.update(bool(flow.stack([flow.isfinite(g).all()
+                                                    for g in grads]).all().item()))

@@ -24,12 +24,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._loss_scale import POLICY
+
 
 def loss_scaler(torch: Any, device: Any, enabled: bool, sharded: bool) -> Any:
-    """The step's loss scaler: disabled where the precision scales no loss."""
+    """The step's loss scaler, on the one policy (``_loss_scale.POLICY``): disabled where the
+    precision scales no loss."""
+    policy = {"init_scale": POLICY.initial, "growth_factor": POLICY.growth,
+              "backoff_factor": POLICY.backoff, "growth_interval": POLICY.interval}
     if not (enabled and sharded):
-        return torch.amp.GradScaler(device.type, enabled=enabled)
-    scaler = _shard_scaler_class()(device.type)
+        return torch.amp.GradScaler(device.type, enabled=enabled, **policy)
+    scaler = _shard_scaler_class()(device.type, **policy)
     scaler.scale(torch.zeros((), device=device))  # the scale on every rank, every stage's too
     return scaler
 

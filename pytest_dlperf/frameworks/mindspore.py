@@ -42,6 +42,7 @@ from . import (
     require_parameters,
 )
 from . import _mindspore_phases as phases
+from ._loss_scale import POLICY
 from ._mindspore_adamw import adamw
 
 DISTRIBUTION = "mindspore"
@@ -118,8 +119,7 @@ class MindSporeTrainer:
         self.amp = spec.precision.enabled
         if self.amp:  # CUDA only (amp_unavailable): fp16 with dynamic loss scaling
             model = ms.amp.auto_mixed_precision(model, "O2", dtype=ms.float16)
-        self.loss_scaler = (ms.amp.DynamicLossScaler(2.0 ** 16, 2, 2000)
-                            if spec.precision.loss_scaling else None)
+        self.loss_scaler = loss_scaler(ms) if spec.precision.loss_scaling else None
         self.optimizer = make_optimizer(ms, self.params, spec.optimizer)
         self.clip_norm = spec.optimizer.clip_norm
         self.criterion = parts.loss or cross_entropy(ms)
@@ -298,6 +298,14 @@ def cross_entropy(ms: Any) -> Any:
         return loss(outputs, targets)
 
     return criterion
+
+
+def loss_scaler(ms: Any) -> Any:
+    """MindSpore's dynamic loss scaler, on the one policy (``_loss_scale.POLICY``): its one
+    factor, a whole number, multiplies the scale up and divides it down."""
+    factor = int(POLICY.growth)
+    assert factor == POLICY.growth == 1 / POLICY.backoff, "MindSpore: one whole factor"
+    return ms.amp.DynamicLossScaler(POLICY.initial, factor, POLICY.interval)
 
 
 def make_optimizer(ms: Any, params: list[Any], opt: OptimizerSpec) -> Any:

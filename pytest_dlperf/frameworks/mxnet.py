@@ -48,6 +48,7 @@ from . import (
     require_parameters,
 )
 from . import _mxnet_phases as phases
+from ._loss_scale import POLICY
 from ._step import EagerStep
 
 DISTRIBUTION = ("mxnet", "mxnet-cu112", "mxnet-cu117", "mxnet-mkl")
@@ -124,9 +125,7 @@ class MXNetTrainer(EagerStep):
                                         kvstore=None)
         self.loss_scaling = spec.precision.loss_scaling
         if self.loss_scaling:
-            from mxnet.contrib import amp
-
-            amp.init_trainer(self.trainer)  # fp16's dynamic loss scale
+            init_loss_scaling(self.trainer)
         self.criterion = parts.loss or cross_entropy(mx)
         self.inputs, self.targets = parts.inputs, parts.targets
         self.batches = Batches(parts.data) if parts.data is not None else None
@@ -272,6 +271,20 @@ def clip_global_norm(nd: Any, grads: list[Any], max_norm: float) -> None:
     scale = nd.minimum(max_norm / (total + 1e-6), 1.0)
     for grad in grads:
         nd.broadcast_mul(grad, scale, out=grad)
+
+
+def init_loss_scaling(trainer: Any) -> Any:
+    """MXNet AMP's dynamic loss scale on ``trainer`` (``amp.init`` first), on the one policy
+    (``_loss_scale.POLICY``). MXNet 1.9.1 takes no arguments for it: its scaler's start and
+    interval are set on it; its factor is 2, up and down."""
+    from mxnet.contrib import amp
+
+    assert (POLICY.growth, POLICY.backoff) == (2.0, 0.5), "MXNet scales by 2, up and down"
+    amp.init_trainer(trainer)
+    scaler = trainer._amp_loss_scaler
+    scaler._loss_scale = scaler._next_loss_scale = POLICY.initial
+    scaler._scale_seq_len = POLICY.interval
+    return scaler
 
 
 def make_optimizer(mx: Any, params: list[Any], opt: OptimizerSpec) -> Any:

@@ -27,7 +27,7 @@ from ..core.workload import BuildContext, Parts, WorkloadError
 from . import Batches, DeviceUnavailable, DistEnv, PhasePlan, map_batch, require_parameters
 from . import _oneflow_phases as phases
 from ._oneflow_parallel import Sharding
-from ._oneflow_update import EagerLossScaler, make_optimizer
+from ._oneflow_update import EagerLossScaler, graph_loss_scaler, make_optimizer
 
 DISTRIBUTION = "oneflow"
 INSTALL_HINT = ("OneFlow 0.9.0 needs Python 3.10: create its worker interpreter with "
@@ -123,7 +123,7 @@ class OneFlowTrainer:
         self.targets = self._place(parts.targets, self.target_placement)
         self.batches = Batches(parts.data) if parts.data is not None else None
         # OneFlow 0.9.0's GradScaler configures nn.Graph only; eager steps get their own.
-        self.scaler = (flow.amp.GradScaler(init_scale=2.0 ** 16)
+        self.scaler = (graph_loss_scaler(flow)
                        if spec.precision.loss_scaling and self.graph else None)
         self.eager_scaler = (EagerLossScaler(flow)
                              if spec.precision.loss_scaling and not self.graph else None)

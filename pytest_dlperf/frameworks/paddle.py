@@ -27,6 +27,7 @@ from ..core.strategies import Checked, Unported, register_strategy, why_not
 from ..core.workload import BuildContext, Parts, WorkloadError
 from . import Batches, DeviceUnavailable, DistEnv, PhasePlan, fresh, map_batch, require_parameters
 from . import _paddle_phases as phases
+from ._loss_scale import POLICY
 from ._step import EagerStep
 
 # The CPU wheel and the CUDA one are different distributions; either provides ``paddle``.
@@ -130,8 +131,7 @@ class PaddleTrainer(EagerStep):
         self.batches = Batches(parts.data) if parts.data is not None else None
         self.amp = spec.precision.enabled
         self.amp_dtype = spec.precision.dtype
-        self.scaler = (paddle.amp.GradScaler(init_loss_scaling=2.0 ** 16)
-                       if spec.precision.loss_scaling else None)
+        self.scaler = loss_scaler(paddle) if spec.precision.loss_scaling else None
         self._loss: Any = None
 
     def _next_batch(self) -> tuple[Any, Any]:
@@ -298,6 +298,13 @@ register_strategy("paddle", Unported(
 register_strategy("paddle", Unported(
     "fsdp", "Paddle's sharding (auto-parallel ShardingStage3) reduce-scatters the gradients, and "
             "its CPU kernel is missing: 'Unimplemented cpu kernel for CReduceScatterOp'"))
+
+
+def loss_scaler(paddle: Any) -> Any:
+    """Paddle's dynamic loss scaler, on the one policy (``_loss_scale.POLICY``)."""
+    return paddle.amp.GradScaler(init_loss_scaling=POLICY.initial, incr_ratio=POLICY.growth,
+                                 decr_ratio=POLICY.backoff, incr_every_n_steps=POLICY.interval,
+                                 decr_every_n_nan_or_inf=1)
 
 
 def make_optimizer(paddle: Any, params: list[Any], opt: OptimizerSpec) -> Any:

@@ -22,6 +22,7 @@ from ..core.strategies import Unported, register_strategy
 from ..core.workload import BuildContext, Parts, WorkloadError
 from . import DeviceUnavailable, DistEnv, PhasePlan, exchange, fresh, require_parameters
 from . import _tensorflow_phases as phases
+from ._loss_scale import POLICY
 
 # Either wheel provides the framework: "tensorflow" (CUDA) or "tensorflow-cpu".
 DISTRIBUTION = ("tensorflow", "tensorflow-cpu")
@@ -138,7 +139,7 @@ class TensorFlowTrainer:
             optimizer = make_optimizer(keras, self.model.trainable_variables, opt)
             self.loss_scaled = precision.loss_scaling
             if self.loss_scaled:
-                optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
+                optimizer = loss_scale_optimizer(keras, optimizer)
                 # Built now, so the step traces against the live loss scale (an unbuilt one
                 # would bake its initial scale into the graph).
                 optimizer.build(self.model.trainable_variables)
@@ -323,6 +324,14 @@ class TensorFlowTrainer:
 
     def close(self) -> None:
         pass
+
+
+def loss_scale_optimizer(keras: Any, optimizer: Any) -> Any:
+    """``optimizer`` under Keras's dynamic loss scale, on the one policy
+    (``_loss_scale.POLICY``; Keras's own starts at 2^15). Its factor is 2, up and down."""
+    assert (POLICY.growth, POLICY.backoff) == (2.0, 0.5), "Keras scales by 2, up and down"
+    return keras.mixed_precision.LossScaleOptimizer(
+        optimizer, initial_scale=POLICY.initial, dynamic_growth_steps=POLICY.interval)
 
 
 def make_optimizer(keras: Any, variables: list[Any], opt: OptimizerSpec) -> Any:
