@@ -196,3 +196,57 @@ def test_a_listed_name_no_hook_makes_is_a_usage_error(pytester: pytest.Pytester)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*'ghost' is listed by pytest_dlperf_launcher_names, but no "
                                  "pytest_dlperf_make_launcher made it*"])
+
+
+# -- rank_result: a rank that carries its result itself is placed as a started one -------------
+
+PLACED = """
+import json, os, sys
+from pytest_dlperf import Workload
+from pytest_dlperf.core.protocol import Protocol
+from pytest_dlperf.core.spec import spec_for
+from pytest_dlperf.frameworks import DistEnv
+from pytest_dlperf.rank.worker import rank_result
+
+sys.path.insert(0, {tests!r})
+workload = Workload("linear", recipes={{"torch": "optimizer_recipes:torch"}},
+                    batch_size={{"cpu": 4}}, sizes={{"loss": "zero"}})
+spec = spec_for("torch", workload, protocol=Protocol(1, 2, 1), device_type="cpu",
+                compiler="eager").with_(cpus=[{core}], threads=1)
+result = rank_result(spec, DistEnv(0, 1, 0, 1, 0))
+print(json.dumps({{"error": result.get("error"), "cpus": sorted(os.sched_getaffinity(0)),
+                  "omp": os.environ.get("OMP_NUM_THREADS")}}))
+"""
+
+
+def test_rank_result_places_the_rank_on_the_cores_its_spec_gives(tmp_path) -> None:
+    """A duet side's rank started by a launcher of another engine (Ray's actor) gets its side's
+    cores and thread count, as one started by the local launcher does (``place``)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    core = max(os.sched_getaffinity(0))
+    code = PLACED.format(tests=str(Path(__file__).parent), core=core)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found["error"] is None
+    assert found["cpus"] == [core] and found["omp"] == "1"
+
+
+def test_rank_result_refuses_a_memory_limit_it_cannot_apply() -> None:
+    """External mode trains in pytest's own process and a Ray actor in the actor's: neither is
+    confined as a started rank is (its own cgroup, and the file that tells its OOM kill from a
+    crash), so a case under a memory limit fails saying which launchers apply it, instead of
+    training without it."""
+    from pytest_dlperf.frameworks import DistEnv
+    from pytest_dlperf.rank.worker import rank_result
+
+    result = rank_result({"framework": "torch", "memory_limit": 2 ** 30, "batch_size": 8},
+                         DistEnv(0, 1, 0, 1, 0))
+    assert result["error_type"] == "RuntimeError"
+    assert "under a memory limit (--dlperf-memory-limit" in result["error"]
+    assert "local or slurm launcher" in result["error"]

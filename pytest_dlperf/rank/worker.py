@@ -306,9 +306,20 @@ def hand_off(out_dir: Path, result: dict[str, Any]) -> None:
 def rank_result(spec: RankSpec | dict[str, Any], dist: DistEnv) -> dict[str, Any]:
     """This rank's result, or its ``failure``, for a launcher that runs the rank in a process
     of its own choosing and carries the result itself; a duet's barrier is broken for the
-    other side when this rank fails."""
+    other side when this rank fails. The process is placed as a started rank is (a duet side's
+    cores and devices: ``place``), so call it before the process imports a framework. A case
+    under a memory limit fails here, saying why: the limit's cgroup and the file that tells
+    its OOM kill from a crash belong to a rank started as ``main`` (the local and slurm
+    launchers)."""
     as_json = spec.to_json() if isinstance(spec, RankSpec) else spec
     try:
+        if as_json.get("memory_limit"):
+            raise RuntimeError(
+                "this case runs under a memory limit (--dlperf-memory-limit, or a bsz=max "
+                "search), which a rank handing its result back through rank_result cannot "
+                "apply: run it with the local or slurm launcher, whose ranks start as "
+                "python -m pytest_dlperf.rank.worker")
+        place(as_json, dist)
         return run(spec, dist)
     except Exception as exc:
         duet = barriers.of(as_json)
