@@ -126,7 +126,8 @@ def loss_scale(framework: str, compiler: str) -> dict[str, Any]:
     """The dynamic loss scale the adapter builds for fp16 (CUDA's AMP; built here on CPU), read
     back through the framework's own object: its start, growth and back-off factors and growth
     interval (None where the framework fixes one and shows it nowhere); ``{"skip": why}`` where
-    there is nothing to read. Read after the optimizers' steps: MXNet's ``amp.init`` patches operators."""
+    there is nothing to read. Read after the optimizers' steps: MXNet's ``amp.init`` patches
+    operators."""
     if framework == "torch":
         import torch
 
@@ -164,8 +165,9 @@ def loss_scale(framework: str, compiler: str) -> dict[str, Any]:
         from pytest_dlperf.frameworks.mindspore import loss_scaler
 
         scaler = loss_scaler(mindspore)
+        # (it backs off by dividing by the same factor: nothing of its own to read)
         return {"initial": float(scaler.scale_value.asnumpy()), "growth": scaler.scale_factor,
-                "backoff": 1 / scaler.scale_factor, "interval": scaler.scale_window}
+                "backoff": None, "interval": scaler.scale_window}
     if framework == "tensorflow":
         import keras
 

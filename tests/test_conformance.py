@@ -1,10 +1,11 @@
-"""The contract every framework's adapter meets, written once and run for each framework: two
-ranks average their gradients, its own store takes the launcher's spare port, the update is the
+"""The contract every framework's adapter meets, written once and run for each framework: two ranks
+average their gradients, its own store takes the launcher's spare port, the update is the
 workload's optimizer, its dynamic loss scale is the one policy, a window waits for the steps it
 times, the adapter's own AdamW is torch's, an own model trains on two nodes. What differs by
-framework is said in one table, ``conformance.FRAMEWORKS``; the work runs in real processes under the framework's own
-interpreter (``tests/conformance_rank.py``, or the plugin's ranks). What only one framework has
-(its model against torch's weights, its own quirks) stays in that framework's test file."""
+framework is said in one table, ``conformance.FRAMEWORKS``; the work runs in real processes
+under the framework's own interpreter (``tests/conformance_rank.py``, or the plugin's ranks).
+What only one framework has (its model against torch's weights, its own quirks) stays in that
+framework's test file."""
 
 from __future__ import annotations
 

@@ -3,8 +3,8 @@ in each, only the system differs.
 
 Each framework that scales its loss builds its own dynamic scaler from ``POLICY`` (torch's and
 Paddle's ``GradScaler``, OneFlow's for ``nn.Graph``, MindSpore's ``DynamicLossScaler``, Keras's
-``LossScaleOptimizer``, MXNet's AMP loss scaler); their defaults differ (Keras and Paddle's
-``AmpScaler`` start at 2^15, the others at 2^16), so none is left to its own. Where a framework
+``LossScaleOptimizer``, MXNet's AMP loss scaler); their defaults differ (Keras's starts at
+2^15, the others at 2^16), so none is left to its own. Where a framework
 has no dynamic scaler for a kind of step (OneFlow 0.9.0's configures ``nn.Graph`` only), the
 policy is run by hand (``DynamicScale``), as torch's ``GradScaler`` runs it.
 
