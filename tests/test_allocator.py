@@ -206,8 +206,8 @@ def test_launch_1_starts_its_windows_from_the_same_heap_as_launch_3(
         pytester: pytest.Pytester) -> None:
     """Under glibc as it comes, where a heap's history shows most (a step of this model takes
     ~1,400 fresh pages): launch 1 counts FLOPs and runs the diagnostic steps, and its windows'
-    page faults per step must still be launch 2's and 3's. They were ~0 against ~1,400 while
-    the count ran before the windows."""
+    page faults per step must still be launch 2's and 3's, within what separates launches alike
+    by construction. They were ~0 against ~1,400 while the count ran before the windows."""
     pytester.makepyfile(test_mlp=MLP_TEST)
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--devices-per-node", "1", "--dlperf-warmup-steps", "5",
@@ -222,7 +222,10 @@ def test_launch_1_starts_its_windows_from_the_same_heap_as_launch_3(
     faults = [statistics.median(launch) for launch in extra["page_faults_per_step_launches"]]
     assert len(faults) == 3
     first, others = faults[0], faults[1:]
-    assert 0.8 * min(others) <= first <= 1.25 * max(others), faults
+    # Launches alike by construction still differ: on 2026-11-28 launches 2 and 3 of one run
+    # read 1,242 and 1,579 here (4 runs, launch 1 at 0.83-1.13 of the others), and CI's
+    # launch 1 read 962 against 1,471 (0.65). The defect this guards against read ~0.
+    assert 0.5 * min(others) <= first <= 2 * max(others), faults
     assert min(faults) > 200, faults  # a model whose steps show their heap's state
     assert extra["fingerprint"]["allocator"] == "glibc-dynamic"
     heap = extra["environment"]["allocator_in_effect"]
