@@ -7,6 +7,7 @@ whose interpreter is missing skips, saying how to get it."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -15,8 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from snippets import jax_interpreter, mindspore_interpreter, mxnet_interpreter, oneflow_interpreter
+from snippets import (
+    jax_interpreter,
+    mindspore_interpreter,
+    mxnet_interpreter,
+    oneflow_interpreter,
+    still_running_after,
+)
 
+from pytest_dlperf.core.phases import BACKWARD, DATA, FORWARD, OPTIMIZER, merged
 from pytest_dlperf.frameworks import DistEnv
 from pytest_dlperf.frameworks import mindspore as mindspore_adapter
 from pytest_dlperf.frameworks import mxnet as mxnet_adapter
@@ -82,6 +90,27 @@ class Store:
 
 
 @dataclass(frozen=True)
+class Phases:
+    """The diagnostic steps cut into phases by real ranks of the framework, on a small MLP
+    (tests/phases_frameworks_mlp_rank.py): the phases each compiler reports, in order; the
+    compilers whose two ranks can leave the gradient communication out; the compilers two
+    ranks run; whether each compiler needs processes of its own."""
+
+    expected: Mapping[str, tuple[str, ...]]
+    switched: frozenset[str] = frozenset()
+    two_ranks: tuple[str, ...] = ("eager", "compiled")
+    one_trainer_a_process: bool = False
+
+
+@dataclass(frozen=True)
+class MaxBatch:
+    """``--dlperf-batch-size max`` on the framework's model of tests/wide_recipes.py, under a
+    memory limit; why it stays out of CI where it does."""
+
+    outside_ci: str | None = None
+
+
+@dataclass(frozen=True)
 class Framework:
     """What the contract needs to know of one framework."""
 
@@ -97,6 +126,8 @@ class Framework:
     adamw: tuple[tuple[str, float | None], ...] = ()  # its own AdamW: (compiler, clip) cases
     own_model: OwnModel | None = None
     store: Store | None = None  # a store of its own, placed by the launcher's variables
+    phases: Phases | None = None
+    max_batch: MaxBatch | None = None
 
     def python(self) -> str:
         """Its interpreter; skips saying how to get it where it is missing."""
@@ -110,6 +141,7 @@ class Framework:
         return str(path)
 
 
+FOUR = (DATA, FORWARD, BACKWARD, OPTIMIZER)
 TWINS = "the compiled twin of the eager average, which CI runs"
 CROSSES = "beyond {}'s CI share: the Slurm cluster's two-node job crosses nodes in CI"
 FP32 = ("test_mlp[2n1d-fp32-compiled]", "test_mlp[2n1d-fp32-eager]")
@@ -120,15 +152,33 @@ FRAMEWORKS = (
         # On CPU, XLA cannot compile the all-reduce of two workers: compiled around it.
         Average("compiled", "compiled", together={"xla_compiles": COMPILED_AROUND},
                 alone={"xla_compiles": "the step"})),
-        spare_port=False),  # its workers are named in the spec: no store of its own
+        spare_port=False,  # its workers are named in the spec: no store of its own
+        # One phase, its whole tf.function step (the batch read inside it), in either mode.
+        # Two workers of TensorFlow cannot set their strategy up twice in a process: eager
+        # alone (the compiled step on CPU workers differs only in where XLA compiles).
+        phases=Phases(dict.fromkeys(("eager", "compiled"), (merged(FOUR),)),
+                      frozenset({"eager"}), two_ranks=("eager",)),
+        max_batch=MaxBatch()),
     Framework("oneflow", oneflow_interpreter, "run scripts/setup-oneflow",
-              window=Window(("eager", "compiled"), frozenset({"eager", "compiled"}), steps=12)),
+              window=Window(("eager", "compiled"), frozenset({"eager", "compiled"}), steps=12),
+              # Data then one nn.Graph compiled; its communication cannot be left out there.
+              # Its eager trainer then its nn.Graph trainer in one process segfaulted in the
+              # graph's phased steps (eager.Sync) in 4 runs of 100 here, 0 of 100 of each alone
+              # (2026-11-26; CI's run of that day met it): a rank builds one trainer, so each
+              # compiler gets processes of its own.
+              phases=Phases({"eager": FOUR, "compiled": (DATA, merged(FOUR[1:]))},
+                            frozenset({"eager"}), one_trainer_a_process=True),
+              max_batch=MaxBatch()),
     Framework("paddle", None, "pip install 'pytest-dlperf[paddle]'",
               averages=(Average("eager"), Average("compiled", "compiled")),
               window=Window(("eager", "compiled"), frozenset(), steps=8),
               own_model=OwnModel(FP32, "*paddle has no AMP on cpu*Paddle has no CPU mixed*"),
               store=Store(lambda env, dist: paddle_adapter.prepare_environ(env, dist, cuda=False),
-                          lambda env: tuple(env["PADDLE_MASTER"].rsplit(":", 1)))),
+                          lambda env: tuple(env["PADDLE_MASTER"].rsplit(":", 1))),
+              # The four in both modes (to_static compiles the forward only).
+              phases=Phases(dict.fromkeys(("eager", "compiled"), FOUR),
+                            frozenset({"eager", "compiled"})),
+              max_batch=MaxBatch()),
     Framework("mindspore", mindspore_interpreter, "run scripts/setup-mindspore", averages=(
         Average("eager"), Average("compiled", "compiled", outside_ci=f"10 s: {TWINS}")),
         started=(SCHEDULER, SCHEDULER_GRACE_S),
@@ -143,7 +193,8 @@ FRAMEWORKS = (
             outside_ci="32 s, " + CROSSES.format("MindSpore")),
         store=Store(mindspore_adapter.prepare_environ,
                     lambda env: (env["MS_SCHED_HOST"], env["MS_SCHED_PORT"])),
-        adamw=tuple((c, clip) for c in ("eager", "compiled") for clip in (None, 0.05))),
+        adamw=tuple((c, clip) for c in ("eager", "compiled") for clip in (None, 0.05)),
+        max_batch=MaxBatch("11 s, beyond MindSpore's CI share")),
     Framework("mxnet", mxnet_interpreter, "run scripts/setup-mxnet", averages=(
         Average("eager", together={"kvstore": "dist_sync"}),
         Average("compiled", "compiled", together={"kvstore": "dist_sync"},
@@ -161,6 +212,7 @@ FRAMEWORKS = (
             reports={"kvstore": "dist_sync"}, phases=dict.fromkeys(
                 ("eager", "compiled"), ("forward", "backward", "optimizer")),
             outside_ci="22 s, " + CROSSES.format("MXNet")),
+        max_batch=MaxBatch("13 s, beyond MXNet's CI share"),
         store=Store(mxnet_adapter.prepare_environ,
                     lambda env: (env["DMLC_PS_ROOT_URI"], env["DMLC_PS_ROOT_PORT"]))),
     Framework("jax", jax_interpreter, "run scripts/setup-jax", averages=(
@@ -176,7 +228,8 @@ FRAMEWORKS = (
             own_step=False,  # its one compiled step holds the all-reduce
             outside_ci="~2 minutes, beyond JAX's CI share: the two-rank averages cross ranks "
                        "under both layouts in CI, and the GPT case records and judges fsdp on "
-                       "two ranks")),
+                       "two ranks"),
+        max_batch=MaxBatch()),
 )
 
 
@@ -187,3 +240,37 @@ def cases(contract: Callable[[Framework], Iterator[tuple[str, tuple[Any, ...], s
     return [pytest.param(*values, id=f"{framework.name}-{name}" if name else framework.name,
                          marks=[pytest.mark.outside_ci(why)] if why else [])
             for framework in FRAMEWORKS for name, values, why in contract(framework)]
+
+
+RANK = Path(__file__).with_name("conformance_rank.py")
+
+
+def job(spec: dict[str, Any], folder: Path) -> str:
+    """Code that runs tests/conformance_rank.py on ``spec`` in ``folder`` (where a failed
+    MindSpore compile writes its dump), for ``run_snippet`` and ``run_together``."""
+    return (f"import os, runpy, sys; sys.path.insert(0, {str(RANK.parent)!r}); "
+            f"os.chdir({str(folder)!r}); sys.argv[1:] = [{json.dumps(spec)!r}]; "
+            f"runpy.run_path({str(RANK)!r}, run_name='__main__')")
+
+
+def started_by(framework: Framework, under: Path) -> list[int]:
+    """The processes rank 0 starts beside it (its tag in their command line) that run in a
+    folder under ``under``, where this session's ranks run: not those of another session's
+    ranks (another xdist worker's tests)."""
+    import psutil
+
+    assert framework.started is not None
+    tag = framework.started[0]
+    found = []
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        if tag in (proc.info["cmdline"] or []) and (proc.info["cwd"] or "").startswith(
+                str(under)):
+            found.append(proc.pid)
+    return found
+
+
+def left_by(framework: Framework, under: Path) -> list[int]:
+    """What rank 0 started beside it that still runs once the ranks have gone, after its grace
+    period."""
+    assert framework.started is not None
+    return still_running_after(lambda: started_by(framework, under), framework.started[1] + 5)

@@ -1,7 +1,7 @@
-"""One rank of tests/test_phases_frameworks.py: the real trainer of a framework trains a small
-MLP a few steps, then runs the diagnostic steps in phases exactly as a rank does after its
-timed windows (``rank.worker.diagnose_phases``) and prints the phases' JSON and its weights
-(each tensor's sum), last line.
+"""One rank of tests/test_conformance_measured.py's phase checks: the real trainer of a
+framework trains a small MLP a few steps, then runs the diagnostic steps in phases exactly as a
+rank does after its timed windows (``rank.worker.diagnose_phases``) and prints the phases' JSON
+and its weights (each tensor's sum), last line.
 
 ``python tests/phases_frameworks_mlp_rank.py FRAMEWORK COMPILERS STEPS [HIDDEN]`` (compilers:
 ``eager,compiled``; prints ``{compiler: {phases, weights}}``), with ``RANK``, ``WORLD_SIZE``,

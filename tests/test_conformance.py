@@ -1,37 +1,27 @@
-"""The contract every framework's adapter meets, written once and run for each framework: two ranks
-average their gradients, its own store takes the launcher's spare port, the update is the
-workload's optimizer, its dynamic loss scale is the one policy, a window waits for the steps it
-times, the adapter's own AdamW is torch's, an own model trains on two nodes. What differs by
-framework is said in one table, ``conformance.FRAMEWORKS``; the work runs in real processes
-under the framework's own interpreter (``tests/conformance_rank.py``, or the plugin's ranks).
-What only one framework has (its model against torch's weights, its own quirks) stays in that
-framework's test file."""
+"""The contract every framework's adapter meets in training, written once and run for each
+framework: two ranks average their gradients, its own store takes the launcher's spare port, the
+update is the workload's optimizer, its dynamic loss scale is the one policy, the adapter's own
+AdamW is torch's. What the meter sees of each (a window against a wall clock, an own model on two
+nodes, the step in phases, the largest batch that fits) is tests/test_conformance_measured.py.
+What differs by framework is said in one table, ``conformance.FRAMEWORKS``; the work runs in real
+processes under the framework's own interpreter (``tests/conformance_rank.py``, or the plugin's
+ranks). What only one framework has (its model against torch's weights, its own quirks) stays in
+that framework's test file."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conformance import Average, Framework, cases
-from snippets import REPO, free_ports, run_snippet, run_together, still_running_after
+from conformance import Average, Framework, cases, job, left_by
+from snippets import REPO, free_ports, run_snippet, run_together
 
 from pytest_dlperf.frameworks import DistEnv
 from pytest_dlperf.frameworks._loss_scale import POLICY
-
-RANK = Path(__file__).with_name("conformance_rank.py")
-
-
-def job(spec: dict[str, Any], folder: Path) -> str:
-    """Code that runs tests/conformance_rank.py on ``spec`` in ``folder`` (where a failed
-    MindSpore compile writes its dump), for ``run_snippet`` and ``run_together``."""
-    return (f"import os, runpy, sys; sys.path.insert(0, {str(RANK.parent)!r}); "
-            f"os.chdir({str(folder)!r}); sys.argv[1:] = [{json.dumps(spec)!r}]; "
-            f"runpy.run_path({str(RANK)!r}, run_name='__main__')")
 
 
 def flat(weights: list[list[float]]) -> list[float]:
@@ -131,27 +121,14 @@ def test_the_store_takes_the_port_the_launcher_leaves_it(framework: Framework) -
     assert store.address(bare) == ("127.0.0.1", "29500")
 
 
-def test_what_rank_0_started_leaves_with_the_ranks(averaged: tuple[Any, ...]) -> None:
+def test_what_rank_0_started_leaves_with_the_ranks(
+        averaged: tuple[Any, ...], tmp_path_factory: pytest.TempPathFactory) -> None:
     """It leaves once the workers are done, or when its tether to rank 0 ends it, a grace
     period after rank 0 has gone (checked the moment the ranks exit, it races them)."""
     framework = averaged[0]
     if framework.started is None:
         pytest.skip(f"{framework.name}'s rank 0 starts no process beside it")
-    assert left_by(framework) == []
-
-
-def left_by(framework: Framework) -> list[int]:
-    """What rank 0 started beside it that still runs once the ranks have gone, after its grace
-    period."""
-    import psutil
-
-    assert framework.started is not None
-    tag, grace = framework.started
-
-    def left() -> list[int]:
-        return [p.pid for p in psutil.process_iter(["cmdline"]) if tag in (p.info["cmdline"] or [])]
-
-    return still_running_after(left, grace + 5)
+    assert left_by(framework, tmp_path_factory.getbasetemp()) == []
 
 
 # -- the update is the workload's optimizer ---------------------------------------------------
@@ -226,35 +203,6 @@ def test_the_loss_scale_is_the_one_policy(stepped: dict[str, Any]) -> None:
         assert value is None or value == policy[key], key
 
 
-# -- a window waits for the steps it times ---------------------------------------------------
-
-def windows(framework: Framework) -> Iterator[tuple[str, tuple[Any, ...], str | None]]:
-    for compiler in framework.window.compilers if framework.window else ():
-        yield compiler, (framework, compiler), None
-
-
-@pytest.mark.parametrize("framework, mode", cases(windows))
-def test_a_window_agrees_with_a_wall_clock(framework: Framework, mode: str,
-                                           tmp_path: Path) -> None:
-    """The meter's window over ResNet-50 steps agrees with a wall clock read after a blocking
-    loss fetch. The same window with a no-op synchronize is the control: it reads under half
-    of that clock where the framework's step returns before its work is done (so the first
-    check can fail), and agrees with it where the step is done when it returns (were it not,
-    this would say the adapter needs a real wait)."""
-    window = framework.window
-    assert window is not None
-    figures: Any = run_snippet(framework.python(), job(
-        {"job": "window", "framework": framework.name, "compiler": mode,
-         "steps": window.steps, "warmup": window.warmup}, tmp_path), timeout=600)
-    synced, outside = figures["synchronized"]
-    assert 0.9 * outside <= synced <= outside
-    unsynced, unsynced_outside = figures["not synchronized"]
-    if mode in window.asynchronous:
-        assert unsynced < 0.5 * unsynced_outside
-    else:
-        assert 0.9 * unsynced_outside <= unsynced <= unsynced_outside
-
-
 # -- an adapter's own AdamW is torch's -------------------------------------------------------
 
 def own_adamws(framework: Framework) -> Iterator[tuple[str, tuple[Any, ...], str | None]]:
@@ -297,79 +245,3 @@ def test_adamw_is_torchs_over_three_steps(framework: Framework, mode: str, clip:
     for mine, theirs in zip(got, params):
         assert np.allclose(mine, theirs.detach().numpy(), rtol=0, atol=2e-6), (mine, theirs)
     assert not np.allclose(got[0], start[0], atol=1e-2)  # the steps moved the weights
-
-
-# -- an own model trains on two nodes --------------------------------------------------------
-
-OWN_MODEL = """
-import pytest
-
-from pytest_dlperf import Workload
-
-MLP = Workload("{name}-mlp", recipes={{"{name}": "own_mlp_recipes:{name}"}}, batch_size={{"cpu": 16}},
-               sizes={{"width": 32}}, unit="rows")
-
-
-@pytest.mark.multinode{layouts}
-def test_mlp(cluster, {layout}amp, compiler, throughput_meter):
-    report = throughput_meter.measure("{name}", MLP)
-    assert report.environment["data_parallel_ranks"] == cluster.world_size
-    assert report.environment["parameters"] == 32 * 64 + 64 + 64 * 10 + 10
-"""
-
-
-def own_models(framework: Framework) -> Iterator[tuple[str, tuple[Any, ...], str | None]]:
-    if framework.own_model:
-        yield "", (framework,), framework.own_model.outside_ci
-
-
-@pytest.mark.usefixtures("subprocess_env")
-@pytest.mark.parametrize("framework", cases(own_models))
-def test_an_own_model_trains_on_two_nodes(pytester: pytest.Pytester,
-                                          framework: Framework) -> None:
-    """Two local nodes (as root, two network hosts: the gradients cross the link between them),
-    the recipe in a module of its own (an interpreter of the framework's own has no pytest to
-    import the test file with)."""
-    own = framework.own_model
-    assert own is not None
-    python = ("--dlperf-python", f"{framework.name}={framework.python()}"
-              ) if framework.own_interpreter else ()
-    layouts = f"\n@pytest.mark.layouts{own.layouts!r}" if own.layouts else ""
-    pytester.makepyfile(own_mlp_recipes=Path(__file__).with_name("own_mlp_recipes.py").read_text(),
-                        test_own=OWN_MODEL.format(name=framework.name, layouts=layouts,
-                                                  layout="layout, " if own.layouts else ""))
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--dlperf-protocol", "quick", "-m", "multinode", "--nodes",
-        "2", "--devices-per-node", "1", "--dlperf-compilers", "eager,compiled", "-k", "2n1d",
-        "--dlperf-precisions", "fp32,amp", "--dlperf-json", "r.json", "-rs",
-        "--dlperf-launches", "1", "--dlperf-unstable-cv", "50",
-        *python, timeout=500)
-    result.assert_outcomes(passed=len(own.names), skipped=len(own.names) if own.skipped else 0)
-    if own.skipped:
-        result.stdout.fnmatch_lines([own.skipped])
-    benches = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
-    assert sorted(b["name"] for b in benches) == sorted(own.names)
-    from pytest_dlperf.launch import fabric
-
-    for bench in benches:
-        info = bench["extra_info"]
-        assert info["fingerprint"]["framework"] == framework.name and info["unit"] == "rows"
-        assert info["environment"]["compiled"] == bench["name"].endswith("compiled]")
-        assert {k: info["environment"][k] for k in own.reports} == own.reports
-        assert info["samples_per_s"] > 0
-        ranks = info["peak_memory_per_rank"]
-        assert [r["rank"] for r in ranks] == [0, 1]
-        assert all(r["peak_memory_bytes"] > 0 for r in ranks)
-        if own.own_step:
-            assert all(r["own_step_s"] > 0 for r in ranks)
-        if own.phases:  # the step in phases, the communication switched off for half of them
-            seconds = info["phases"]["seconds_per_step"]
-            assert info["phases"]["communication_s"] > 0
-            assert all(value >= 0 for value in seconds.values()), seconds
-            assert set(own.reported) <= set(seconds), seconds
-            compiler = "compiled" if bench["name"].endswith("compiled]") else "eager"
-            assert all(seconds[phase] > 0 for phase in own.phases[compiler]), seconds
-        if fabric.available()[0]:
-            assert len(set(info["network"]["addresses"])) == 2, info["network"]
-    if framework.started:
-        assert left_by(framework) == []
