@@ -29,14 +29,14 @@ off in 0.1 ms finished at 85 ms), so ``synchronize`` blocks until the last step'
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable
 from typing import Any
 
 from ..core.spec import OptimizerSpec, RankSpec
 from ..core.strategies import Checked, Unported, register_strategy, why_not
 from ..core.workload import BuildContext, Parts, WorkloadError
-from . import DeviceUnavailable, DistEnv, _jax_step, _jax_tp, _roles, fresh, require_parameters
+from . import DistEnv, _jax_step, _jax_tp, fresh, require_parameters
+from ._jax_runtime import JaxRuntime
 
 DISTRIBUTION = ("jax",)
 RECIPE_FOR = "jax"
@@ -46,39 +46,16 @@ INSTALL_HINT = ("JAX 0.12 needs Python >= 3.12: create its worker interpreter wi
                 "--dlperf-python jax=$(scripts/setup-jax)")
 
 
-def prepare_environ(environ: MutableMapping[str, str], threads: int) -> None:
-    """What XLA reads at start: one rank's thread budget (XLA's CPU thread pool takes every
-    core, whatever OMP_NUM_THREADS says: with two ranks on two cores, four threads)."""
-    if threads == 1:
-        flags = environ.get("XLA_FLAGS", "")
-        environ["XLA_FLAGS"] = " ".join(filter(None, [
-            flags, "--xla_cpu_multi_thread_eigen=false", "intra_op_parallelism_threads=1"]))
-
-
-def gloo_at(address: str) -> None:
-    """JAX's CPU client with gloo's collectives announcing ``address`` (this node's, as the
-    first node sees it): gloo announces its hostname's address otherwise, 127.0.0.1 inside a
-    node's network namespace, and the other nodes' connections to it were refused. JAX offers
-    no setting for it; its CPU backend factory is registered again, as JAX registers it, with
-    the collectives made at the address (``make_gloo_tcp_collectives(hostname=...)``). Before
-    the first backend is made."""
-    from jax._src import distributed, xla_bridge
-    from jax._src.lib import _jax
-
-    def make() -> Any:
-        return xla_bridge.make_cpu_client(collectives=_jax.make_gloo_tcp_collectives(
-            distributed_client=distributed.global_state.client, hostname=address))
-
-    xla_bridge.register_backend_factory("cpu", make, priority=0, fail_quietly=False)
-
-
 class JaxTrainer:
+    """A workload's Flax model, loss and optimizer trained on a rank's ``JaxRuntime`` (its
+    distributed runtime, mesh, waits and environment), one jitted step at a time."""
+
     def __init__(self, spec: RankSpec, dist: DistEnv,
                  recipe: Callable[[BuildContext], Parts]) -> None:
         self.world_size = dist.world_size
-        self.cuda = spec.device_type == "cuda"
-        self.threads = spec.threads
-        jax = self._jax = self._join(dist)
+        self.runtime = JaxRuntime(spec, dist)
+        jax = self._jax = self.runtime.jax
+        self.cuda, self.threads = self.runtime.cuda, self.runtime.threads
         from flax import nnx
 
         self.layout = layout = spec.parallel(dist.world_size)
@@ -89,7 +66,7 @@ class JaxTrainer:
         self.tp = layout.tp if layout.uses("tp") else 0
         parts = recipe(spec.context(dist.rank, dist.world_size, dist.local_rank,
                                     f"cuda:{dist.local_rank}" if self.cuda else "cpu"))
-        self.mesh = self._mesh()
+        self.mesh = self.runtime.mesh(self.tp)
         model = parts.model
         model.train()
         graphdef, params, rest = nnx.split(model, nnx.Param, ...)
@@ -124,41 +101,6 @@ class JaxTrainer:
                                 "inputs / targets); Parts.data is not ported")
         self._inputs = self._batch(self.inputs)
         self._loss: Any = None
-
-    def _join(self, dist: DistEnv) -> Any:
-        """JAX imported with this rank's thread budget, in the job's distributed runtime when
-        there are several ranks (rank 0's process hosting the coordinator)."""
-        prepare_environ(os.environ, self.threads)
-        import jax
-
-        if dist.world_size > 1:
-            port = _roles.spare_port(os.environ, "JAX's coordinator")
-            host = _roles.ipv4(os.environ.get("MASTER_ADDR", "127.0.0.1"), "JAX's coordinator")
-            if not self.cuda:
-                gloo_at(_roles.own_address(host, int(port)))
-            jax.distributed.initialize(
-                coordinator_address=f"{host}:{port}", num_processes=dist.world_size,
-                process_id=dist.rank,
-                local_device_ids=[dist.local_rank] if self.cuda else None)
-        if self.cuda and not any(d.platform == "gpu" for d in jax.local_devices()):
-            raise DeviceUnavailable(
-                f"the case runs on CUDA (NVML found GPUs) but JAX {jax.__version__} has no "
-                "GPU here (the jax wheel is CPU only): install jax[cuda12] in its "
-                "interpreter, or run with --dlperf-device cpu")
-        return jax
-
-    def _mesh(self) -> Any:
-        """The ranks' devices on one axis, ``data``; under tensor parallelism two, ``data`` x
-        ``tp``, the ranks of one replica side by side (``core.parallel``'s order)."""
-        from jax.sharding import Mesh
-
-        devices = sorted(self._jax.devices(), key=lambda d: (d.process_index, d.id))
-        if not self.tp:
-            return Mesh(devices, (_jax_step.AXIS,))
-        import numpy as np
-
-        grid = np.array(devices, dtype=object).reshape(len(devices) // self.tp, self.tp)
-        return Mesh(grid, (_jax_step.AXIS, _jax_tp.TP))
 
     def _global(self, local: Any, spec: Any) -> Any:
         """A parameter or state leaf every rank holds whole (the same model on every rank) as
@@ -233,25 +175,15 @@ class JaxTrainer:
 
     def synchronize(self) -> None:
         """Blocks until the last step's parameters, state and loss exist."""
-        self._jax.block_until_ready((self.params, self.opt_state, self.rest, self._loss))
+        self.runtime.wait((self.params, self.opt_state, self.rest, self._loss))
 
     def loss(self) -> float:
         return 0.0 if self._loss is None else float(self._loss)
 
     def environment(self) -> dict[str, Any]:
-        jax = self._jax
-        device = jax.local_devices()[0]
-        env: dict[str, Any] = {
-            "framework": "jax",
-            "framework_version": jax.__version__,
-            "threads": self.threads,
-            "parameters": self.parameters,
-            "compiled": True,
-            "data_parallel_ranks": self.layout.data_parallel,
-            "devices": jax.device_count(),
-        }
-        if self.cuda:
-            env["device_name"] = getattr(device, "device_kind", str(device))
+        env = self.runtime.environment()
+        env.update(parameters=self.parameters, compiled=True,
+                   data_parallel_ranks=self.layout.data_parallel)
         return env
 
     def close(self) -> None:

@@ -22,9 +22,7 @@ MindSpore is asynchronous on CPU too: an operator or a compiled step returns onc
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import subprocess
 from collections.abc import Callable, MutableMapping
 from typing import Any
@@ -33,7 +31,6 @@ from ..core.spec import OptimizerSpec, RankSpec
 from ..core.workload import BuildContext, Parts, WorkloadError
 from . import (
     Batches,
-    DeviceUnavailable,
     DistEnv,
     PhasePlan,
     _roles,
@@ -44,6 +41,7 @@ from . import (
 from . import _mindspore_phases as phases
 from ._loss_scale import POLICY
 from ._mindspore_adamw import adamw
+from ._mindspore_runtime import MindSporeRuntime
 
 DISTRIBUTION = "mindspore"
 RECIPE_FOR = "mindspore"
@@ -90,13 +88,14 @@ def start_scheduler(environ: MutableMapping[str, str]) -> subprocess.Popen[bytes
 
 
 class MindSporeTrainer:
+    """A workload's cell, data, loss and optimizer trained on a rank's ``MindSporeRuntime`` (its
+    cluster, device, waits and environment), eagerly or as one ``ms.jit`` step."""
+
     def __init__(self, spec: RankSpec, dist: DistEnv,
                  recipe: Callable[[BuildContext], Parts]) -> None:
-        self.world_size = dist.world_size
-        self.cuda = spec.device_type == "cuda"
-        self.threads = spec.threads
-        self._scheduler: subprocess.Popen[bytes] | None = None
-        ms = self._ms = self._join(dist)
+        self.runtime = MindSporeRuntime(spec, dist, prepare_environ, start_scheduler)
+        ms = self._ms = self.runtime.ms
+        self.world_size, self.cuda = dist.world_size, self.runtime.cuda
         ms.set_seed(spec.seed)  # one model on every rank
         parts = recipe(spec.context(dist.rank, dist.world_size, dist.local_rank,
                                     f"cuda:{dist.local_rank}" if self.cuda else "cpu"))
@@ -141,37 +140,6 @@ class MindSporeTrainer:
         self._step_fn = self._make_step(communicate=True)
         self.train_step = ms.jit(self._step_fn) if self.compiled else self._step_fn
         self._loss: Any = None
-
-    def _join(self, dist: DistEnv) -> Any:
-        """MindSpore imported, on this rank's device with its share of the cores, in MindSpore's
-        cluster when there are several ranks (rank 0 starting its scheduler)."""
-        # MindSpore logs every cluster and compile step at WARNING: errors only, unless asked.
-        os.environ.setdefault("GLOG_v", "3")
-        if dist.world_size > 1:
-            prepare_environ(os.environ, dist)
-            if dist.rank == 0:
-                self._scheduler = start_scheduler(os.environ)
-        import mindspore as ms
-
-        if self.cuda:
-            if not ms.device_context.gpu.is_available():  # the PyPI wheel: CPU and Ascend
-                raise DeviceUnavailable(
-                    f"the case runs on CUDA (NVML found GPUs) but MindSpore {ms.__version__} "
-                    "has no GPU backend here (the PyPI wheel is CPU and Ascend only): install "
-                    "a GPU build of MindSpore or run with --dlperf-device cpu")
-            ms.set_device("GPU", dist.local_rank)
-        else:
-            ms.set_device("CPU")
-            # The CPU kernels' thread pool: 25 threads by default, whatever the cores. Set once
-            # a process (MindSpore refuses a second setting: a second trainer keeps the first's).
-            with contextlib.suppress(RuntimeError):
-                ms.device_context.cpu.op_tuning.threads_num(self.threads)
-        ms.set_context(mode=ms.PYNATIVE_MODE)
-        if dist.world_size > 1:
-            from mindspore.communication import init
-
-            init()
-        return ms
 
     def _make_step(self, communicate: bool) -> Callable[[Any, Any], Any]:
         """The training step as one function (what ``mindspore.jit`` compiles whole):
@@ -249,14 +217,9 @@ class MindSporeTrainer:
         self._local = self._grad(inputs, targets)
 
     def synchronize(self) -> None:
-        """Waits for everything queued: PyNative's executor (eager operators and compiled
-        steps alike are dispatched through it), then the device (GPU); reading the last step's
-        loss is the proof the work is done (``.asnumpy()`` waits for it)."""
-        from mindspore.common.api import _pynative_executor
-
-        _pynative_executor.sync()
-        if self.cuda:
-            self._ms.runtime.synchronize()
+        """The runtime's wait (the executor, the device); reading the last step's loss is the
+        proof the work is done (``.asnumpy()`` waits for it)."""
+        self.runtime.synchronize()
         if self._loss is not None:
             self._loss.asnumpy()
 
@@ -266,24 +229,12 @@ class MindSporeTrainer:
         return float(self._loss.asnumpy().astype("float64").mean())
 
     def environment(self) -> dict[str, Any]:
-        ms = self._ms
-        env: dict[str, Any] = {
-            "framework": "mindspore",
-            "framework_version": ms.__version__,
-            "threads": self.threads,
-            "parameters": self.parameters,
-            "compiled": self.compiled,
-            "data_parallel_ranks": self.world_size,
-        }
-        if self.cuda:
-            env["device_name"] = "GPU"
+        env = self.runtime.environment()
+        env.update(parameters=self.parameters, compiled=self.compiled)
         return env
 
     def close(self) -> None:
-        # Nothing to wait for: each worker unregisters from the scheduler as its interpreter
-        # exits (MindSpore's own finalizer), and the scheduler then exits by itself. Waiting for
-        # it here would wait for this very rank's unregistering.
-        pass
+        self.runtime.close()
 
 
 def cross_entropy(ms: Any) -> Any:

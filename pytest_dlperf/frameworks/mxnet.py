@@ -30,7 +30,6 @@ handed off in 0.03 s finished at 0.34 s, issue 43), so ``synchronize`` waits wit
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 from collections.abc import Callable, MutableMapping
 from typing import Any
@@ -39,7 +38,6 @@ from ..core.spec import OptimizerSpec, RankSpec
 from ..core.workload import BuildContext, Parts, WorkloadError
 from . import (
     Batches,
-    DeviceUnavailable,
     DistEnv,
     PhasePlan,
     _roles,
@@ -49,6 +47,7 @@ from . import (
 )
 from . import _mxnet_phases as phases
 from ._loss_scale import POLICY
+from ._mxnet_runtime import MXNetRuntime
 from ._step import EagerStep
 
 DISTRIBUTION = ("mxnet", "mxnet-cu112", "mxnet-cu117", "mxnet-mkl")
@@ -88,14 +87,15 @@ def start_roles(environ: MutableMapping[str, str]) -> list[subprocess.Popen[byte
 
 
 class MXNetTrainer(EagerStep):
+    """A workload's block, data, loss and optimizer trained on a rank's ``MXNetRuntime`` (its
+    store job, device, store, waits and environment), one ``EagerStep`` at a time."""
+
     def __init__(self, spec: RankSpec, dist: DistEnv,
                  recipe: Callable[[BuildContext], Parts]) -> None:
-        self.world_size = dist.world_size
-        self.cuda = spec.device_type == "cuda"
-        self.threads = spec.threads
-        self._roles: list[subprocess.Popen[bytes]] = []
-        mx = self._mx = self._join(dist)
-        self.context = mx.gpu(dist.local_rank) if self.cuda else mx.cpu()
+        self.runtime = MXNetRuntime(spec, dist, prepare_environ, start_roles)
+        mx = self._mx = self.runtime.mx
+        self.world_size, self.cuda = dist.world_size, self.runtime.cuda
+        self.context = self.runtime.context
         layout = spec.parallel(dist.world_size)
         if not layout.is_data_parallel:
             raise WorkloadError(f"layout {layout.id}: the MXNet adapter runs data parallelism "
@@ -116,8 +116,7 @@ class MXNetTrainer(EagerStep):
         self.compiled = spec.compiled
         if self.compiled:
             self.model.hybridize(static_alloc=True, static_shape=True)
-        self.kvstore = mx.kv.create("dist_sync_device" if self.cuda else "dist_sync") \
-            if dist.world_size > 1 else None
+        self.kvstore = self.runtime.store()
         self.grad_keys = self._share_start(self.kvstore) if self.kvstore is not None else []
         self.clip_norm = spec.optimizer.clip_norm
         self.trainer = mx.gluon.Trainer(self.params,
@@ -131,23 +130,6 @@ class MXNetTrainer(EagerStep):
         self.batches = Batches(parts.data) if parts.data is not None else None
         self.communicating = True
         self._loss: Any = None
-
-    def _join(self, dist: DistEnv) -> Any:
-        """MXNet imported on this rank's device (threads: OMP_NUM_THREADS, set by the launcher
-        before MXNet starts its pools), in the store's job when there are several ranks (rank
-        0 starting the scheduler and the server)."""
-        if dist.world_size > 1:
-            prepare_environ(os.environ, dist)
-            if dist.rank == 0:
-                self._roles = start_roles(os.environ)
-        import mxnet as mx
-
-        if self.cuda and mx.context.num_gpus() == 0:
-            raise DeviceUnavailable(
-                f"the case runs on CUDA (NVML found GPUs) but MXNet {mx.__version__} has no "
-                "GPU here (the mxnet wheel is CPU only): install mxnet-cu112 (or another CUDA "
-                "build) in its interpreter, or run with --dlperf-device cpu")
-        return mx
 
     def _share_start(self, kvstore: Any) -> list[int]:
         """Rank 0's parameters on every rank (as DDP broadcasts them), under keys 0..n-1 of the
@@ -214,8 +196,7 @@ class MXNetTrainer(EagerStep):
         self._backward(self._forward(*self._next_batch()))
 
     def synchronize(self) -> None:
-        """Waits for everything MXNet's engine has queued, on every device."""
-        self._mx.nd.waitall()
+        self.runtime.synchronize()
 
     def loss(self) -> float:
         if self._loss is None:
@@ -223,25 +204,12 @@ class MXNetTrainer(EagerStep):
         return float(self._loss.astype("float64").mean().asscalar())
 
     def environment(self) -> dict[str, Any]:
-        mx = self._mx
-        env: dict[str, Any] = {
-            "framework": "mxnet",
-            "framework_version": mx.__version__,
-            "threads": self.threads,
-            "parameters": self.parameters,
-            "compiled": self.compiled,
-            "data_parallel_ranks": self.kvstore.num_workers if self.kvstore else 1,
-            "kvstore": self.kvstore.type if self.kvstore else None,
-        }
-        if self.cuda:
-            env["device_name"] = f"GPU {self.context.device_id}"
+        env = self.runtime.environment()
+        env.update(parameters=self.parameters, compiled=self.compiled)
         return env
 
     def close(self) -> None:
-        # The store's roles exit once every worker has finalized (at interpreter exit, in
-        # MXNet's own finalizer, which waits for the others at a barrier): waiting for them
-        # here would wait for this very worker's finalizing.
-        self._mx.nd.waitall()
+        self.runtime.close()
 
 
 def cross_entropy(mx: Any) -> Callable[[Any, Any], Any]:

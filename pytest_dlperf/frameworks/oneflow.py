@@ -17,16 +17,16 @@ machine (8 ms/step to dispatch vs 158 ms/step to run, ResNet-50 32x32 batch 2, m
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable
 from typing import Any
 
 from ..core.spec import RankSpec
 from ..core.strategies import Checked, register_strategy, why_not
 from ..core.workload import BuildContext, Parts, WorkloadError
-from . import Batches, DeviceUnavailable, DistEnv, PhasePlan, map_batch, require_parameters
+from . import Batches, DistEnv, PhasePlan, map_batch, require_parameters
 from . import _oneflow_phases as phases
 from ._oneflow_parallel import Sharding
+from ._oneflow_runtime import OneFlowRuntime
 from ._oneflow_update import EagerLossScaler, graph_loss_scaler, make_optimizer
 
 DISTRIBUTION = "oneflow"
@@ -38,44 +38,17 @@ RECIPE_FOR = "oneflow"
 COMPILER = "nn.Graph"
 
 
-def _prepare_environ(environ: Any) -> None:
-    """What OneFlow reads at import, adjusted to the launch (so: before importing oneflow).
-
-    - its control plane on the launcher's spare port (torchrun's agent store holds MASTER_PORT);
-    - local nodes all have this host's address, and OneFlow groups ranks into nodes by the
-      address its master sees, so there it is one node whose processes need distinct local
-      ranks (two processes of one host with LOCAL_RANK 0 abort at start-up: "Machine 1 lost",
-      seen here). Its inter-node transport is then not what runs; on a real cluster it is.
-    """
-    port = environ.get("DLPERF_FRAMEWORK_PORT")
-    if port:
-        environ["MASTER_PORT"] = port
-    if environ.get("DLPERF_NODES_SHARE_HOST") == "1":
-        environ["LOCAL_RANK"] = environ.get("RANK", "0")
-
-
 class OneFlowTrainer:
+    """A workload's module, data, loss and optimizer trained on a rank's ``OneFlowRuntime`` (its
+    device, waits and environment), eagerly or as one ``nn.Graph``, data parallel or sharded."""
+
     def __init__(self, spec: RankSpec, dist: DistEnv,
                  recipe: Callable[[BuildContext], Parts]) -> None:
-        _prepare_environ(os.environ)
-        import oneflow as flow
-
-        self._flow = flow
-        self.cuda = spec.device_type == "cuda"
-        self.threads = spec.threads
-        if self.threads < (os.cpu_count() or 1):  # OneFlow warns about a count of every core
-            flow.set_num_threads(self.threads)
-        local_rank = int(os.environ.get("LOCAL_RANK", dist.local_rank))
-        if self.cuda and local_rank >= flow.cuda.device_count():
-            raise DeviceUnavailable(
-                f"the case runs on CUDA (NVML found GPUs) but OneFlow {flow.__version__} sees "
-                f"{flow.cuda.device_count()} GPU(s) and this rank has local rank {local_rank} "
-                "(its CUDA 11 build needs a driver that runs CUDA 11 and the CUDA 11 libraries "
-                "scripts/setup-oneflow installs); or run with --dlperf-device cpu")
-        self.device = flow.device("cuda", local_rank) if self.cuda else flow.device("cpu")
-        # One seed for the model on every rank (nn.Graph's broadcast parameters are taken as
-        # equal, not copied), a seed per rank for the data drawn afterwards.
-        flow.manual_seed(spec.seed)
+        self.runtime = OneFlowRuntime(spec, dist)
+        flow = self._flow = self.runtime.flow
+        self.cuda, self.threads, self.device = (self.runtime.cuda, self.runtime.threads,
+                                                self.runtime.device)
+        local_rank = self.runtime.local_rank
         self._recipe = recipe
         self._context = spec.context(dist.rank, dist.world_size, dist.local_rank,
                                      f"cuda:{local_rank}" if self.cuda else "cpu")
@@ -253,11 +226,7 @@ class OneFlowTrainer:
             param.grad = None
 
     def synchronize(self) -> None:
-        # Waits until OneFlow's virtual machine has run every queued instruction (eager ops and
-        # graph launches alike); oneflow.cuda.synchronize calls it too, before the CUDA sync.
-        self._flow._oneflow_internal.eager.Sync()
-        if self.cuda:
-            self._flow.cuda.synchronize(self.device)
+        self.runtime.synchronize()
 
     def loss(self) -> float:
         if self._loss is None:
@@ -268,28 +237,14 @@ class OneFlowTrainer:
         return float(loss.float().mean().item())  # a pipeline's: one per micro-batch
 
     def environment(self) -> dict[str, Any]:
-        flow = self._flow
-        env: dict[str, Any] = {
-            "framework": "oneflow",
-            "framework_version": flow.__version__,
-            "threads": self.threads,
-            "parameters": self.parameters,
-            "compiled": self.graph,
-            "data_parallel_ranks": (flow.env.get_world_size() if self.sharding is None
-                                    else self.sharding.layout.data_parallel),
-        }
-        if self.cuda:
-            import oneflow.sysconfig
-
-            # OneFlow's CUDA matrix products use TF32 unless this variable turns it off.
-            tf32 = os.environ.get("ONEFLOW_EP_CUDA_ENABLE_TF32_EXECUTION", "1")
-            env.update(device_name=flow.cuda.get_device_name(self.device),
-                       cuda=oneflow.sysconfig.get_cuda_version(),
-                       tf32=tf32.lower() not in ("0", "false", "off"))
+        env = self.runtime.environment()
+        env.update(parameters=self.parameters, compiled=self.graph)
+        if self.sharding is not None:
+            env["data_parallel_ranks"] = self.sharding.layout.data_parallel
         return env
 
     def close(self) -> None:
-        pass  # OneFlow tears its control plane down at interpreter exit
+        self.runtime.close()
 
 
 def amp_unavailable(device_type: str) -> str | None:

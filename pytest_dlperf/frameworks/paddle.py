@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
@@ -25,9 +24,10 @@ from ..core.parallel import Layout
 from ..core.spec import OptimizerSpec, RankSpec
 from ..core.strategies import Checked, Unported, register_strategy, why_not
 from ..core.workload import BuildContext, Parts, WorkloadError
-from . import Batches, DeviceUnavailable, DistEnv, PhasePlan, fresh, map_batch, require_parameters
+from . import Batches, DistEnv, PhasePlan, fresh, map_batch, require_parameters
 from . import _paddle_phases as phases
 from ._loss_scale import POLICY
+from ._paddle_runtime import PaddleRuntime
 from ._step import EagerStep
 
 # The CPU wheel and the CUDA one are different distributions; either provides ``paddle``.
@@ -77,33 +77,16 @@ def prepare_environ(environ: MutableMapping[str, str], dist: DistEnv, cuda: bool
 
 
 class PaddleTrainer(EagerStep):
+    """A workload's layer, data, loss and optimizer trained on a rank's ``PaddleRuntime`` (its
+    device, process group, waits, memory and environment), one ``EagerStep`` at a time."""
+
     def __init__(self, spec: RankSpec, dist: DistEnv,
                  recipe: Callable[[BuildContext], Parts]) -> None:
-        self.cuda = spec.device_type == "cuda"
-        prepare_environ(os.environ, dist, self.cuda)
-        import paddle
-
-        self._paddle = paddle
-        self.threads = spec.threads
-        paddle.base.core.set_num_threads(self.threads)
-        if self.cuda:
-            count = paddle.device.cuda.device_count() if paddle.is_compiled_with_cuda() else 0
-            if dist.local_rank >= count:
-                raise DeviceUnavailable(
-                    f"the case runs on CUDA (NVML found GPUs) but Paddle {paddle.__version__} "
-                    f"sees {count} GPU(s) and this rank has local rank {dist.local_rank}; "
-                    "install paddlepaddle-gpu or run with --dlperf-device cpu")
-            self.device = f"gpu:{dist.local_rank}"
-        else:
-            self.device = "cpu"
-        # The recipe makes its tensors on the current device, Paddle's default place.
-        paddle.set_device(self.device)
+        self.runtime = PaddleRuntime(spec, dist, prepare_environ)
+        paddle = self._paddle = self.runtime.paddle
+        self.cuda, self.device, self.threads = (self.runtime.cuda, self.runtime.device,
+                                                self.runtime.threads)
         self.local_rank = dist.local_rank
-        if dist.world_size > 1:
-            paddle.distributed.init_parallel_env()
-        # One seed for the model on every rank (DataParallel broadcasts rank 0's anyway), a seed
-        # per rank for the data drawn afterwards.
-        paddle.seed(spec.seed)
         parts = recipe(spec.context(dist.rank, dist.world_size, dist.local_rank,
                                     self.device.replace("gpu", "cuda")))
         model = parts.model
@@ -187,24 +170,13 @@ class PaddleTrainer(EagerStep):
         self.optimizer.clear_grad(set_to_zero=False)
 
     def reset_peak_memory(self) -> None:
-        if self.cuda:
-            cuda = self._paddle.device.cuda
-            cuda.reset_max_memory_allocated(self.device)
-            cuda.reset_max_memory_reserved(self.device)
+        self.runtime.reset_peak_memory()
 
     def peak_memory(self) -> dict[str, int]:
-        """Paddle's allocator peaks on this rank's GPU since the last reset."""
-        if not self.cuda:
-            return {}
-        cuda = self._paddle.device.cuda
-        return {"allocated_peak_bytes": int(cuda.max_memory_allocated(self.device)),
-                "reserved_peak_bytes": int(cuda.max_memory_reserved(self.device))}
+        return self.runtime.peak_memory()
 
     def synchronize(self) -> None:
-        # On CPU, Paddle's kernels have run when the op returns (paddle.device.synchronize
-        # raises TypeError there); tests/test_paddle.py checks a window against a wall clock.
-        if self.cuda:
-            self._paddle.device.synchronize(self.device)
+        self.runtime.synchronize()
 
     def loss(self) -> float:
         if self._loss is None:
@@ -213,32 +185,14 @@ class PaddleTrainer(EagerStep):
         return float(loss.astype("float32").item())
 
     def environment(self) -> dict[str, Any]:
-        paddle = self._paddle
-        env: dict[str, Any] = {
-            "framework": "paddle",
-            "framework_version": paddle.__version__,
-            "threads": self.threads,
-            "parameters": self.parameters,
-            "compiled": self.compiled,
-            # The ranks the process group really joined (get_world_size alone falls back to
-            # PADDLE_TRAINERS_NUM, which the adapter set itself).
-            "data_parallel_ranks": (1 if self.tensor_parallel else
-                                    paddle.distributed.get_world_size()
-                                    if paddle.distributed.is_initialized() else 1),
-        }
-        if self.cuda:
-            core = paddle.base.core
-            env.update(device_name=paddle.device.cuda.get_device_name(self.device),
-                       cuda=paddle.version.cuda(), cudnn=paddle.version.cudnn(),
-                       nccl=str(paddle.version.nccl()),
-                       cudnn_exhaustive_search=os.environ.get("FLAGS_cudnn_exhaustive_search"),
-                       # Paddle's TF32 switches for cuBLAS and cuDNN (both on by default): an
-                       # fp32 case's MFU is then taken against the TF32 peak.
-                       tf32=bool(core.get_cublas_switch() or core.get_cudnn_switch()))
+        env = self.runtime.environment()
+        env.update(parameters=self.parameters, compiled=self.compiled)
+        if self.tensor_parallel:
+            env["data_parallel_ranks"] = 1
         return env
 
     def close(self) -> None:
-        pass  # Paddle's gloo and NCCL groups are torn down at interpreter exit
+        self.runtime.close()
 
 
 def shard_model(paddle: Any, model: Any, parts: Parts, layout: Layout, spec: RankSpec) -> Any:

@@ -12,17 +12,16 @@ Runs inside a worker rank. ``tensorflow`` is imported in ``build_trainer`` only.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Callable
 from typing import Any
 
 from ..core.spec import OptimizerSpec, RankSpec
 from ..core.strategies import Unported, register_strategy
 from ..core.workload import BuildContext, Parts, WorkloadError
-from . import DeviceUnavailable, DistEnv, PhasePlan, exchange, fresh, require_parameters
+from . import DistEnv, PhasePlan, fresh, require_parameters
 from . import _tensorflow_phases as phases
 from ._loss_scale import POLICY
+from ._tensorflow_runtime import TensorFlowRuntime
 
 # Either wheel provides the framework: "tensorflow" (CUDA) or "tensorflow-cpu".
 DISTRIBUTION = ("tensorflow", "tensorflow-cpu")
@@ -32,98 +31,17 @@ RECIPE_FOR = "tensorflow"
 COMPILER = "XLA"  # jit_compile=True
 
 
-def tf_config(workers: list[str], rank: int) -> dict[str, Any]:
-    """TF_CONFIG for MultiWorkerMirroredStrategy: every worker's address, and this one's index."""
-    return {"cluster": {"worker": list(workers)}, "task": {"type": "worker", "index": rank}}
-
-
-_MULTI_WORKER_STARTED = False  # set once this process joined a MultiWorkerMirroredStrategy
-
-
-def _own_address() -> str:
-    """host:port where this rank's TensorFlow server will listen. The host is what the launcher
-    says peers reach us at (loopback for local nodes), else this machine's name."""
-    import socket
-
-    from ..core.ports import free_loopback_ports
-
-    host = os.environ.get("DLPERF_WORKER_HOST") or socket.gethostname()
-    (port,) = free_loopback_ports(1, host)  # free now; TF binds it moments later
-    return f"{host}:{port}"
-
-
-def _use_gpu(tf: Any, local_rank: int) -> None:
-    """Make this rank's GPU the only one TensorFlow uses, with memory grown on demand (TF
-    otherwise maps nearly all of every visible GPU's memory at start-up, which hides the
-    case's real footprint and starves anything beside it)."""
-    gpus = tf.config.list_physical_devices("GPU")
-    if local_rank >= len(gpus):
-        build = tf.sysconfig.get_build_info()
-        why = ("this TensorFlow build has no CUDA support (tensorflow-cpu?)"
-               if not build.get("is_cuda_build") else
-               "it found no usable GPU (its CUDA libraries missing or too old for the driver?)")
-        raise DeviceUnavailable(
-            f"the case runs on CUDA (NVML found GPUs) but TensorFlow {tf.__version__} sees "
-            f"{len(gpus)} GPU(s) and this rank has local rank {local_rank}: {why}. Install "
-            "the CUDA wheel (pip install 'tensorflow[and-cuda]'; scripts/setup does on a GPU "
-            "host) or run with --dlperf-device cpu")
-    try:  # only possible before TF's runtime starts (always true in a fresh worker)
-        tf.config.set_visible_devices(gpus[local_rank], "GPU")
-        tf.config.experimental.set_memory_growth(gpus[local_rank], True)
-    except RuntimeError:
-        pass
-
-
 class TensorFlowTrainer:
+    """A workload's Keras model, loss and optimizer trained on a rank's ``TensorFlowRuntime``
+    (under its strategy), one traced step at a time."""
+
     def __init__(self, spec: RankSpec, dist: DistEnv,
                  recipe: Callable[[BuildContext], Parts]) -> None:
-        threads = spec.threads
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        self.cuda = spec.device_type == "cuda"
-        global _MULTI_WORKER_STARTED
-        if dist.world_size > 1 and _MULTI_WORKER_STARTED:
-            # TensorFlow configures its collectives once per process: a second multi-worker
-            # case in the same process would hang. Only external mode (training inside pytest)
-            # can get here; the other launchers start fresh ranks for every case.
-            raise RuntimeError(
-                "TensorFlow's MultiWorkerMirroredStrategy can be set up only once per process, "
-                "and this rank already ran a multi-worker TensorFlow case; under "
-                "--dlperf-launcher external select one TensorFlow case per pytest run (-k), or "
-                "use the local or slurm launcher, which start new ranks for every case")
-        if dist.world_size > 1:
-            _MULTI_WORKER_STARTED = True
-            workers = spec.workers or exchange(dist, "tf-workers", _own_address())
-            if len(workers) != dist.world_size:
-                raise ValueError(f"tensorflow needs one address per rank (world size "
-                                 f"{dist.world_size}), got {workers!r}")
-            os.environ["TF_CONFIG"] = json.dumps(tf_config(workers, dist.rank))
-        if not self.cuda:
-            os.environ["CUDA_VISIBLE_DEVICES"] = "-1"
-        import keras
-        import tensorflow as tf
-
-        self._tf = tf
-        if self.cuda:
-            _use_gpu(tf, dist.local_rank)
-        try:  # only possible before TF's runtime starts (always true in a fresh worker)
-            tf.config.threading.set_intra_op_parallelism_threads(threads)
-            tf.config.threading.set_inter_op_parallelism_threads(1 if threads == 1 else 2)
-        except RuntimeError:
-            pass
+        self.runtime = TensorFlowRuntime(spec, dist)
+        tf = self._tf = self.runtime.tf
+        keras = self.runtime.keras
+        self.cuda, self.strategy = self.runtime.cuda, self.runtime.strategy
         precision = spec.precision
-        # fp16 needs loss scaling (LossScaleOptimizer); bf16 keeps fp32's exponent range.
-        policy = f"mixed_{precision.dtype}" if precision.enabled else "float32"
-        keras.mixed_precision.set_global_policy(policy)
-        if dist.world_size > 1:
-            implementation = (tf.distribute.experimental.CommunicationImplementation.NCCL
-                              if self.cuda else
-                              tf.distribute.experimental.CommunicationImplementation.RING)
-            self.strategy = tf.distribute.MultiWorkerMirroredStrategy(
-                communication_options=tf.distribute.experimental.CommunicationOptions(
-                    implementation=implementation))
-        else:
-            self.strategy = tf.distribute.get_strategy()
-        keras.utils.set_random_seed(spec.seed + dist.rank)
 
         opt = spec.optimizer
         self.coupled_decay = float(opt.weight_decay) if opt.kind == "sgd" else 0.0
@@ -263,16 +181,10 @@ class TensorFlowTrainer:
                 value.numpy()
 
     def reset_peak_memory(self) -> None:
-        if self.cuda:
-            self._tf.config.experimental.reset_memory_stats("GPU:0")
+        self.runtime.reset_peak_memory()
 
     def peak_memory(self) -> dict[str, int]:
-        """TensorFlow's allocator peak on this rank's GPU (the only one it sees) since the
-        last reset."""
-        if not self.cuda:
-            return {}
-        info = self._tf.config.experimental.get_memory_info("GPU:0")
-        return {"allocated_peak_bytes": int(info["peak"])}
+        return self.runtime.peak_memory()
 
     def step(self) -> None:
         # The per-replica loss is kept as it is: reducing it here would add a cross-worker
@@ -287,12 +199,10 @@ class TensorFlowTrainer:
         return self.strategy.reduce(self._tf.distribute.ReduceOp.MEAN, self._loss, axis=None)
 
     def synchronize(self) -> None:
-        # Kernels may still be queued when step() returns (always on GPU). sync_devices waits for
-        # every local device; it refuses multi-worker contexts, where the all-reduced loss of
-        # the last step (which needs every step before it, on every replica) is fetched instead.
-        sync = getattr(self._tf.test.experimental, "sync_devices", None)
-        if sync is not None and self.strategy.num_replicas_in_sync == 1:
-            sync()
+        # Kernels may still be queued when step() returns (always on GPU): the devices waited
+        # for where TensorFlow can, and the all-reduced loss of the last step fetched (it needs
+        # every step before it, on every replica).
+        self.runtime.wait_for_devices()
         if self._loss is not None:
             self._reduced_loss().numpy()
 
@@ -300,30 +210,15 @@ class TensorFlowTrainer:
         return float(self._reduced_loss().numpy()) if self._loss is not None else 0.0
 
     def environment(self) -> dict[str, Any]:
-        tf = self._tf
-        import keras
-
-        env: dict[str, Any] = {
-            "framework": "tensorflow",
-            "framework_version": tf.__version__,
-            "keras": keras.__version__,
-            "threads": tf.config.threading.get_intra_op_parallelism_threads(),
-            "parameters": self.parameters,
-            "replicas": self.strategy.num_replicas_in_sync,
-            "data_parallel_ranks": self.strategy.num_replicas_in_sync,
-            "jit_compile": self.jit,
-            "xla_compiles": (None if not self.jit else
-                             "forward-backward and update, not the all-reduce"
-                             if self.xla_around_all_reduce else "the step"),
-        }
-        if self.cuda:
-            build = tf.sysconfig.get_build_info()
-            env.update(cuda=build.get("cuda_version"), cudnn=build.get("cudnn_version"),
-                       tf32=bool(tf.config.experimental.tensor_float_32_execution_enabled()))
+        env = self.runtime.environment()
+        env.update(parameters=self.parameters, jit_compile=self.jit,
+                   xla_compiles=(None if not self.jit else
+                                 "forward-backward and update, not the all-reduce"
+                                 if self.xla_around_all_reduce else "the step"))
         return env
 
     def close(self) -> None:
-        pass
+        self.runtime.close()
 
 
 def loss_scale_optimizer(keras: Any, optimizer: Any) -> Any:

@@ -1,5 +1,6 @@
 """PyTorch: a workload's ``nn.Module`` under DistributedDataParallel, or sharded as the case's
-layout says (FSDP2, tensor and pipeline parallelism: ``_torch_parallel``).
+layout says (FSDP2, tensor and pipeline parallelism: ``_torch_parallel``), on the rank's runtime
+(``_torch_runtime``: threads, device, process group, seed, waits, memory, environment).
 
 Runs inside a worker rank. ``torch`` is imported in ``build_trainer`` only, so that the plugin can
 read ``DISTRIBUTION`` without paying for a torch import.
@@ -14,7 +15,6 @@ from ..core.spec import OptimizerSpec, RankSpec
 from ..core.workload import BuildContext, Parts
 from . import (
     Batches,
-    DeviceUnavailable,
     DistEnv,
     PhasePlan,
     fresh,
@@ -25,6 +25,7 @@ from . import _torch_parallel as parallel
 from . import _torch_phases as phases
 from . import _torch_scaling as scaling
 from ._step import EagerStep
+from ._torch_runtime import TorchRuntime
 
 DISTRIBUTION = "torch"
 INSTALL_HINT = None  # the pip extra
@@ -33,39 +34,19 @@ COMPILER = "torch.compile"
 
 
 class TorchTrainer(EagerStep):
+    """A workload's model, data, loss and optimizer trained on a rank's ``TorchRuntime`` (its
+    device, process group, waits, memory and environment), one ``EagerStep`` at a time."""
+
     def __init__(self, spec: RankSpec, dist: DistEnv,
                  recipe: Callable[[BuildContext], Parts]) -> None:
         import torch
 
         self._torch = torch
         self.dist = dist
-        self.cuda = spec.device_type == "cuda"
-        torch.set_num_threads(spec.threads)
-        if self.cuda:
-            if dist.local_rank >= torch.cuda.device_count():
-                raise DeviceUnavailable(
-                    f"the case runs on CUDA (NVML found GPUs) but torch {torch.__version__} "
-                    f"(CUDA build: {torch.version.cuda or 'none'}) sees "
-                    f"{torch.cuda.device_count()} GPU(s) and this rank has local rank "
-                    f"{dist.local_rank}; install a CUDA build of torch or run with "
-                    "--dlperf-device cpu")
-            torch.cuda.set_device(dist.local_rank)
-            self.device = torch.device("cuda", dist.local_rank)
-            torch.backends.cudnn.benchmark = True
-        else:
-            self.device = torch.device("cpu")
+        self.runtime = TorchRuntime(torch, spec, dist)
+        self.device, self.cuda = self.runtime.device, self.runtime.cuda
         self.layout = spec.parallel(dist.world_size)
-        if self.layout.is_data_parallel:
-            if dist.world_size > 1:
-                torch.distributed.init_process_group(backend="nccl" if self.cuda else "gloo")
-            mesh = None
-            torch.manual_seed(spec.seed + dist.rank)  # DDP broadcasts rank 0's weights
-        else:
-            mesh = self._mesh(spec, dist)
-            # Seeded by the replica, so that the recipe's synthetic batch is its replica's (the
-            # batch DDP's rank of that index would train on); rank 0's weights are then given
-            # to every rank before sharding (parallel.same_weights).
-            torch.manual_seed(spec.seed + self.layout.data_rank(dist.rank))
+        mesh = self.runtime.join(self.layout, spec)
 
         parts = recipe(spec.context(dist.rank, dist.world_size, dist.local_rank,
                                     str(self.device), mesh=mesh))
@@ -196,18 +177,6 @@ class TorchTrainer(EagerStep):
             loss.backward()
         self.optimizer.zero_grad(set_to_none=True)
 
-    def _mesh(self, spec: RankSpec, dist: DistEnv) -> Any:
-        """The process group (of one rank too: FSDP's code named on one device) and the
-        layout's device mesh."""
-        torch = self._torch
-        backend = "nccl" if self.cuda else "gloo"
-        if dist.world_size > 1:
-            torch.distributed.init_process_group(backend=backend)
-        else:
-            torch.distributed.init_process_group(
-                backend=backend, store=torch.distributed.HashStore(), rank=0, world_size=1)
-        return parallel.device_mesh(self.layout, spec.device_type)
-
     def _pipeline_loss(self, spec: RankSpec) -> Callable[[Any, Any], Any]:
         """The loss a pipeline's last stage backpropagates: scaled where AMP scales losses."""
         if not spec.precision.loss_scaling:
@@ -215,21 +184,13 @@ class TorchTrainer(EagerStep):
         return lambda outputs, targets: self.scaler.scale(self.criterion(outputs, targets))
 
     def reset_peak_memory(self) -> None:
-        if self.cuda:
-            self._torch.cuda.reset_peak_memory_stats(self.device)
+        self.runtime.reset_peak_memory()
 
     def peak_memory(self) -> dict[str, int]:
-        """The caching allocator's peaks since the last reset: what tensors held, and what it
-        reserved from the driver for them."""
-        if not self.cuda:
-            return {}
-        cuda = self._torch.cuda
-        return {"allocated_peak_bytes": int(cuda.max_memory_allocated(self.device)),
-                "reserved_peak_bytes": int(cuda.max_memory_reserved(self.device))}
+        return self.runtime.peak_memory()
 
     def synchronize(self) -> None:
-        if self.cuda:
-            self._torch.cuda.synchronize(self.device)
+        self.runtime.synchronize()
 
     def loss(self) -> float:
         """The last step's loss. A pipeline's exists on its last stage only: every rank gets
@@ -245,41 +206,19 @@ class TorchTrainer(EagerStep):
 
     def environment(self) -> dict[str, Any]:
         torch = self._torch
-        env: dict[str, Any] = {
-            "framework": "torch",
-            "framework_version": torch.__version__,
-            "threads": torch.get_num_threads(),
-            "parameters": self.parameters,
-            "compiled": self.compiled,
-            # The ranks the process group really joined: what data parallelism spans.
-            "data_parallel_ranks": (torch.distributed.get_world_size()
-                                    if torch.distributed.is_initialized() else 1),
-        }
+        env = self.runtime.environment()
+        env.update(parameters=self.parameters, compiled=self.compiled)
         if self.sharded is not None:
             env.update(data_parallel_ranks=self.layout.data_parallel, layout=self.layout.id,
                        parameter_bytes_per_rank=self.sharded.parameter_bytes(torch),
                        sharded_modules=self.sharded.sharded)
-        if self.cuda:
-            images = self.inputs if isinstance(self.inputs, torch.Tensor) else None
-            env.update(
-                cudnn_benchmark=torch.backends.cudnn.benchmark,
-                fused_optimizer=True,
-                device_name=torch.cuda.get_device_name(self.device),
-                cuda=torch.version.cuda,
-                cudnn=torch.backends.cudnn.version(),
-                nccl=".".join(map(str, torch.cuda.nccl.version())),
-                # TF32 in matrix products or convolutions (cuDNN's is on by default): an fp32
-                # case's MFU is then taken against the TF32 peak (pytest_dlperf.rank.flops).
-                tf32=bool(torch.backends.cuda.matmul.allow_tf32
-                          or torch.backends.cudnn.allow_tf32),
-            )
-            if images is not None and images.dim() == 4:
-                env["channels_last"] = images.is_contiguous(memory_format=torch.channels_last)
+        images = self.inputs if isinstance(self.inputs, torch.Tensor) else None
+        if self.cuda and images is not None and images.dim() == 4:
+            env["channels_last"] = images.is_contiguous(memory_format=torch.channels_last)
         return env
 
     def close(self) -> None:
-        if self._torch.distributed.is_initialized():
-            self._torch.distributed.destroy_process_group()
+        self.runtime.close()
 
 
 def make_optimizer(torch: Any, params: list[Any], opt: OptimizerSpec, fused: bool) -> Any:
