@@ -10,6 +10,14 @@ torchrun's elastic agents here, Slurm's srun, or pytest itself already launched)
 The built-in launchers are made here (``make_builtin``), each by its module's ``make``; the
 plugin offers them through its own ``pytest_dlperf_make_launcher`` hook, beside which a
 conftest or plugin adds its own (docs/adding-a-launcher.md).
+
+The modules: the protocol (``protocol``), its defaults and the cluster a test sees (``base``),
+the launchers (``local``, ``slurm``, ``external``), what the launchers that start their own
+agents share (``processes``) and how results come back (``results``); where ranks import the
+plugin from (``importpath``); local nodes as network hosts, as root (``fabric``, shaped and
+probed by ``linkprobe``) or as any user (``userhosts``), and local mode's private namespace
+(``netns``); a real Slurm cluster on one machine (``localslurm``, its files ``slurmconf``, its
+daemons ``daemons``, kept alive by ``slurmkeeper`` for ``dlperf slurm``).
 """
 
 from __future__ import annotations
