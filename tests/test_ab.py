@@ -16,6 +16,9 @@ from test_own_model import readme_example
 from pytest_dlperf.core.phases import PhaseSamples
 from pytest_dlperf.core.protocol import Result
 
+pytestmark = pytest.mark.alone(
+    "its A/B verdicts judge two sides' timings, in turns and side by side")
+
 # One window a launch, three pairs, one look (no extra pairs). Three pairs leave the t-test 2
 # degrees of freedom: with this VM's launch-to-launch noise a 3x change came out at p=0.011
 # once, so the slowed model below is ~6x slower. Windows of 300 steps (~0.6 s for the MLP, ~3 s

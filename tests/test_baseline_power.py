@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.usefixtures("subprocess_env")
+pytestmark = [pytest.mark.usefixtures("subprocess_env"),
+              pytest.mark.alone("it judges slowdowns made between runs by their timings")]
 
 # One model whose hidden width the test changes between the recording and the judging runs
 # (the user's "wider model": code, not a size of the fingerprint), and two that stay as they

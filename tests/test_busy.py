@@ -15,6 +15,9 @@ from pytest_dlperf import bisect
 from pytest_dlperf.core.interference import GpuProcess, Interference
 from pytest_dlperf.verdict import busy
 
+pytestmark = pytest.mark.alone(
+    "it measures the machine's load from other processes, which a neighbour is")
+
 QUIET = Interference(5.0, 2, 0.05, 0.0, 0.5)
 HOGGED = Interference(5.0, 2, 0.48, 0.0, 0.5)
 

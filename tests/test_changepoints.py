@@ -18,6 +18,8 @@ from test_history import MLP, RUN, needs_torch
 from pytest_dlperf.store.history import History, Point
 from pytest_dlperf.verdict.changepoints import blocking, detect, steps
 
+pytestmark = pytest.mark.alone("its gate judges tonight's timings against recorded nights")
+
 
 def noisy(level: float, n: int, rng: random.Random, cv: float = 0.01) -> list[float]:
     return [level * (1 + rng.gauss(0, cv)) for _ in range(n)]

@@ -16,7 +16,9 @@ import pytest
 from baseline_files import scaled
 
 pytest.importorskip("torchvision")
-pytestmark = pytest.mark.usefixtures("subprocess_env")
+pytestmark = [pytest.mark.usefixtures("subprocess_env"),
+              pytest.mark.alone("it records then judges timings, and looks for rank "
+                                "processes of the whole machine")]
 
 TINY = ["-p", "no:cacheprovider", "--dlperf-warmup-steps", "1", "--dlperf-steps", "2",
         "--dlperf-repeats", "2", "--dlperf-launches", "2", "--dlperf-baselines", "bl",

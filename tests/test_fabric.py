@@ -16,6 +16,8 @@ import pytest
 from pytest_dlperf.core.link import Link
 from pytest_dlperf.launch import fabric
 
+pytestmark = pytest.mark.alone("it judges a slower link by the case's timings")
+
 CAN, WHY = fabric.available()
 needs_fabric = pytest.mark.skipif(not CAN, reason=f"no namespace hosts here: {WHY}")
 

@@ -22,6 +22,8 @@ from pytest_dlperf.core.topology import Topology
 from pytest_dlperf.launch import LaunchError, local, processes
 from pytest_dlperf.models import RESNET50
 
+pytestmark = pytest.mark.alone("it bounds how soon a fault ends the case")
+
 pytest.importorskip("torchvision")
 
 def workers_under(path: Path) -> list[psutil.Process]:

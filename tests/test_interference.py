@@ -29,7 +29,8 @@ from pytest_dlperf.core.interference import (
 )
 from pytest_dlperf.core.protocol import Result
 
-pytestmark = pytest.mark.skipif(not Path("/proc/stat").exists(), reason="needs Linux's /proc")
+pytestmark = [pytest.mark.skipif(not Path("/proc/stat").exists(), reason="needs Linux's /proc"),
+              pytest.mark.alone("it reads the whole machine's CPU load (/proc/stat)")]
 
 HOG = "while True: pass"
 PROC_STAT = """cpu  1000 10 300 5000 70 0 20 100 0 0

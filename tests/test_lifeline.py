@@ -35,6 +35,8 @@ import torch
 
 from pytest_dlperf import BuildContext, Parts, Workload
 
+pytestmark = pytest.mark.alone("it bounds how soon a killed pytest's processes are gone")
+
 
 def mark(name):
     Path(os.environ["MARKS"], f"{name}-rank{os.environ['RANK']}").touch()

@@ -19,6 +19,8 @@ from pytest_dlperf.core.spec import OptimizerSpec, RankSpec
 from pytest_dlperf.core.topology import Topology
 from pytest_dlperf.launch import LaunchError, fabric, local, netns, userhosts
 
+pytestmark = pytest.mark.alone("it waits a bounded time for the agents' stores")
+
 pytest.importorskip("torch")
 
 def listeners_of_running_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -23,6 +23,8 @@ import pytest
 
 from pytest_dlperf import Parts, Workload
 
+pytestmark = pytest.mark.alone("a rank slowed on purpose is named a straggler by its timings")
+
 WIDTH = 256
 
 

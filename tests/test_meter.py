@@ -12,6 +12,9 @@ import pytest
 from pytest_dlperf.core.protocol import Protocol, throughput
 from pytest_dlperf.rank.timing import measure
 
+pytestmark = pytest.mark.alone("it compares windows with a device's own timeline to a few percent, "
+                               "and a loaded machine wakes the device's thread late")
+
 
 class FakeClock:
     def __init__(self) -> None:

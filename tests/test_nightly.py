@@ -21,6 +21,8 @@ from test_ab import FAST, SLOW, commit_model, git
 
 from pytest_dlperf import nightly
 
+pytestmark = pytest.mark.alone("the nightly's gate judges timings it recorded minutes earlier")
+
 REPO = Path(__file__).resolve().parents[1]
 # A short protocol (its own fingerprint): what is tested is the gate's flow. Windows of 300 steps
 # after 50 warm-up steps, as tests/test_ab.py's A/B runs take them; rounds of 3 pairs up to 6:

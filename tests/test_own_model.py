@@ -14,6 +14,8 @@ from pytest_dlperf.core.recipes import recipe_reference
 from pytest_dlperf.core.workload import CaseWorkload, Workload, WorkloadError
 from pytest_dlperf.plugin.settings import default_machine
 
+pytestmark = pytest.mark.alone("it records then judges timings on one and two ranks")
+
 # At import, before any pytester snapshot of sys.modules: a torch imported inside a pytester
 # test is unloaded at its end, and importing it again in the same process crashes.
 torch = pytest.importorskip("torch")

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.usefixtures("subprocess_env")
+pytestmark = [pytest.mark.usefixtures("subprocess_env"),
+              pytest.mark.alone("it names a slower backward by its timings")]
 
 # A small MLP; SLOW_BACKWARD seconds of sleep inside a custom autograd function's backward
 # (forward untouched), SLOW_DATA seconds in the workload's own input pipeline per batch.

@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-pytestmark = pytest.mark.usefixtures("subprocess_env")
+pytestmark = [pytest.mark.usefixtures("subprocess_env"),
+              pytest.mark.alone("it judges scaling efficiency from timings it recorded")]
 
 # Every step sleeps 2 ms, so that windows are steady; on one device, all but the first of its
 # windows' steps (20 a window after 2 warm-up steps) 30 ms: windows far apart (refused at

@@ -27,7 +27,8 @@ from pytest_dlperf.launch import fabric, localslurm
 from pytest_dlperf.launch.localslurm import LocalSlurm
 
 _OK, _WHY = localslurm.available()
-pytestmark = pytest.mark.skipif(not _OK, reason=f"no local Slurm cluster here: {_WHY}")
+pytestmark = [pytest.mark.skipif(not _OK, reason=f"no local Slurm cluster here: {_WHY}"),
+              pytest.mark.alone("its cluster's nodes judge a slower link by timings")]
 
 # Small MLPs; each rank writes where it runs at its first step (RANKS_WHERE), and sleeps
 # RANKS_SLEEP s a step (a fault needs a case that is still running).

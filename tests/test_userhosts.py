@@ -23,6 +23,8 @@ import pytest
 
 from pytest_dlperf.launch import fabric
 
+pytestmark = pytest.mark.alone("it bounds a case's throughput by its shaped link")
+
 NOBODY = 65534
 SYSTEM_PYTHON = Path(f"/usr/bin/python3.{sys.version_info.minor}")
 
