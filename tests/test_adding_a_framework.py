@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.alone(
+    "its recording takes the 1n2d case's scaling efficiency from timings beside its 1n1d")
+
 
 def page_files() -> dict[str, str]:
     """docs/adding-a-framework.md's python blocks, by the file each names on its first line."""

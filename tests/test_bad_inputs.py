@@ -371,7 +371,10 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("recorded")
     (root / "test_mlp.py").write_text(MLP_TEST)
     env = {k: v for k, v in os.environ.items() if not k.startswith("DLPERF_")}
-    env.update(TMPDIR=str(root), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}")
+    # As subprocess_env's runs (tests/conftest.py): a recording beside another job's load (a
+    # second xdist worker in scripts/test) is not refused as busy.
+    env.update(TMPDIR=str(root), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
+               DLPERF_BUSY_THRESHOLD="1")
     done = subprocess.run([sys.executable, "-m", "pytest", *COMMON], cwd=root, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr

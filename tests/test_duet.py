@@ -20,15 +20,15 @@ from pytest_dlperf.plugin import duet
 from pytest_dlperf.rank.barrier import Barrier
 from pytest_dlperf.rank.worker import own_cpus
 
+pytestmark = pytest.mark.alone(
+    "a duet's sides share out the machine's cores and pace each other by the clock")
+
 # One party of a barrier in a process of its own: arrives after DELAY seconds at each of its
 # phases, and prints when each wait ended (or the error).
 PARTY = """
 import json, sys, time
 from pathlib import Path
 from pytest_dlperf.rank.barrier import Barrier, BarrierError
-
-pytestmark = pytest.mark.alone(
-    "a duet's sides share out the machine's cores and pace each other by the clock")
 folder, parties, delay, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 barrier = Barrier(Path(folder), parties, timeout, sys.argv[5])
 released = []

@@ -25,6 +25,9 @@ from pytest_dlperf.core.parallel import (
 from pytest_dlperf.core.workload import Parts, Workload, WorkloadError, unknown_kinds
 from pytest_dlperf.plugin.adapters import Adapter
 
+pytestmark = pytest.mark.alone(
+    "its recording takes the 1n2d cases' scaling efficiency from timings beside their 1n1d")
+
 
 def _ratio(option: str) -> str | None:
     return None if re.fullmatch(r"r0\.\d+", option) else "a sample ratio: r0.<digits>"

@@ -20,6 +20,8 @@ import torch  # noqa: F401  (imported before pytester runs, as the suite's hygie
 from pytest_dlperf.core import lifeline
 from pytest_dlperf.launch import fabric, netns, processes, userhosts
 
+pytestmark = pytest.mark.alone("it bounds how soon a killed pytest's processes are gone")
+
 # How often each kill is tried (each attempt a fresh pytest, ~9 s): a race shows as a rare
 # failure. Once per suite run, for CI's budget; DLPERF_KILL_ATTEMPTS=5 to hunt for one.
 ATTEMPTS = int(os.environ.get("DLPERF_KILL_ATTEMPTS", "1"))
@@ -34,8 +36,6 @@ import pytest
 import torch
 
 from pytest_dlperf import BuildContext, Parts, Workload
-
-pytestmark = pytest.mark.alone("it bounds how soon a killed pytest's processes are gone")
 
 
 def mark(name):

@@ -13,6 +13,8 @@ import pytest
 from pytest_dlperf.core import cgroup
 from pytest_dlperf.plugin.launches import PROBE_STEPS
 
+pytestmark = pytest.mark.alone("a rank slowed on purpose is named a straggler by its timings")
+
 torch = pytest.importorskip("torch")  # at import: see test_own_model.py
 
 WORKLOADS = """
@@ -22,8 +24,6 @@ import time
 import pytest
 
 from pytest_dlperf import Parts, Workload
-
-pytestmark = pytest.mark.alone("a rank slowed on purpose is named a straggler by its timings")
 
 WIDTH = 256
 
