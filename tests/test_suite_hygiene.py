@@ -23,3 +23,14 @@ def test_marks_sit_on_tests_not_on_helpers(path: Path) -> None:
             if text.startswith("pytest.mark."):
                 misplaced.append(f"{node.name}: @{text}")
     assert misplaced == []
+
+
+@pytest.mark.parametrize("path", sorted(TESTS.rglob("test_*.py")), ids=lambda p: p.name)
+def test_suite_only_marks_are_not_in_the_code_a_test_writes(path: Path) -> None:
+    """``alone`` and ``outside_ci`` are this suite's own marks (pyproject.toml): in the code a
+    test writes for a child run or a process of its own (a string), they mark nothing here and
+    break or warn there."""
+    written = [node.value for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+    marks = [f"pytest.mark.{name}(" for name in ("alone", "outside_ci")]
+    assert [text for text in written if any(mark in text for mark in marks)] == []
