@@ -27,8 +27,9 @@ from pytest_dlperf.launch import fabric, localslurm
 from pytest_dlperf.launch.localslurm import LocalSlurm
 
 _OK, _WHY = localslurm.available()
-pytestmark = [pytest.mark.skipif(not _OK, reason=f"no local Slurm cluster here: {_WHY}"),
-              pytest.mark.alone("its cluster's nodes judge a slower link by timings")]
+# The training tests share the machine (scripts/test's first pass); the faults, whose tests bound
+# how soon a case ends, do not.
+pytestmark = pytest.mark.skipif(not _OK, reason=f"no local Slurm cluster here: {_WHY}")
 
 # Small MLPs; each rank writes where it runs at its first step (RANKS_WHERE), and sleeps
 # RANKS_SLEEP s a step (a fault needs a case that is still running).
@@ -379,6 +380,7 @@ def fault(slurm: LocalSlurm, folder: Path, do: Callable[[dict[int, dict[str, Any
     return text, ranks, took
 
 
+@pytest.mark.alone("it bounds how soon a fault ends the case")
 @pytest.mark.usefixtures("subprocess_env")
 def test_a_rank_killed_fails_the_case_naming_its_node(
         slurm: LocalSlurm, pytester: pytest.Pytester) -> None:
@@ -391,6 +393,7 @@ def test_a_rank_killed_fails_the_case_naming_its_node(
     assert_quiet(slurm)
 
 
+@pytest.mark.alone("it bounds how soon a fault ends the case")
 @pytest.mark.usefixtures("subprocess_env")
 def test_a_node_lost_fails_the_case_naming_it(
         slurm: LocalSlurm, pytester: pytest.Pytester) -> None:
@@ -412,6 +415,7 @@ def test_a_node_lost_fails_the_case_naming_it(
     assert_quiet(slurm)
 
 
+@pytest.mark.alone("it bounds how soon a fault ends the case")
 @pytest.mark.usefixtures("subprocess_env")
 def test_scancel_of_the_job_fails_the_case_saying_slurm_cancelled_it(
         slurm: LocalSlurm, pytester: pytest.Pytester) -> None:
@@ -425,6 +429,7 @@ def test_scancel_of_the_job_fails_the_case_saying_slurm_cancelled_it(
     assert_quiet(slurm)
 
 
+@pytest.mark.alone("it bounds how soon a fault ends the case")
 @pytest.mark.usefixtures("subprocess_env")
 def test_pytest_killed_leaves_nothing_on_any_node(
         slurm: LocalSlurm, pytester: pytest.Pytester) -> None:
