@@ -300,7 +300,7 @@ def nothing_of_the_nodes_network_left() -> Iterator[None]:
 
     def left() -> dict[str, list[str]]:
         after = fabric.leftovers()
-        theirs = _of_live_fabrics() if beside else set()
+        theirs = fabric.live_parts() if beside else set()
         return {kind: sorted(set(after[kind]) - set(before[kind]) - theirs) for kind in after}
 
     new = left()
@@ -309,24 +309,3 @@ def nothing_of_the_nodes_network_left() -> Iterator[None]:
         time.sleep(1)  # a fabric being made names its parts in its record just after
         new = left()
     assert not any(new.values()), f"left on this machine by the test suite: {new}"
-
-
-def _of_live_fabrics() -> set[str]:
-    """The namespaces, links and routes of fabrics whose owner still runs: another xdist
-    worker's tests', still in use (those of an owner that is gone are left over)."""
-    import json
-
-    from pytest_dlperf.core.lifeline import alive
-    from pytest_dlperf.launch import fabric
-
-    live: set[str] = set()
-    for path in fabric.RECORDS.glob("*.json") if fabric.RECORDS.is_dir() else []:
-        try:
-            record = json.loads(path.read_text())
-            owner, started = int(record["owner"]), float(record["started"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if alive(owner, started):
-            live |= {*record.get("namespaces", []), *record.get("veths", []),
-                     record.get("bridge") or "", record.get("subnet") or ""}
-    return live

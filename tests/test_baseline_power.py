@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 pytestmark = [pytest.mark.usefixtures("subprocess_env"),
-              pytest.mark.alone("it judges slowdowns made between runs by their timings")]
+              pytest.mark.alone("it judges slowdowns made between runs by their timings"),
+              # ~4.5 minutes of CI's alone pass (273 s on 2026-11-28): one trial of a power
+              # that benchmarks/baseline_runs.py measures over 400 (docs/measurements.md, "The
+              # gate's power"), skipped on a machine that drifts between runs; the same verdict
+              # on the same drop is tested without launches (test_levels.py).
+              pytest.mark.outside_ci("~4.5 minutes: one trial of the power "
+                                     "benchmarks/baseline_runs.py measures over 400")]
 
 # One model whose hidden width the test changes between the recording and the judging runs
 # (the user's "wider model": code, not a size of the fingerprint), and two that stay as they

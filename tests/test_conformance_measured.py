@@ -39,6 +39,9 @@ def windows(framework: Framework) -> Iterator[tuple[str, tuple[Any, ...], str | 
         yield compiler, (framework, compiler), None
 
 
+@pytest.mark.alone("its control reads a window against an outside clock: beside another "
+                   "test's ranks an asynchronous step's window read 0.53 of the clock, not "
+                   "under half (MindSpore's compiled step, 2026-11-28)")
 @pytest.mark.parametrize("framework, mode", cases(windows))
 def test_a_window_agrees_with_a_wall_clock(framework: Framework, mode: str,
                                            tmp_path: Path) -> None:

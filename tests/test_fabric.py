@@ -153,6 +153,10 @@ def test_a_fabric_whose_owner_was_killed_is_swept_and_nothing_else() -> None:
         assert died.returncode == -9 and tag, died.stderr
         left = fabric.leftovers()
         assert any(tag in n for n in left["namespaces"]), left
+        # What a live owner's fabric holds is in use, not left over; the dead owner's is not.
+        live = fabric.live_parts()
+        assert {h.namespace for h in alive.hosts} | {str(alive.subnet)} <= live, live
+        assert not [part for part in live if tag in part], live
         assert tag in fabric.sweep()
         left = fabric.leftovers()
         assert not [n for n in left["namespaces"] + left["links"] if tag in n], left

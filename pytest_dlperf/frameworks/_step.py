@@ -20,7 +20,27 @@ from typing import Any
 from . import step_phases
 
 
-class EagerStep:
+class OnRuntime:
+    """A trainer's view of its rank's runtime (``_<framework>_runtime.py``): what the phase
+    modules and the step read from the trainer (``cuda``, ``device``, ``threads``) is the
+    runtime's own, not a copy."""
+
+    runtime: Any
+
+    @property
+    def cuda(self) -> bool:
+        return bool(self.runtime.cuda)
+
+    @property
+    def device(self) -> Any:
+        return self.runtime.device
+
+    @property
+    def threads(self) -> int:
+        return int(self.runtime.threads)
+
+
+class EagerStep(OnRuntime):
     """A trainer whose step is ``_next_batch``, ``_forward``, ``_backward`` and ``_update``,
     called in that order (torch's, Paddle's and MXNet's eager and hybrid steps):
 

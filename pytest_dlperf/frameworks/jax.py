@@ -37,6 +37,7 @@ from ..core.strategies import Checked, Unported, register_strategy, why_not
 from ..core.workload import BuildContext, Parts, WorkloadError
 from . import DistEnv, _jax_step, _jax_tp, fresh, require_parameters
 from ._jax_runtime import JaxRuntime
+from ._step import OnRuntime
 
 DISTRIBUTION = ("jax",)
 RECIPE_FOR = "jax"
@@ -46,16 +47,17 @@ INSTALL_HINT = ("JAX 0.12 needs Python >= 3.12: create its worker interpreter wi
                 "--dlperf-python jax=$(scripts/setup-jax)")
 
 
-class JaxTrainer:
+class JaxTrainer(OnRuntime):
     """A workload's Flax model, loss and optimizer trained on a rank's ``JaxRuntime`` (its
     distributed runtime, mesh, waits and environment), one jitted step at a time."""
+
+    runtime: JaxRuntime
 
     def __init__(self, spec: RankSpec, dist: DistEnv,
                  recipe: Callable[[BuildContext], Parts]) -> None:
         self.world_size = dist.world_size
         self.runtime = JaxRuntime(spec, dist)
         jax = self._jax = self.runtime.jax
-        self.cuda, self.threads = self.runtime.cuda, self.runtime.threads
         from flax import nnx
 
         self.layout = layout = spec.parallel(dist.world_size)

@@ -42,6 +42,7 @@ from . import _mindspore_phases as phases
 from ._loss_scale import POLICY
 from ._mindspore_adamw import adamw
 from ._mindspore_runtime import MindSporeRuntime
+from ._step import OnRuntime
 
 DISTRIBUTION = "mindspore"
 RECIPE_FOR = "mindspore"
@@ -87,15 +88,17 @@ def start_scheduler(environ: MutableMapping[str, str]) -> subprocess.Popen[bytes
     return scheduler
 
 
-class MindSporeTrainer:
+class MindSporeTrainer(OnRuntime):
     """A workload's cell, data, loss and optimizer trained on a rank's ``MindSporeRuntime`` (its
     cluster, device, waits and environment), eagerly or as one ``ms.jit`` step."""
+
+    runtime: MindSporeRuntime
 
     def __init__(self, spec: RankSpec, dist: DistEnv,
                  recipe: Callable[[BuildContext], Parts]) -> None:
         self.runtime = MindSporeRuntime(spec, dist, prepare_environ, start_scheduler)
         ms = self._ms = self.runtime.ms
-        self.world_size, self.cuda = dist.world_size, self.runtime.cuda
+        self.world_size = dist.world_size
         ms.set_seed(spec.seed)  # one model on every rank
         parts = recipe(spec.context(dist.rank, dist.world_size, dist.local_rank,
                                     f"cuda:{dist.local_rank}" if self.cuda else "cpu"))

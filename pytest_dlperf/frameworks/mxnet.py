@@ -90,11 +90,13 @@ class MXNetTrainer(EagerStep):
     """A workload's block, data, loss and optimizer trained on a rank's ``MXNetRuntime`` (its
     store job, device, store, waits and environment), one ``EagerStep`` at a time."""
 
+    runtime: MXNetRuntime
+
     def __init__(self, spec: RankSpec, dist: DistEnv,
                  recipe: Callable[[BuildContext], Parts]) -> None:
         self.runtime = MXNetRuntime(spec, dist, prepare_environ, start_roles)
         mx = self._mx = self.runtime.mx
-        self.world_size, self.cuda = dist.world_size, self.runtime.cuda
+        self.world_size = dist.world_size
         self.context = self.runtime.context
         layout = spec.parallel(dist.world_size)
         if not layout.is_data_parallel:

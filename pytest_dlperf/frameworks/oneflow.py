@@ -28,6 +28,7 @@ from . import _oneflow_phases as phases
 from ._oneflow_parallel import Sharding
 from ._oneflow_runtime import OneFlowRuntime
 from ._oneflow_update import EagerLossScaler, graph_loss_scaler, make_optimizer
+from ._step import OnRuntime
 
 DISTRIBUTION = "oneflow"
 INSTALL_HINT = ("OneFlow 0.9.0 needs Python 3.10: create its worker interpreter with "
@@ -38,16 +39,16 @@ RECIPE_FOR = "oneflow"
 COMPILER = "nn.Graph"
 
 
-class OneFlowTrainer:
+class OneFlowTrainer(OnRuntime):
     """A workload's module, data, loss and optimizer trained on a rank's ``OneFlowRuntime`` (its
     device, waits and environment), eagerly or as one ``nn.Graph``, data parallel or sharded."""
+
+    runtime: OneFlowRuntime
 
     def __init__(self, spec: RankSpec, dist: DistEnv,
                  recipe: Callable[[BuildContext], Parts]) -> None:
         self.runtime = OneFlowRuntime(spec, dist)
         flow = self._flow = self.runtime.flow
-        self.cuda, self.threads, self.device = (self.runtime.cuda, self.runtime.threads,
-                                                self.runtime.device)
         local_rank = self.runtime.local_rank
         self._recipe = recipe
         self._context = spec.context(dist.rank, dist.world_size, dist.local_rank,

@@ -80,12 +80,12 @@ class PaddleTrainer(EagerStep):
     """A workload's layer, data, loss and optimizer trained on a rank's ``PaddleRuntime`` (its
     device, process group, waits, memory and environment), one ``EagerStep`` at a time."""
 
+    runtime: PaddleRuntime
+
     def __init__(self, spec: RankSpec, dist: DistEnv,
                  recipe: Callable[[BuildContext], Parts]) -> None:
         self.runtime = PaddleRuntime(spec, dist, prepare_environ)
         paddle = self._paddle = self.runtime.paddle
-        self.cuda, self.device, self.threads = (self.runtime.cuda, self.runtime.device,
-                                                self.runtime.threads)
         self.local_rank = dist.local_rank
         parts = recipe(spec.context(dist.rank, dist.world_size, dist.local_rank,
                                     self.device.replace("gpu", "cuda")))

@@ -21,6 +21,7 @@ from ..core.workload import BuildContext, Parts, WorkloadError
 from . import DistEnv, PhasePlan, fresh, require_parameters
 from . import _tensorflow_phases as phases
 from ._loss_scale import POLICY
+from ._step import OnRuntime
 from ._tensorflow_runtime import TensorFlowRuntime
 
 # Either wheel provides the framework: "tensorflow" (CUDA) or "tensorflow-cpu".
@@ -31,16 +32,18 @@ RECIPE_FOR = "tensorflow"
 COMPILER = "XLA"  # jit_compile=True
 
 
-class TensorFlowTrainer:
+class TensorFlowTrainer(OnRuntime):
     """A workload's Keras model, loss and optimizer trained on a rank's ``TensorFlowRuntime``
     (under its strategy), one traced step at a time."""
+
+    runtime: TensorFlowRuntime
 
     def __init__(self, spec: RankSpec, dist: DistEnv,
                  recipe: Callable[[BuildContext], Parts]) -> None:
         self.runtime = TensorFlowRuntime(spec, dist)
         tf = self._tf = self.runtime.tf
         keras = self.runtime.keras
-        self.cuda, self.strategy = self.runtime.cuda, self.runtime.strategy
+        self.strategy = self.runtime.strategy
         precision = spec.precision
 
         opt = spec.optimizer

@@ -37,6 +37,8 @@ class TorchTrainer(EagerStep):
     """A workload's model, data, loss and optimizer trained on a rank's ``TorchRuntime`` (its
     device, process group, waits, memory and environment), one ``EagerStep`` at a time."""
 
+    runtime: TorchRuntime
+
     def __init__(self, spec: RankSpec, dist: DistEnv,
                  recipe: Callable[[BuildContext], Parts]) -> None:
         import torch
@@ -44,7 +46,6 @@ class TorchTrainer(EagerStep):
         self._torch = torch
         self.dist = dist
         self.runtime = TorchRuntime(torch, spec, dist)
-        self.device, self.cuda = self.runtime.device, self.runtime.cuda
         self.layout = spec.parallel(dist.world_size)
         mesh = self.runtime.join(self.layout, spec)
 

@@ -30,7 +30,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -274,20 +274,35 @@ def kill_namespace_processes(namespace: str, grace_s: float = 3.0) -> None:
             time.sleep(0.05)
 
 
-def sweep() -> list[str]:
-    """Remove the fabrics whose owner is gone (a run SIGKILLed, or a crash): their records say
-    what they made. Returns the tags removed."""
+def records() -> Iterator[tuple[Path, dict[str, Any], bool]]:
+    """Each fabric's record on this machine: its path, what it says, and whether its owner
+    still runs. Records that cannot be read (one being written) are left out."""
     from ..core.lifeline import alive
 
-    removed = []
-    here = _netns_id()
     for path in sorted(RECORDS.glob("*.json")) if RECORDS.is_dir() else []:
         try:
             record = json.loads(path.read_text())
             owner, started = int(record["owner"]), float(record["started"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if alive(owner, started) or record.get("netns", here) != here:
+        yield path, record, alive(owner, started)
+
+
+def live_parts() -> set[str]:
+    """The namespaces, links, bridges and subnets of the fabrics whose owner still runs (another
+    pytest's, still in use: not left over)."""
+    return {part for _, record, live in records() if live
+            for part in (*record.get("namespaces", []), *record.get("veths", []),
+                         record.get("bridge"), record.get("subnet")) if part}
+
+
+def sweep() -> list[str]:
+    """Remove the fabrics whose owner is gone (a run SIGKILLed, or a crash): their records say
+    what they made. Returns the tags removed."""
+    removed = []
+    here = _netns_id()
+    for path, record, live in records():
+        if live or record.get("netns", here) != here:
             continue  # a live run's, or made from another network namespace (a container)
         if teardown(record):
             path.unlink(missing_ok=True)
@@ -359,10 +374,10 @@ def _free_subnet() -> ipaddress.IPv4Network:
     aside: it overlaps everything, and the blackhole route is what overrides it), nor another
     fabric's range."""
     taken = [net for net in _taken_networks() if net.prefixlen > 0]
-    for path in RECORDS.glob("*.json") if RECORDS.is_dir() else []:
+    for _, record, _ in records():
         try:
-            taken.append(ipaddress.IPv4Network(json.loads(path.read_text())["subnet"]))
-        except (OSError, ValueError, KeyError, TypeError):
+            taken.append(ipaddress.IPv4Network(record["subnet"]))
+        except (ValueError, KeyError, TypeError):
             continue
     rng = secrets.SystemRandom()
     for _ in range(200):
@@ -377,4 +392,4 @@ def _free_subnet() -> ipaddress.IPv4Network:
 kernel_has_netem = linkprobe.kernel_has_netem
 
 __all__ = ["Fabric", "FabricError", "Host", "Link", "available", "format_rate",
-           "kernel_has_netem", "leftovers", "sweep", "teardown"]
+           "kernel_has_netem", "leftovers", "live_parts", "records", "sweep", "teardown"]
