@@ -21,10 +21,11 @@ pytestmark = pytest.mark.alone(
 
 # One window a launch, three pairs, one look (no extra pairs). Three pairs leave the t-test 2
 # degrees of freedom: with this VM's launch-to-launch noise a 3x change came out at p=0.011
-# once, so the slowed model below is ~6x slower. Windows of 300 steps (~0.6 s for the MLP, ~3 s
-# slowed) after 50 warm-up steps: 30-step windows (~60 ms) read 50x low in the first launches
-# of a fresh CI machine (1,200 against 55,000-75,000 samples/s later in the same session).
-AB = ["-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--dlperf-steps", "300",
+# once, so the slowed model below is slower by far more (4-6x). Windows of 100 steps (~0.5 s
+# for the MLP, ~2 s slowed, on a slow VM) after 50 warm-up steps: 30-step windows (~60 ms) read
+# 50x low in the first launches of a fresh CI machine (1,200 against 55,000-75,000 samples/s
+# later in the same session). (300-step windows cost ~4 s more a slowed launch, half of it.)
+AB = ["-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--dlperf-steps", "100",
       "--dlperf-warmup-steps", "50",
       "--dlperf-repeats", "3", "--dlperf-launches", "3", "--dlperf-max-repeats", "3",
       "-k", "1n1d and fp32", "-rA"]

@@ -24,12 +24,12 @@ from pytest_dlperf import nightly
 pytestmark = pytest.mark.alone("the nightly's gate judges timings it recorded minutes earlier")
 
 REPO = Path(__file__).resolve().parents[1]
-# A short protocol (its own fingerprint): what is tested is the gate's flow. Windows of 300 steps
+# A short protocol (its own fingerprint): what is tested is the gate's flow. Windows of 100 steps
 # after 50 warm-up steps, as tests/test_ab.py's A/B runs take them; rounds of 3 pairs up to 6:
 # in duet three pairs leave the t-test one degree of freedom (each half's speed is taken out),
 # so a ~6x change is proven at the second round (with 3 at most, A/B went on to 12 pairs, the
 # bisect probe too: ~2 minutes more here).
-CASE = ["-k", "1n1d and fp32", "--dlperf-protocol", "quick", "--dlperf-steps", "300",
+CASE = ["-k", "1n1d and fp32", "--dlperf-protocol", "quick", "--dlperf-steps", "100",
         "--dlperf-warmup-steps", "50", "--dlperf-repeats", "3", "--dlperf-launches", "3",
         "--dlperf-max-repeats", "6", "--dlperf-phases", "off",
         # one-step-per-window noise on a shared CPU: night one may not refuse its baseline
