@@ -299,8 +299,17 @@ def framework_args(framework: str, request: pytest.FixtureRequest) -> list[str]:
 
 @pytest.mark.usefixtures("subprocess_env")
 @pytest.mark.parametrize("framework, how, layout", [
-    ("torch", "sbatch", "dp"), ("tensorflow", "salloc", "dp"), ("oneflow", "salloc", "dp"),
-    ("paddle", "salloc", "dp"), ("mindspore", "salloc", "dp"), ("mxnet", "salloc", "dp"),
+    ("torch", "sbatch", "dp"),
+    # TensorFlow's workers across two node hosts, binding their node's address, train in CI
+    # through the local launcher (test_fabric, test_tensorflow), as Paddle's do (the
+    # conformance suite's own model on two nodes); the Slurm launcher starts every
+    # framework's ranks alike (~90 s of the first pass on a slow VM, 2026-11-28).
+    pytest.param("tensorflow", "salloc", "dp", marks=pytest.mark.outside_ci(
+        "57 s: TensorFlow's two node hosts train in CI through the local launcher")),
+    ("oneflow", "salloc", "dp"),
+    pytest.param("paddle", "salloc", "dp", marks=pytest.mark.outside_ci(
+        "34 s: Paddle's two node hosts train in CI through the local launcher")),
+    ("mindspore", "salloc", "dp"), ("mxnet", "salloc", "dp"),
     ("jax", "salloc", "dp"),  # compiled: the test names no compiler, and JAX has no eager
     # Issue 40: FSDP2 over two Slurm nodes, its all-gathers between their namespaces.
     ("torch", "salloc", "fsdp")])
