@@ -36,6 +36,30 @@ settings.register_profile("suite", deadline=None, suppress_health_check=[HealthC
 settings.load_profile("suite")
 
 
+# The modules that take longest in scripts/test's first pass (seconds of one worker, a slow VM,
+# 2026-11-28), handed to its two workers first (--no-loadscope-reorder keeps this order):
+# pytest-xdist's own order, by the number of tests in a module, handed the Slurm cluster's 8
+# jobs (~4-5 minutes) and TensorFlow's 7 tests (~3) out last, and the pass ended with one worker
+# training them while the other had nothing left. The rest follow in collection order.
+LONGEST_FIRST = (
+    "test_conformance_measured.py",  # ~300 s
+    "test_slurm_cluster.py",  # ~240 s
+    "test_tensorflow.py",  # ~180 s
+    "test_memory_cases.py",  # ~175 s, 121 of them the largest batch's search
+    "test_bad_inputs.py",  # ~115 s
+    "test_layouts_torch.py",  # ~115 s
+    "test_oneflow.py",  # ~110 s
+    "test_conformance.py",  # ~100 s
+    "test_bert_jax.py",  # ~90 s
+    "test_bert_oneflow.py",  # ~80 s
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    first = {name: rank for rank, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable: modules whole
+
+
 @pytest.fixture
 def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """pytest's own, with the children's options back (it clears PYTEST_ADDOPTS)."""

@@ -34,3 +34,20 @@ def test_suite_only_marks_are_not_in_the_code_a_test_writes(path: Path) -> None:
                if isinstance(node, ast.Constant) and isinstance(node.value, str)]
     marks = [f"pytest.mark.{name}(" for name in ("alone", "outside_ci")]
     assert [text for text in written if any(mark in text for mark in marks)] == []
+
+
+def test_the_longest_modules_named_first_are_modules_of_the_first_pass() -> None:
+    """conftest's LONGEST_FIRST orders scripts/test's first pass: a name left behind by a
+    rename would order nothing, silently; a module of the second pass, nothing either."""
+    (LONGEST_FIRST,) = [ast.literal_eval(node.value) for node in
+                        ast.parse((TESTS / "conftest.py").read_text()).body
+                        if isinstance(node, ast.Assign)
+                        and any(getattr(t, "id", "") == "LONGEST_FIRST" for t in node.targets)]
+    assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
+    for name in LONGEST_FIRST:
+        path = TESTS / name
+        assert path.exists(), f"tests/conftest.py's LONGEST_FIRST names {name}: no such module"
+        module_marks = [ast.unparse(node.value) for node in ast.parse(path.read_text()).body
+                        if isinstance(node, ast.Assign)
+                        and any(getattr(t, "id", "") == "pytestmark" for t in node.targets)]
+        assert not any(".alone(" in marks for marks in module_marks), name
