@@ -39,8 +39,9 @@ settings.load_profile("suite")
 # The modules that take longest in scripts/test's first pass (seconds of one worker, a slow VM,
 # 2026-11-28), handed to its two workers first (--no-loadscope-reorder keeps this order):
 # pytest-xdist's own order, by the number of tests in a module, handed the Slurm cluster's 8
-# jobs (~4-5 minutes) and TensorFlow's 7 tests (~3) out last, and the pass ended with one worker
-# training them while the other had nothing left. The rest follow in collection order.
+# jobs (~5 minutes) and TensorFlow's 7 tests (~3) out among the last, and the pass's last 15
+# tests took 3.5 of its 27 minutes: a long module late keeps one worker busy while the other
+# has nothing left. The rest follow in collection order.
 LONGEST_FIRST = (
     "test_conformance_measured.py",  # ~300 s
     "test_slurm_cluster.py",  # ~240 s
