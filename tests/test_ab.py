@@ -1,6 +1,8 @@
 """A/B runs (``--dlperf-ab``, ``--dlperf-ab-python``) and ``dlperf bisect``, end to end: a real
-git repository holding the README's own-model test, commits that slow the model, real launches
-alternating between a worktree of the base and the head."""
+git repository holding a team's own-model test (an MLP under an adapter of their own,
+tests/numpy_mlp.py: what is tested is the flow, and its launches skip torch's import; the README's
+torch MLP beside CPU hogs), commits that slow the model, real launches alternating between a
+worktree of the base and the head."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from numpy_mlp import ADAPTER, FAST, SLOW, model
 from test_own_model import readme_example
 
 from pytest_dlperf.core.phases import PhaseSamples
@@ -21,20 +24,25 @@ pytestmark = pytest.mark.alone(
 
 # One window a launch, three pairs, one look (no extra pairs). Three pairs leave the t-test 2
 # degrees of freedom: with this VM's launch-to-launch noise a 3x change came out at p=0.011
-# once, so the slowed model below is slower by far more (4-6x). Windows of 100 steps (~0.5 s
-# for the MLP, ~2 s slowed, on a slow VM) after 50 warm-up steps: 30-step windows (~60 ms) read
-# 50x low in the first launches of a fresh CI machine (1,200 against 55,000-75,000 samples/s
-# later in the same session). (300-step windows cost ~4 s more a slowed launch, half of it.)
+# once (the README's torch MLP), so the slowed model is slower by far more (numpy_mlp.SLOW:
+# ~4.7x). Windows of 100 steps (~0.5 s for the MLP, ~2 s slowed, on a slow VM) after 50 warm-up
+# steps: 30-step windows (~60 ms) read 50x low in the first launches of a fresh CI machine
+# (1,200 against 55,000-75,000 samples/s later in the same session). (300-step windows cost ~4 s
+# more a slowed launch, half of it.)
 AB = ["-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--dlperf-steps", "100",
       "--dlperf-warmup-steps", "50",
       "--dlperf-repeats", "3", "--dlperf-launches", "3", "--dlperf-max-repeats", "3",
       "-k", "1n1d and fp32", "-rA"]
-FAST = "torch.nn.Linear(width, 4 * width), torch.nn.GELU(), torch.nn.Linear(4 * width, 10))"
-# A hidden layer 5x as wide: the step ~6x slower here. On this VM the MLP's launches vary by
-# +-20% between launches (same code on both sides: pairs' ratios 0.90-1.34; docs/ab.md), so a
-# slowdown of ~15% is not resolved by three pairs here and would make this test a coin toss;
-# what A/B resolves on this machine is measured in benchmarks/ab_power.py.
-SLOW = "torch.nn.Linear(width, 20 * width), torch.nn.GELU(), torch.nn.Linear(20 * width, 10))"
+# The README's MLP and its hidden layer 3x as wide: ~3x the work a step.
+README_FAST = ("torch.nn.Linear(width, 4 * width), torch.nn.GELU(), "
+               "torch.nn.Linear(4 * width, 10))")
+THREE_X = ("torch.nn.Linear(width, 12 * width), torch.nn.GELU(), "
+           "torch.nn.Linear(12 * width, 10))")
+# numpy_mlp.SLOW: a hidden layer 5x as wide, the step ~4.7x slower here. On this VM the
+# README's torch MLP's launches varied by +-20% between launches (same code on both sides:
+# pairs' ratios 0.90-1.34; docs/ab.md), so a slowdown of ~15% is not resolved by three pairs
+# and would make these tests a coin toss; what A/B resolves on this machine is measured in
+# benchmarks/ab_power.py.
 
 
 def git(repo: Path, *args: str) -> str:
@@ -44,10 +52,22 @@ def git(repo: Path, *args: str) -> str:
                           text=True, env=env).stdout.strip()
 
 
-def commit_model(repo: Path, layer: str, message: str) -> str:
+def commit_model(repo: Path, hidden: str, message: str) -> str:
+    """Commit the team's adapter and its MLP with a hidden layer ``hidden`` wide."""
+    (repo / "numpy_mlp_adapter.py").write_text(ADAPTER)
+    (repo / "test_my_model.py").write_text(model(hidden))
+    return commit(repo, message)
+
+
+def commit_readme_model(repo: Path, layer: str, message: str) -> str:
+    """Commit the README's torch MLP with ``layer`` for its layers."""
     text = readme_example()
-    assert FAST in text, "the README's example changed: update FAST"
-    (repo / "test_my_model.py").write_text(text.replace(FAST, layer))
+    assert README_FAST in text, "the README's example changed: update README_FAST"
+    (repo / "test_my_model.py").write_text(text.replace(README_FAST, layer))
+    return commit(repo, message)
+
+
+def commit(repo: Path, message: str) -> str:
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "--allow-empty", "-m", message)
     return git(repo, "rev-parse", "HEAD")
@@ -157,11 +177,13 @@ def test_the_same_code_passes_and_a_second_interpreter_runs_the_base_side(
     # (3 pairs, or 12 where the three happened to fall on the slow side of the tolerance:
     # verdict.paired.more_pairs)
     assert ab["outcome"] in ("pass", "inconclusive") and len(ab["pairs"]) in (3, 12)
-    import torch  # the build each side's ranks ran, as they reported it (here the same one)
+    import numpy  # the build each side's ranks ran, as they reported it (here the same one)
 
-    assert ab["base_framework_version"] == ab["head_framework_version"] == torch.__version__
-    result.stdout.fnmatch_lines([f"*A/B, head against base (base: *ranks under {wrapper} (torch "
-                                 f"{torch.__version__}); head: *(torch {torch.__version__}))*"])
+    version = numpy.__version__
+    assert ab["base_framework_version"] == ab["head_framework_version"] == version
+    result.stdout.fnmatch_lines([f"*A/B, head against base (base: *ranks under {wrapper} "
+                                 f"(numpy_mlp_adapter {version}); head: *(numpy_mlp_adapter "
+                                 f"{version}))*"])
     # the option's check (is it a Python 3.10+?), then the base side's launches (one rank
     # each, one a pair); never the head's
     assert len(list(marks.iterdir())) == 1 + len(ab["pairs"])
@@ -255,9 +277,6 @@ def test_the_plugins_own_files_are_not_uncommitted_changes(pytester: pytest.Pyte
                                   r"change\(s\): test_head.py$"])
 
 
-# A hidden layer 3x as wide: ~3x the work a step.
-THREE_X = ("torch.nn.Linear(width, 12 * width), torch.nn.GELU(), "
-           "torch.nn.Linear(12 * width, 10))")
 # Three windows a launch (duet judges their ratios), three pairs a round, up to six before the
 # one-sided extension to PAIR_LIMIT; 30-step windows after 10 warm-up steps.
 BUSY_AB = ["-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--dlperf-steps", "30",
@@ -277,8 +296,10 @@ BUSY_AB = ["-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--dlperf-ste
 def test_a_3x_slower_head_fails_while_cpu_hogs_run_on_both_cores(
         pytester: pytest.Pytester, repo: Path, mode: str) -> None:
     """Issue 39: with another job on both cores a ~4.6x slower head passed as inconclusive.
-    Here two CPU hogs run for the whole A/B run; the head's ~3x slowdown must fail it."""
-    commit_model(repo, THREE_X, "a hidden layer 3x as wide")
+    Here two CPU hogs run for the whole A/B run; the head's ~3x slowdown must fail it. The
+    README's torch MLP: what convoyed with the hogs were torch's threads."""
+    commit_readme_model(repo, README_FAST, "the README's MLP")
+    commit_readme_model(repo, THREE_X, "a hidden layer 3x as wide")
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
         # (turns is the default: not named, as before the option)
@@ -323,7 +344,7 @@ def test_duet_refuses_a_case_that_needs_more_than_half_the_machine_by_name(
 @pytest.mark.usefixtures("subprocess_env")
 def test_duet_a_side_that_fails_fails_the_case_naming_it_and_the_other_does_not_wait(
         pytester: pytest.Pytester, repo: Path, tmp_path: Path) -> None:
-    """The base side's ranks under an interpreter without torch: the case fails naming the base
+    """The base side's ranks under an interpreter without NumPy: the case fails naming the base
     side, and the head's ranks, waiting at the barrier, stop at once (not after the timeout)."""
     bare = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)

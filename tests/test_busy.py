@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from numpy_mlp import ADAPTER, ONE
 
 from pytest_dlperf import bisect
 from pytest_dlperf.core.interference import GpuProcess, Interference
@@ -65,26 +66,6 @@ def test_bisect_takes_a_machine_busy_case_as_neither_slow_nor_fast() -> None:
     assert lines == ["t.py::test_busy0: not judged, machine-busy"]
 
 
-# One case training a small MLP (tests/test_e2e.py's), windows long enough to take a moment.
-ONE = """
-from pytest_dlperf import Parts, Workload
-
-
-def mlp(ctx):
-    import torch
-
-    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
-    return Parts(model=model, inputs=torch.randn(ctx.batch_size, 64),
-                 targets=lambda: torch.randint(0, 10, (ctx.batch_size,)))
-
-
-MLP = Workload("mlp", recipes={"torch": mlp}, batch_size={"cpu": 16})
-
-
-def test_one(throughput_meter):
-    throughput_meter.measure("torch", MLP)
-"""
-
 ARGS = ["-p", "no:cacheprovider", "--dlperf-warmup-steps", "2", "--dlperf-steps", "50",
         "--dlperf-repeats", "2", "--dlperf-baselines", "bl", "--dlperf-machine", "box",
         "--dlperf-unstable-cv", "10", "--dlperf-devices-per-node", "1", "-rA"]
@@ -94,8 +75,7 @@ BUSY = ["--dlperf-busy-threshold", "0.25"]
 @pytest.mark.usefixtures("subprocess_env")
 def test_an_unchanged_case_beside_cpu_hogs_fails_as_machine_busy_not_as_a_regression(
         pytester: pytest.Pytester) -> None:
-    pytest.importorskip("torch")
-    pytester.makepyfile(test_mlp=ONE)
+    pytester.makepyfile(test_mlp=ONE, numpy_mlp_adapter=ADAPTER)
     # Recorded whatever else shares this host now (other jobs' load is not what this test is
     # about): the check off.
     recorded = pytester.runpytest_subprocess(

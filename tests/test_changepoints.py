@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_history import MLP, RUN, needs_torch
+from numpy_mlp import ADAPTER, ONE
+from test_history import RUN
 
 from pytest_dlperf.store.history import History, Point
 from pytest_dlperf.verdict.changepoints import blocking, detect, steps
@@ -132,8 +133,7 @@ def test_the_gate_fails_tonight_after_a_step_down_and_a_recorded_baseline_accept
     """Night 1 runs for real; eight older nights at ten times its speed go in before it; night 2
     (as slow as night 1) fails on the step, whatever its single-run verdict; a run with
     --dlperf-update-baselines accepts the level, and the night after passes."""
-    needs_torch()
-    pytester.makepyfile(test_h=MLP)
+    pytester.makepyfile(test_h=ONE, numpy_mlp_adapter=ADAPTER)
     store_path = tmp_path / "history.db"
     history = f"--dlperf-history={store_path}"
 

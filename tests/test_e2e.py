@@ -1,8 +1,8 @@
 """End to end with real processes: gloo DDP workers training a small convolutional network on
 CPU with a tiny protocol, real baseline files, the real pytest-benchmark CLI. The tests of the
-baseline flow alone train a small MLP (ONE). Neither imports torchvision: a rank starts 2-3 s
-sooner, and what they check does not depend on the model (CI's perf step trains the built-in
-models)."""
+baseline flow alone train a small MLP under a team's own NumPy adapter (numpy_mlp.ONE): its
+ranks import neither torch nor torchvision, and what they check does not depend on the model
+(CI's perf step trains the built-in models)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 from baseline_files import scaled
+from numpy_mlp import ADAPTER, ONE
 
 pytest.importorskip("torchvision")
 pytestmark = [pytest.mark.usefixtures("subprocess_env"),
@@ -64,27 +65,6 @@ def test_pair(cluster, throughput_meter):
     report = throughput_meter.measure("torch", CONVNET)
     assert report.environment["parameters"] == 224_650
     print("MEASURED", report.result.global_batch, len(report.result.samples_per_s))
-"""
-
-
-# One case training a small MLP; torch is imported in the ranks only, not at collection.
-ONE = """
-from pytest_dlperf import Parts, Workload
-
-
-def mlp(ctx):
-    import torch
-
-    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
-    return Parts(model=model, inputs=torch.randn(ctx.batch_size, 64),
-                 targets=lambda: torch.randint(0, 10, (ctx.batch_size,)))
-
-
-MLP = Workload("mlp", recipes={"torch": mlp}, batch_size={"cpu": 16})
-
-
-def test_one(throughput_meter):
-    throughput_meter.measure("torch", MLP)
 """
 
 
@@ -204,7 +184,7 @@ def test_two_process_training_records_compares_and_reports(pytester: pytest.Pyte
 
 def test_missing_baseline_passes_and_says_so_then_add_grows_it_and_another_machine_has_none(
         pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_one=ONE)
+    pytester.makepyfile(test_one=ONE, numpy_mlp_adapter=ADAPTER)
     result = run(pytester, "--devices-per-node", "1", "--dlperf-launches", "1")
     result.assert_outcomes(passed=1, warnings=1)
     result.stdout.fnmatch_lines(["*no baseline for test_one.py::test_one on machine 'box' with "
@@ -236,7 +216,7 @@ def test_missing_baseline_passes_and_says_so_then_add_grows_it_and_another_machi
 
 def test_an_inconclusive_case_adds_launches_then_warns_or_fails_when_strict(
         pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_one=ONE)
+    pytester.makepyfile(test_one=ONE, numpy_mlp_adapter=ADAPTER)
     # (one launch: its launches are replaced below)
     result = run(pytester, "--devices-per-node", "1", "--dlperf-launches", "1",
                  "--dlperf-update-baselines")
@@ -285,7 +265,7 @@ def test_an_inconclusive_case_adds_launches_then_warns_or_fails_when_strict(
 def test_the_verdict_is_taken_after_every_launch(pytester: pytest.Pytester) -> None:
     """A drop beyond doubt fails after the first launch, not after the run's three; a pass
     whose interval lies well within the tolerance stops early too."""
-    pytester.makepyfile(test_one=ONE)
+    pytester.makepyfile(test_one=ONE, numpy_mlp_adapter=ADAPTER)
     # Windows of 50 steps after 20, not TINY's 2 after 1: 2-step windows' launches read 7,946 to
     # 19,470 samples/s in one CI run, and a first launch 2x its baseline is a change beyond doubt
     # that ends the run early, rightly, where the last step below asks for all three launches.
@@ -342,7 +322,7 @@ def test_an_unusable_baseline_fails_its_case_and_is_only_replaced_on_request(
         pytester: pytest.Pytester, content: str, problem: str) -> None:
     # One launch a run: how many launches a run takes plays no part here.
     one_launch = ("--devices-per-node", "1", "--dlperf-launches", "1")
-    pytester.makepyfile(test_one=ONE)
+    pytester.makepyfile(test_one=ONE, numpy_mlp_adapter=ADAPTER)
     run(pytester, *one_launch, "--dlperf-update-baselines").assert_outcomes(passed=1)
     (path,) = (pytester.path / "bl").rglob("*.json")
     path.write_text(content)

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from numpy_mlp import ADAPTER, ONE
 
 from pytest_dlperf.core.phases import Phases
 from pytest_dlperf.store import history as history_mod
@@ -186,32 +187,6 @@ def test_bad_history_values_are_usage_errors(pytester: pytest.Pytester, raw: str
     result.stderr.fnmatch_lines([f"*bad value for --dlperf-history=*{message}*"])
 
 
-MLP = """
-from pytest_dlperf import Parts, Workload
-
-
-def mlp(ctx):
-    import torch
-
-    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
-    return Parts(model=model, inputs=torch.randn(ctx.batch_size, 64),
-                 targets=lambda: torch.randint(0, 10, (ctx.batch_size,)))
-
-
-MLP = Workload("mlp", recipes={"torch": mlp}, batch_size={"cpu": 16})
-
-
-def test_one(throughput_meter):
-    throughput_meter.measure("torch", MLP)
-"""
-
-def needs_torch() -> None:
-    """Its ranks train with torch; not imported here (pytester restores sys.modules after each
-    test, and torch cannot be imported twice in one process)."""
-    if importlib.util.find_spec("torch") is None:
-        pytest.skip("torch is not installed (scripts/setup)")
-
-
 RUN = ("-p", "no:cacheprovider", "--devices-per-node", "1", "--dlperf-warmup-steps", "1",
        "--dlperf-steps", "2", "--dlperf-repeats", "2", "--dlperf-launches", "2",
        "--dlperf-unstable-cv", "10", "--dlperf-baselines", "bl")
@@ -220,8 +195,7 @@ RUN = ("-p", "no:cacheprovider", "--devices-per-node", "1", "--dlperf-warmup-ste
 @pytest.mark.usefixtures("subprocess_env")
 def test_two_runs_through_the_plugin_append_two_points(pytester: pytest.Pytester,
                                                        store_url: str) -> None:
-    needs_torch()
-    pytester.makepyfile(test_h=MLP)
+    pytester.makepyfile(test_h=ONE, numpy_mlp_adapter=ADAPTER)
     for night in (1, 2):
         # (--opt=VALUE: pytest settles its rootdir before it knows plugins' options, and an
         # existing path given apart would count as a test path and move it)
@@ -272,8 +246,7 @@ def pytest_sessionfinish(session):
 @pytest.mark.usefixtures("subprocess_env")
 def test_a_run_the_store_cannot_take_is_kept_and_added_later(pytester: pytest.Pytester,
                                                             tmp_path: Path) -> None:
-    needs_torch()
-    pytester.makepyfile(test_h=MLP)
+    pytester.makepyfile(test_h=ONE, numpy_mlp_adapter=ADAPTER)
     pytester.makeconftest(STORE_GOES_AWAY)
     store = tmp_path / "gone" / "history.db"
     result = pytester.runpytest_subprocess(*RUN, f"--dlperf-history={store}", timeout=300)

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_ab import FAST, SLOW, commit_model, git
+from numpy_mlp import FAST, SLOW
+from test_ab import commit_model, git
 
 from pytest_dlperf import nightly
 
@@ -27,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 # A short protocol (its own fingerprint): what is tested is the gate's flow. Windows of 100 steps
 # after 50 warm-up steps, as tests/test_ab.py's A/B runs take them; rounds of 3 pairs up to 6:
 # in duet three pairs leave the t-test one degree of freedom (each half's speed is taken out),
-# so a ~6x change is proven at the second round (with 3 at most, A/B went on to 12 pairs, the
+# so a ~5x change is proven at the second round (with 3 at most, A/B went on to 12 pairs, the
 # bisect probe too: ~2 minutes more here).
 CASE = ["-k", "1n1d and fp32", "--dlperf-protocol", "quick", "--dlperf-steps", "100",
         "--dlperf-warmup-steps", "50", "--dlperf-repeats", "3", "--dlperf-launches", "3",

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_history import MLP, needs_torch
+from numpy_mlp import ADAPTER, ONE
 
 from pytest_dlperf.core.protocol import Protocol
 from pytest_dlperf.rank.timing import measure
@@ -58,8 +58,7 @@ def windows_of(path: Path) -> list[float]:
 
 @pytest.mark.usefixtures("subprocess_env")
 def test_a_pipe_gets_a_plain_line_per_window_and_q_gets_none(pytester: pytest.Pytester) -> None:
-    needs_torch()
-    pytester.makepyfile(test_p=MLP)
+    pytester.makepyfile(test_p=ONE, numpy_mlp_adapter=ADAPTER)
     result = pytester.runpytest_subprocess(*RUN, timeout=300)
     result.assert_outcomes(passed=1)
     lines = [line for line in result.outlines if line.startswith("pytest-dlperf: test_one ")]
@@ -112,9 +111,8 @@ def run_in_terminal(args: list[str], cwd: Path, env: dict[str, str],
 @pytest.mark.usefixtures("subprocess_env")
 def test_a_terminal_gets_one_line_rewritten_in_place_and_left_clean(
         pytester: pytest.Pytester) -> None:
-    needs_torch()
     pyte = pytest.importorskip("pyte")
-    pytester.makepyfile(test_p=MLP)
+    pytester.makepyfile(test_p=ONE, numpy_mlp_adapter=ADAPTER)
     raw = run_in_terminal([sys.executable, "-m", "pytest", "test_p.py", *RUN],
                           pytester.path, dict(os.environ))
     text = raw.decode(errors="replace")
