@@ -20,24 +20,24 @@ import pytest
 import torch  # noqa: F401  (imported before pytester runs, as the suite's hygiene asks)
 from _pytest.pytester import LineMatcher
 
+# torch imported in the ranks only: a child pytest that collected it imported torch (~4 s here).
 MLP_TEST = """
 import os
-
-import torch
 
 from pytest_dlperf import BuildContext, Parts, Workload
 
 
-class Head(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(32, 10)
-
-    def forward(self, x):
-        return self.fc(x)  # the user's line a bad batch fails on
-
-
 def build(ctx: BuildContext) -> Parts:
+    import torch
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(32, 10)
+
+        def forward(self, x):
+            return self.fc(x)  # the user's line a bad batch fails on
+
     how = os.environ.get("BREAK", "")
     if how == "raise":
         raise ValueError("width 48 does not divide into 5 heads")
