@@ -33,7 +33,6 @@ import os, signal, time
 from pathlib import Path
 
 import pytest
-import torch
 
 from pytest_dlperf import BuildContext, Parts, Workload
 
@@ -42,24 +41,31 @@ def mark(name):
     Path(os.environ["MARKS"], f"{name}-rank{os.environ['RANK']}").touch()
 
 
-class Marking(torch.nn.Module):
+def marking(width):
     \"\"\"A small MLP that marks the third step each rank reaches: the test then knows the rank is
-    inside the phase the protocol puts there (warm-up, or a timed window).\"\"\"
+    inside the phase the protocol puts there (warm-up, or a timed window). torch is imported in
+    the ranks only: pytest's own import of it cost ~4 s of each run.\"\"\"
+    import torch
 
-    def __init__(self, width):
-        super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(),
-                                       torch.nn.Linear(width, 10))
-        self.calls = 0
+    class Marking(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(),
+                                           torch.nn.Linear(width, 10))
+            self.calls = 0
 
-    def forward(self, x):
-        self.calls += 1
-        if self.calls == 3:
-            mark("step3")
-        return self.net(x)
+        def forward(self, x):
+            self.calls += 1
+            if self.calls == 3:
+                mark("step3")
+            return self.net(x)
+
+    return Marking()
 
 
 def build(ctx: BuildContext) -> Parts:
+    import torch
+
     if os.environ.get("HANG_RANK") == os.environ["RANK"]:
         # A rank stuck for good and deaf to SIGTERM (OneFlow spins so when a peer dies): its
         # peers wait for it in their first collective.
@@ -67,7 +73,7 @@ def build(ctx: BuildContext) -> Parts:
         mark("hung")
         while True:
             time.sleep(1)
-    return Parts(model=Marking(64), inputs=torch.randn(ctx.batch_size, 64),
+    return Parts(model=marking(64), inputs=torch.randn(ctx.batch_size, 64),
                  targets=torch.randint(0, 10, (ctx.batch_size,)))
 
 
