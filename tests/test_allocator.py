@@ -180,12 +180,12 @@ def test_the_heap_is_told_under_an_executable_that_holds_mallocs_address(name: s
 # The issue's model of one's own: launch 1 read 1.29-1.76x the others in 15 of 15 sessions
 # when the FLOP count ran before its windows (glibc's thresholds raised by the count's frees).
 MLP_TEST = """
-import torch
-
 from pytest_dlperf import BuildContext, Parts, Workload
 
 
 def build(ctx: BuildContext) -> Parts:
+    import torch  # in the ranks only (pytest's own import of it: ~4 s a run)
+
     model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(),
                                 torch.nn.Linear(1024, 512), torch.nn.GELU(),
                                 torch.nn.Linear(512, 10))

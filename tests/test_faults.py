@@ -197,12 +197,12 @@ CRASHING = """
 import os
 import signal
 
-import torch
-
 from pytest_dlperf import Parts, Workload
 
 
 def build(ctx):
+    import torch  # in the ranks only (pytest's own import of it: ~4 s a run)
+
     if ctx.rank == 1:  # a crash in a framework's own code: no traceback, no result
         os.kill(os.getpid(), signal.SIGSEGV)
     return Parts(model=torch.nn.Linear(8, 2), inputs=torch.randn(ctx.batch_size, 8),

@@ -22,12 +22,12 @@ def pytest_benchmark_update_machine_info(config, machine_info):
 """
 
 TINY = """
-import torch
-
 from pytest_dlperf import Parts, Workload
 
 
 def build(ctx):
+    import torch  # in the ranks only (pytest's own import of it: ~4 s a run)
+
     return Parts(model=torch.nn.Linear(4, 2), inputs=torch.randn(ctx.batch_size, 4),
                  targets=torch.randint(0, 2, (ctx.batch_size,)))
 
