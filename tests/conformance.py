@@ -158,7 +158,7 @@ FRAMEWORKS = (
         # alone (the compiled step on CPU workers differs only in where XLA compiles).
         phases=Phases(dict.fromkeys(("eager", "compiled"), (merged(FOUR),)),
                       frozenset({"eager"}), two_ranks=("eager",)),
-        max_batch=MaxBatch()),
+        max_batch=MaxBatch("74 s, beyond TensorFlow's CI share")),
     Framework("oneflow", oneflow_interpreter, "run scripts/setup-oneflow",
               window=Window(("eager", "compiled"), frozenset({"eager", "compiled"}), steps=12),
               # Data then one nn.Graph compiled; its communication cannot be left out there.
@@ -168,7 +168,7 @@ FRAMEWORKS = (
               # compiler gets processes of its own.
               phases=Phases({"eager": FOUR, "compiled": (DATA, merged(FOUR[1:]))},
                             frozenset({"eager"}), one_trainer_a_process=True),
-              max_batch=MaxBatch()),
+              max_batch=MaxBatch("41 s, beyond OneFlow's CI share")),
     Framework("paddle", None, "pip install 'pytest-dlperf[paddle]'",
               averages=(Average("eager"), Average("compiled", "compiled")),
               window=Window(("eager", "compiled"), frozenset(), steps=8),
@@ -229,7 +229,7 @@ FRAMEWORKS = (
             outside_ci="~2 minutes, beyond JAX's CI share: the two-rank averages cross ranks "
                        "under both layouts in CI, and the GPT case records and judges fsdp on "
                        "two ranks"),
-        max_batch=MaxBatch()),
+        max_batch=MaxBatch("71 s, beyond JAX's CI share")),
 )
 
 
