@@ -18,51 +18,48 @@ pytestmark = [pytest.mark.usefixtures("subprocess_env"),
 PERF = """
 import time
 
-import torch
-
 from pytest_dlperf import Parts, Workload
 
 SLOW_BACKWARD = {backward}
 SLOW_DATA = {data}
 
 
-class SlowBackward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        if SLOW_BACKWARD:
-            time.sleep(SLOW_BACKWARD)
-        return grad
-
-
-class Model(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.body = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(),
-                                        torch.nn.Linear(1024, 256), torch.nn.GELU())
-        self.head = torch.nn.Linear(256, 10)
-
-    def forward(self, x):
-        return self.head(SlowBackward.apply(self.body(x)))
-
-
-class Batches:
-    # Four batches, over and over, each fetch paying SLOW_DATA: an input pipeline gone slow.
-    def __init__(self, size):
-        self.items = [(torch.randn(size, 256), torch.randint(0, 10, (size,)))
-                      for _ in range(4)]
-
-    def __iter__(self):
-        for item in self.items:
-            if SLOW_DATA:
-                time.sleep(SLOW_DATA)
-            yield item
-
-
 def mlp(ctx):
+    import torch  # in the ranks only (pytest's own import of it: ~4 s a run)
+
+    class SlowBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            if SLOW_BACKWARD:
+                time.sleep(SLOW_BACKWARD)
+            return grad
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(),
+                                            torch.nn.Linear(1024, 256), torch.nn.GELU())
+            self.head = torch.nn.Linear(256, 10)
+
+        def forward(self, x):
+            return self.head(SlowBackward.apply(self.body(x)))
+
+    class Batches:
+        # Four batches, over and over, each fetch paying SLOW_DATA: an input pipeline gone slow.
+        def __init__(self, size):
+            self.items = [(torch.randn(size, 256), torch.randint(0, 10, (size,)))
+                          for _ in range(4)]
+
+        def __iter__(self):
+            for item in self.items:
+                if SLOW_DATA:
+                    time.sleep(SLOW_DATA)
+                yield item
+
     return Parts(model=Model(), data=Batches(ctx.batch_size))
 
 
