@@ -31,7 +31,27 @@ DISTRIBUTION = "numpy"
 RECIPE_FOR = "numpy"
 
 
-class MlpTrainer:
+class Eager:
+    """What every NumPy trainer here shares: it computes eagerly, reports its loss and build."""
+
+    dist = None
+    _loss = float("nan")
+
+    def synchronize(self):
+        pass  # NumPy computes eagerly: a step is done when it returns
+
+    def loss(self):
+        return self._loss
+
+    def environment(self):
+        return {"framework_version": np.__version__,
+                "data_parallel_ranks": self.dist.world_size}
+
+    def close(self):
+        pass
+
+
+class MlpTrainer(Eager):
     def __init__(self, spec, dist, recipe):
         self.dist, self.lr, self.steps, self._loss = dist, spec.optimizer.lr, 0, float("nan")
         parts = recipe(spec.context(dist.rank, dist.world_size, dist.local_rank, "cpu"))
@@ -76,19 +96,6 @@ class MlpTrainer:
     def phase_plan(self):
         return PhasePlan(phases=step_phases(self.batch, self.forward, self.backward,
                                             self.update), how="NumPy computes eagerly")
-
-    def synchronize(self):
-        pass  # NumPy computes eagerly: a step is done when it returns
-
-    def loss(self):
-        return self._loss
-
-    def environment(self):
-        return {"framework_version": np.__version__,
-                "data_parallel_ranks": self.dist.world_size}
-
-    def close(self):
-        pass
 
 
 def build_trainer(spec, dist, recipe):

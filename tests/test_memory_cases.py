@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from numpy_mlp import ADAPTER
 
 from pytest_dlperf.core import cgroup
 from pytest_dlperf.plugin.launches import PROBE_STEPS
@@ -91,17 +92,18 @@ def test_wide_plus_one(throughput_meter):
 # activation and as much again after ReLU), so memory grows with the batch in steps far larger
 # than a process's own jitter; with GROW_AFTER set, from that step on it trains one sample more
 # than its batch: what memory at the edge does when it is not steady (more than a probe's steps
-# see).
+# see). Beside tests/numpy_mlp.py's adapter, whose eager trainer's parts it takes.
 WIDE_ADAPTER = """
 import os
 
 import numpy as np
+from numpy_mlp_adapter import Eager
 
 DISTRIBUTION = "numpy"
 RECIPE_FOR = "numpy"
 
 
-class WideTrainer:
+class WideTrainer(Eager):
     def __init__(self, spec, dist, recipe):
         parts = recipe(spec.context(dist.rank, dist.world_size, dist.local_rank, "cpu"))
         self.weight, self.inputs, self.dist = parts.model, parts.inputs, dist
@@ -117,19 +119,6 @@ class WideTrainer:
         act = np.maximum(np.repeat(h[:, :, None], 4096, axis=2), 0.0)
         self._loss = float(act.mean())
         self.weight -= 1e-6 * (x.T @ h) / len(x)
-
-    def synchronize(self):
-        pass
-
-    def loss(self):
-        return self._loss
-
-    def environment(self):
-        return {"framework_version": np.__version__,
-                "data_parallel_ranks": self.dist.world_size}
-
-    def close(self):
-        pass
 
 
 def build_trainer(spec, dist, recipe):
@@ -237,7 +226,8 @@ def test_a_rank_slowed_on_purpose_is_named_and_min_mfu_fails_a_case_below_it(
 @pytest.mark.usefixtures("subprocess_env")
 def test_batch_size_max_finds_the_largest_batch_under_a_memory_limit(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytester.makepyfile(test_w=WORKLOADS, wide_adapter=WIDE_ADAPTER)
+    pytester.makepyfile(test_w=WORKLOADS, wide_adapter=WIDE_ADAPTER,
+                        numpy_mlp_adapter=ADAPTER)
     cgroups = limit_cgroups()
     run = (*SHORT, "--dlperf-launches", "1", "--devices-per-node", "1",
            "--dlperf-memory-limit", "1G", "--dlperf-steps", "2", "--dlperf-repeats", "1",
