@@ -42,17 +42,19 @@ settings.load_profile("suite")
 # jobs (~5 minutes) and TensorFlow's 7 tests (~3) out among the last, and the pass's last 15
 # tests took 3.5 of its 27 minutes: a long module late keeps one worker busy while the other
 # has nothing left. The rest follow in collection order.
-LONGEST_FIRST = (
-    "test_conformance_measured.py",  # ~300 s
-    "test_slurm_cluster.py",  # ~240 s
-    "test_tensorflow.py",  # ~180 s
-    "test_memory_cases.py",  # ~175 s, 121 of them the largest batch's search
-    "test_bad_inputs.py",  # ~115 s
-    "test_layouts_torch.py",  # ~115 s
-    "test_oneflow.py",  # ~110 s
-    "test_conformance.py",  # ~100 s
-    "test_bert_jax.py",  # ~90 s
-    "test_bert_oneflow.py",  # ~80 s
+LONGEST_FIRST = (  # worker-seconds in the first pass, 2026-11-28
+    "test_bad_inputs.py",  # ~240 s
+    "test_conformance.py",  # ~225 s
+    "test_tensorflow.py",  # ~175 s
+    "test_bert_jax.py",  # ~150 s
+    "test_layouts_torch.py",  # ~145 s, 100 of them the 2-D layout's
+    "test_slurm_cluster.py",  # ~140 s
+    "test_conformance_measured.py",  # ~140 s
+    "test_oneflow.py",  # ~125 s
+    "test_bert_oneflow.py",  # ~115 s
+    "test_memory_cases.py",  # ~90 s
+    "test_external.py",  # ~75 s
+    "test_own_model.py",  # ~70 s, the docs' sharded example
 )
 
 

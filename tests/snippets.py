@@ -40,8 +40,15 @@ def run_snippet(python: str, code: str, timeout: float = 300, **env: str) -> obj
                 "GLOG_minloglevel": "2", "TF_CPP_MIN_LOG_LEVEL": "2", **env}
     done = subprocess.run([python, "-c", code], capture_output=True, text=True, env=full_env,
                           timeout=timeout, stdin=subprocess.DEVNULL)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, ended(done.returncode, done.stdout, done.stderr)
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def ended(code: int, stdout: str, stderr: str) -> str:
+    """Why a snippet's process failed: its exit status (a negative one is the signal that
+    killed it, which leaves no traceback) and the ends of what it printed."""
+    how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+    return f"{how}; stdout: {stdout[-1000:]!r}; stderr: {stderr[-3000:]!r}"
 
 
 def run_together(python: str, codes: list[str], env: dict[str, str],
@@ -56,7 +63,7 @@ def run_together(python: str, codes: list[str], env: dict[str, str],
     out = []
     for proc in ranks:
         stdout, stderr = proc.communicate(timeout=timeout)
-        assert proc.returncode == 0, stderr[-3000:]
+        assert proc.returncode == 0, ended(proc.returncode, stdout, stderr)
         out.append(json.loads(stdout.strip().splitlines()[-1]))
     return out
 
