@@ -15,6 +15,7 @@ import pytest
 
 from pytest_dlperf.core.link import Link
 from pytest_dlperf.launch import fabric
+from pytest_dlperf.store.baselines import BaselineStore
 
 # What a fabric is made of shares the machine (scripts/test's first pass); what a link carries
 # and a slower link's verdict do not.
@@ -295,8 +296,6 @@ def test_a_slower_link_behind_the_plugins_back_is_a_regression(
     # Another link setting never shares the baseline recorded at 10 Gbit/s: the link asked is
     # in the fingerprint (above), and a fingerprint's baseline is a file of its own. (A fourth
     # session on two nodes, ~25 s, showed the same through a run's "no-baseline" verdict.)
-    from pytest_dlperf.store.baselines import BaselineStore
-
     store = BaselineStore(pytester.path / "bl")  # ACROSS's --dlperf-baselines
     fingerprint = case["fingerprint"]
     (recorded_file,) = (pytester.path / "bl").rglob("*.json")
