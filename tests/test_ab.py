@@ -123,6 +123,8 @@ def test_a_slower_commit_fails_against_its_parent_and_is_an_improvement_the_othe
     assert ab_of(repo / "fast.json")["outcome"] == "improvement"
 
 
+@pytest.mark.outside_ci("39 s: the nightly's test (tests/test_nightly.py) bisects in CI, a range "
+                        "of two commits, and names the first slow one")
 @pytest.mark.usefixtures("subprocess_env")
 def test_bisect_names_the_commit_that_made_the_model_slower(
         pytester: pytest.Pytester, repo: Path) -> None:
