@@ -107,6 +107,10 @@ print(json.dumps(losses))
 """
 
 
+@pytest.mark.outside_ci("36 s of the first pass, beyond OneFlow's CI share: the conformance suite "
+                        "checks OneFlow's AdamW and clip against torch's in CI, its ResNet-50 "
+                        "trains as an nn.Graph on two nodes (test_oneflow), and its BERT gives "
+                        "torch's outputs from torch's weights (above)")
 def test_the_recipe_trains_through_the_adapter_eager_and_as_a_graph(oneflow_python: str) -> None:
     """BERT-base through the real adapter (AdamW, the clip, the decay exclusions; nn.Graph
     with the loss and the optimizer inside), two steps in each mode."""
