@@ -53,6 +53,10 @@ def last_good(tmp_path: Path, which: str = "last_good") -> str | None:
     return state[which]["commit"] if state.get(which) else None
 
 
+@pytest.mark.outside_ci(
+    "191 s alone, CI's 35 minutes (issue 54): its judges "
+    "(test_judges_make_the_night), A/B's slower commit and the bisect of a range "
+    "(test_ab) run in CI")
 def test_nights_judge_by_ab_against_the_last_good_commit_then_by_the_baselines(
         tmp_path: Path) -> None:
     repo = tmp_path / "mymodel"

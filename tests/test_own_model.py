@@ -106,6 +106,10 @@ def sharded_example() -> str:
 
 
 @pytest.mark.usefixtures("subprocess_env")
+@pytest.mark.outside_ci(
+    "69 s alone, CI's 35 minutes (issue 54): each of its layouts trains against one "
+    "process in CI (test_layouts_torch), and the layout-kind docs' example trains and "
+    "reports through the plugin")
 def test_the_docs_sharded_example_trains_data_parallel_fsdp2_and_tensor_parallel(
         pytester: pytest.Pytester) -> None:
     """Issue 40: a user's own language model under FSDP2 and tensor parallel, as the docs give
