@@ -85,3 +85,31 @@ def test_no_retreat_below_batch_one() -> None:
     found = search(memory(1, []), 1)
     with pytest.raises(BatchSearchError, match="found 1, but .* at batch 1 "):
         found.retreat(1.0, "oom")
+
+
+@pytest.mark.parametrize("limit", [85_744, 1_000_000, 2_345_678])
+def test_another_size_is_found_to_within_its_precision_in_few_probes(limit: int) -> None:
+    calls: list[int] = []
+    found = search(memory(limit, calls), 85_744, size="num_classes")
+    assert found.precision == 1 / 64 and found.size == "num_classes"
+    # What was found fits, and within its precision of it one more step did not.
+    assert found.found <= limit < found.found + found.step(found.found) + 1
+    assert limit - found.found <= found.found / 64
+    assert len(calls) <= 16  # bisected to 1/64, not to the class
+    assert found.to_json()["probes"][0] == {"value": 85_744, "fits": True, "seconds": 1.0,
+                                            "message": "", "stage": "probe"}
+    assert found.to_json()["size"] == "num_classes"
+
+
+def test_another_size_retreats_by_its_precision_and_names_itself() -> None:
+    found = search(memory(1_000_000, []), 100_000, size="vocab")
+    before = found.found
+    assert found.retreat(1.0, "oom") == before - before // 64
+    with pytest.raises(BatchSearchError, match="even vocab=1 ran out of memory: out of memory"):
+        search(memory(0, []), 100_000, size="vocab")
+    retreating = search(memory(1_000_000, []), 100_000, size="vocab")
+    for _ in range(2):
+        retreating.retreat(1.0, "oom")
+    with pytest.raises(BatchSearchError, match=r"found \d+, but the measurement ran out of "
+                                               r"memory at vocab=\d+, \d+, \d+ "):
+        retreating.retreat(1.0, "oom")

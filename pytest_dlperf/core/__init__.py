@@ -2,8 +2,9 @@
 recipes are (``workload``, ``recipes``), the JSON spec a rank gets (``spec``), topologies and
 fingerprints (``topology``), a layout (``parallel``), the layout kinds and the strategies that
 run them (``kinds``, ``strategies``), a local node's link (``link``). What a case measures: the
-protocol and its figures (``protocol``), the step's phases (``phases``), the batch-size search
-(``batchsearch``), what else ran on the host (``interference``), the heap allocator
+protocol and its figures (``protocol``), the step's phases (``phases``), the search for the
+largest batch or size that fits (``batchsearch``), a size swept as a case axis and the line
+through its rungs (``sweep``), what else ran on the host (``interference``), the heap allocator
 (``allocator``). How processes are kept: lifelines and per-rank memory limits (``lifeline``,
 ``cgroup``), free ports (``ports``), git worktrees for A/B and bisection (``worktrees``). And the
 small things every layer uses: name-to-value records (``facts``), sizes and rates (``units``),

@@ -1,7 +1,11 @@
-"""``--dlperf-batch-size max``: the largest per-device batch that trains without running out of
-memory, found by doubling then bisection. A pure function of a ``fits(batch) -> bool`` probe,
-so every branch is tested on numbers alone; ``measure`` runs each probe as a fresh launch of the
-case's processes (an out-of-memory error can leave a CUDA context unusable).
+"""``--dlperf-batch-size max`` and ``--dlperf-size NAME=max``: the largest per-device batch, or
+the largest value of a workload's size (a table's rows, a head's classes), that trains without
+running out of memory, found by doubling then bisection. A pure function of a ``fits(value) ->
+Probe`` probe, so every branch is tested on numbers alone; ``measure`` runs each probe as a fresh
+launch of the case's processes (an out-of-memory error can leave a CUDA context unusable).
+
+The batch is found exactly; another size to within ``precision`` of its value (1/64: a
+vocabulary of millions is not searched to the row), which saves the bisection's last probes.
 """
 
 from __future__ import annotations
@@ -17,20 +21,41 @@ MAX_BATCH = 1 << 16
 MAX_RETREATS = 2
 
 
+BATCH = "batch_size"
+# A size other than the batch is found to within this share of its value.
+PRECISION = 1 / 64
+# The largest value of another size the search tries (a table of 10^12 rows is no probe).
+MAX_SIZE = 10 ** 12
+
+
 class BatchSearchError(RuntimeError):
-    """The search cannot give a batch: even batch 1 ran out of memory."""
+    """The search cannot give a value: even 1 ran out of memory."""
+
+
+def what(size: str, value: int | str) -> str:
+    """``batch 37`` for the batch, ``vocab=3200000`` for another size: as messages say it."""
+    return f"batch {value}" if size == BATCH else f"{size}={value}"
+
+
+def search_flag(size: str) -> str:
+    """The option that asked for the search, as messages name it."""
+    return "--dlperf-batch-size max" if size == BATCH else f"--dlperf-size {size}=max"
 
 
 @dataclass
 class Probe:
-    batch: int
+    batch: int  # the value probed: the batch, or the size's (the field keeps its first name)
     fits: bool
     seconds: float = 0.0
     message: str = ""  # why it did not fit (the rank's out-of-memory error, first line)
-    stage: str = "probe"  # or "measurement": the protocol's run at a found batch
+    stage: str = "probe"  # or "measurement": the protocol's run at a found value
 
-    def to_json(self) -> dict[str, Any]:
-        return {"batch": self.batch, "fits": self.fits, "seconds": round(self.seconds, 3),
+    @property
+    def value(self) -> int:
+        return self.batch
+
+    def to_json(self, key: str = "batch") -> dict[str, Any]:
+        return {key: self.batch, "fits": self.fits, "seconds": round(self.seconds, 3),
                 "message": self.message, "stage": self.stage}
 
 
@@ -38,46 +63,59 @@ class Probe:
 class Search:
     found: int
     start: int
-    seeded: bool  # started from a batch an earlier run found
+    seeded: bool  # started from a value an earlier run found
     probes: list[Probe] = field(default_factory=list)
-    capped: bool = False  # every probe fitted up to MAX_BATCH
+    capped: bool = False  # every probe fitted up to the cap
+    size: str = BATCH  # what was searched: the batch, or a size of the workload
+    precision: float = 0.0  # found to within this share of its value (0: exactly)
 
     @property
     def seconds(self) -> float:
         return sum(p.seconds for p in self.probes)
 
+    def step(self, value: int) -> int:
+        """The resolution at ``value``: 1 for the batch, ``precision`` of it otherwise."""
+        return max(1, int(value * self.precision))
+
     def retreat(self, seconds: float, message: str) -> int:
         """The measurement at ``found`` ran out of memory although a probe there fitted: at the
-        edge, a batch does not fit every time (allocators, threads, fragmentation move memory
-        by more than a sample's share). Record it and step one down (its probe fitted, or a
-        larger one did), at most ``MAX_RETREATS`` times; the new ``found``."""
+        edge, a value does not fit every time (allocators, threads, fragmentation move memory
+        by more than a sample's share). Record it and step one resolution down (its probe
+        fitted, or a larger one did), at most ``MAX_RETREATS`` times; the new ``found``."""
         self.probes.append(Probe(self.found, False, seconds, message, stage="measurement"))
-        retreats = sum(p.stage == "measurement" for p in self.probes)
-        if self.found <= 1 or retreats > MAX_RETREATS:
-            tried = ", ".join(str(p.batch) for p in self.probes if p.stage == "measurement")
+        tried = [p.batch for p in self.probes if p.stage == "measurement"]
+        if self.found <= 1 or len(tried) > MAX_RETREATS:
             raise BatchSearchError(
-                f"the search found {self.found + retreats - 1}, but the measurement ran out of "
-                f"memory at batch {tried} (its probes had fitted): memory use is not steady "
-                f"here; the last: {message}")
-        self.found -= 1
+                f"the search found {tried[0]}, but the measurement ran out of memory at "
+                f"{what(self.size, ', '.join(map(str, tried)))} (its probes had fitted): memory "
+                f"use is not steady here; the last: {message}")
+        self.found = max(1, self.found - self.step(self.found))
         return self.found
 
     def to_json(self) -> dict[str, Any]:
+        key = "batch" if self.size == BATCH else "value"
         return {"found": self.found, "start": self.start, "seeded": self.seeded,
                 "capped": self.capped, "seconds": round(self.seconds, 3),
-                "probes": [p.to_json() for p in self.probes]}
+                **({} if self.size == BATCH else {"size": self.size,
+                                                  "precision": self.precision}),
+                "probes": [p.to_json(key) for p in self.probes]}
 
 
 def search(fits: Callable[[int], Probe], start: int, *, seeded: bool = False,
-           cap: int = MAX_BATCH) -> Search:
-    """The largest batch ``b`` with ``fits(b)`` and not ``fits(b + 1)``, assuming memory grows
-    with the batch. From ``start``: while it fits, double (from a seed, an earlier run's
-    answer, try one more first: if nothing changed, two probes settle it); once a batch does
-    not fit, halve until one does; then bisect between the largest fit and the smallest
-    failure."""
+           cap: int | None = None, size: str = BATCH, precision: float | None = None
+           ) -> Search:
+    """The largest value ``v`` of ``size`` with ``fits(v)`` and not ``fits(v + step)``, assuming
+    memory grows with it (``step``: 1 for the batch, ``precision`` of ``v`` for another size).
+    From ``start``: while it fits, double (from a seed, an earlier run's answer, try one step
+    more first: if nothing changed, two probes settle it); once a value does not fit, halve
+    until one does; then bisect between the largest fit and the smallest failure."""
     if start < 1:
-        raise ValueError(f"the search starts from a batch of at least 1, got {start}")
-    result = Search(found=0, start=start, seeded=seeded)
+        raise ValueError(f"the search starts from a value of at least 1, got {start}")
+    if precision is None:
+        precision = 0.0 if size == BATCH else PRECISION
+    if cap is None:
+        cap = MAX_BATCH if size == BATCH else MAX_SIZE
+    result = Search(found=0, start=start, seeded=seeded, size=size, precision=precision)
     tried: dict[int, bool] = {}
 
     def probe(batch: int) -> bool:
@@ -90,7 +128,7 @@ def search(fits: Callable[[int], Probe], start: int, *, seeded: bool = False,
     start = min(start, cap)
     if probe(start):
         low, high = start, None
-        candidate = start + 1 if seeded else start * 2
+        candidate = start + result.step(start) if seeded else start * 2
         while high is None:
             if candidate > cap:
                 result.found, result.capped = low, True
@@ -107,13 +145,14 @@ def search(fits: Callable[[int], Probe], start: int, *, seeded: bool = False,
         while low == 0:
             if candidate < 1:
                 first = result.probes[-1].message if result.probes else ""
-                raise BatchSearchError(f"even batch 1 ran out of memory{': ' + first if first else ''}")
+                raise BatchSearchError(f"even {what(size, 1)} ran out of memory"
+                                       f"{': ' + first if first else ''}")
             if probe(candidate):
                 low = candidate
             else:
                 high = candidate
                 candidate //= 2
-    while high - low > 1:
+    while high - low > result.step(low):
         middle = (low + high) // 2
         if probe(middle):
             low = middle

@@ -232,6 +232,12 @@ class Result:
         return median_of_launches(self.launches)
 
     @property
+    def step_s(self) -> float:
+        """The latency of one iteration at the median: a step's global batch over the median
+        rate (DLPerf's Wide & Deep figure, in seconds)."""
+        return self.global_batch / self.median
+
+    @property
     def min(self) -> float:
         return min(self.samples_per_s)
 

@@ -9,10 +9,11 @@ from ..core.workload import Workload
 from .bert import WORKLOAD as BERT_BASE
 from .gpt import WORKLOAD as GPT
 from .resnet50 import WORKLOAD as RESNET50
+from .wide_deep import WORKLOAD as WIDE_DEEP
 
-__all__ = ["BERT_BASE", "BUILTIN", "GPT", "RESNET50", "builtin", "with_recipe"]
+__all__ = ["BERT_BASE", "BUILTIN", "GPT", "RESNET50", "WIDE_DEEP", "builtin", "with_recipe"]
 
-BUILTIN: dict[str, Workload] = {w.name: w for w in (RESNET50, BERT_BASE, GPT)}
+BUILTIN: dict[str, Workload] = {w.name: w for w in (RESNET50, BERT_BASE, GPT, WIDE_DEEP)}
 
 
 def with_recipe(key: str) -> list[str]:

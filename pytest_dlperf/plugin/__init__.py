@@ -32,6 +32,7 @@ from ..store.baselines import BaselineStore
 from ..verdict.busy import MACHINE_BUSY, summary_line
 from . import hooks, layouts, options
 from . import settings as settings_mod
+from . import sweep as sweeps
 from .live import LiveLine
 from .meter import ThroughputMeter
 from .outcome import NOT_JUDGED, DLPerfWarning
@@ -95,6 +96,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "layouts(*layouts): the layouts a test that takes the `layout` fixture runs "
         "under (dp, fsdp, tp, pp, fsdp2xtp2, ...; docs/layouts.md); --dlperf-layouts "
         "overrides it")
+    config.addinivalue_line(
+        "markers", "sweep(**{size: ladder}): the rungs of a size of its workload a test that "
+        "takes the `sweep` fixture runs a case at each of (vocab=\"200k..3.2M:x2\"; "
+        "docs/sweeps.md); --dlperf-sweep overrides them")
     settings = settings_mod.resolve(config)
     config.stash[NOT_JUDGED] = []
     store = BaselineStore(settings.baselines, settings.protocol.repeats)
@@ -127,6 +132,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         for marker in item.iter_markers("dlperf"):
             options.parse_marker(marker, item.nodeid)
+    sweeps.unswept(items, config.stash[STATE].settings.sweep)
     config.stash[STATE].index_siblings(items)
     asks_multinode = "multinode" in (config.option.markexpr or "")
     perf = [item for item in items if _is_perf_case(item)]
@@ -195,6 +201,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     elif spellings is not None:
         metafunc.parametrize("layout", spellings, ids=[s.text for s in spellings],
                              indirect=True)
+    if "sweep" in named:
+        try:
+            sweeps.parametrize(metafunc, state.settings.sweep,
+                               state.settings.batch_size is not None, state.settings.size,
+                               state.device_type)
+        except pytest.UsageError as exc:
+            metafunc.config.stash.setdefault(LAYOUT_ERRORS, []).append(str(exc))
     if "amp" in named:
         metafunc.parametrize("amp", state.settings.precisions or PRECISIONS, indirect=True)
     if "compiler" in named:
@@ -274,6 +287,13 @@ def compiler(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
+def sweep(request: pytest.FixtureRequest) -> sweeps.Sweep:
+    """This case's rung of a swept size (``--dlperf-sweep``, ``@pytest.mark.sweep``), and the
+    sweep's rungs measured so far in this session (docs/sweeps.md)."""
+    return sweeps.fixture_value(request, request.config.stash[STATE].sweeps)
+
+
+@pytest.fixture
 def throughput_meter(request: pytest.FixtureRequest, cluster: Cluster,
                      amp: Precision) -> ThroughputMeter:
     """Runs a workload on ``cluster`` under the protocol and judges it against its baseline."""
@@ -303,7 +323,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if state.settings.json is not None:
         unjudged = [case.to_json() for case in session.config.stash.get(NOT_JUDGED, [])]
         write_json_atomic(state.settings.json, results_json(
-            state.reports, state.commit, _machine_info(session.config), unjudged))
+            state.reports, state.commit, _machine_info(session.config), unjudged,
+            [record.to_json() for record in state.sweeps.values()]))
     saved = state.history is None or state.history.save(state.reports)
     if not saved and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -316,6 +337,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     state = config.stash.get(STATE, None)
     if state is not None and state.reports:
         _throughput_summary(terminalreporter, state)
+    if state is not None:
+        sweeps.write_summary(terminalreporter, list(state.sweeps.values()),
+                             state.settings.size, state.sizes_used if state.reports else None)
     # The last word: what stayed unjudged, apart from what was judged and passed or failed,
     # and what it measured (a run of busy cases only printed no figures after minutes).
     busy = [c for c in config.stash.get(NOT_JUDGED, []) if c.outcome == MACHINE_BUSY]

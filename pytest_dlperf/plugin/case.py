@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from ..core.batchsearch import BATCH
 from ..core.facts import Facts
 from ..core.parallel import Layout, LayoutSpelling
 from ..core.phases import diagnostic_steps
@@ -167,27 +168,33 @@ class Case:
         return diagnostic_steps(self.protocol.steps)
 
     def fingerprint(self, topology: Topology, version: str, env: dict[str, Any],
-                    sized: CaseWorkload, searched: bool,
+                    sized: CaseWorkload, searched: bool | str | None,
                     layout: Layout | None = None) -> dict[str, Any]:
-        """What a baseline must match to judge this case (``searched``: the batch was found by
-        --dlperf-batch-size max, and the fingerprint says "max"; ``layout``: another than the
-        case's, the 1n1d reference's plain one). A layout beyond data parallelism enters it,
-        so that a baseline of one layout never judges another."""
+        """What a baseline must match to judge this case (``searched``: the size found by
+        --dlperf-batch-size max or --dlperf-size NAME=max, True for the batch, and the
+        fingerprint says "max" for it; ``layout``: another than the case's, the 1n1d
+        reference's plain one). A layout beyond data parallelism enters it, so that a baseline
+        of one layout never judges another."""
         layout = self.layout if layout is None else layout
+        size = BATCH if searched is True else searched or None
+        sizes = ({**sized.sizes, size: "max"} if size not in (None, BATCH)
+                 else sized.sizes)
         return layout.fingerprint() | fingerprint(topology, framework=self.framework,
                            framework_version=str(env.get("framework_version", version)),
                            precision=self.amp.name, model=sized.model,
-                           batch_size="max" if searched else sized.batch_size,
-                           sizes=sized.sizes, protocol_slug=self.protocol.slug,
+                           batch_size="max" if size == BATCH else sized.batch_size,
+                           sizes=sizes, protocol_slug=self.protocol.slug,
                            python=python_minor(env.get("python")),
                            accelerator_stack=self._accelerator_stack(topology, env),
                            compiler=self.compiler, machine=self.state.settings.machine,
                            link=self.cluster.launcher.link_fingerprint(topology),
                            allocator=self.state.settings.allocator.label)
 
-    def memory_match(self, version: str, sized: CaseWorkload) -> dict[str, Any]:
-        """The fingerprint fields that bear on how much memory a batch takes."""
-        fp = self.fingerprint(self.cluster.topology, version, {}, sized, searched=True)
+    def memory_match(self, version: str, sized: CaseWorkload, size: str = BATCH
+                     ) -> dict[str, Any]:
+        """The fingerprint fields that bear on how much memory a value of ``size`` (the batch,
+        or a size searched for) takes: the others, the searched one as "max"."""
+        fp = self.fingerprint(self.cluster.topology, version, {}, sized, searched=size)
         return {k: v for k, v in fp.items() if k not in NOT_MEMORY}
 
     def _accelerator_stack(self, topology: Topology, env: dict[str, Any]) -> str | None:
@@ -278,13 +285,14 @@ class Case:
 class Prepared:
     """A case as a test asked for it, checked before anything runs: the case (its adapter
     resolved once), the workload, its sizes on this device, the recipe the ranks will import,
-    and whether the batch is to be searched (--dlperf-batch-size max)."""
+    and the size to search for, if any (--dlperf-batch-size max: ``batch_size``;
+    --dlperf-size NAME=max: ``NAME``)."""
 
     case: Case
     workload: Workload
     sized: CaseWorkload
     recipe: RecipeReference | None
-    searching: bool
+    search: str | None
 
 
 def prepare(node: pytest.Item, cluster: Cluster, amp: Precision, state: SessionState,
@@ -299,10 +307,16 @@ def prepare(node: pytest.Item, cluster: Cluster, amp: Precision, state: SessionS
         unknown_kinds(chosen)
         recipe = adapter.recipe_for(chosen)
         batch = state.settings.batch_size or batch_size
+        given = {name: value for name, value in (state.settings.size or {}).items()
+                 if name in chosen.sizes}  # a size only the session's other workloads have
+        state.sizes_used.update(given)
+        search = BATCH if batch == "max" else next(
+            (name for name, value in given.items() if value == "max"), None)
+        over = {**(sizes or {}), **{k: v for k, v in given.items() if v != "max"}}
         sized = CaseWorkload.of(chosen, cluster.device_type, amp.name,
-                                None if isinstance(batch, str) else batch, sizes)
+                                None if isinstance(batch, str) else batch, over)
     except (LookupError, WorkloadError) as exc:
         fail(f"pytest-dlperf: {node.nodeid}: {exc}")
     case = Case(node, cluster, amp, state, adapter)
     case.check_layout(chosen)
-    return Prepared(case, chosen, sized, recipe, batch == "max")
+    return Prepared(case, chosen, sized, recipe, search)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..core import interference
-from ..core.batchsearch import BatchSearchError, Probe, Search, search
+from ..core.batchsearch import BATCH, BatchSearchError, Probe, Search, search, search_flag, what
 from ..core.interference import Interference
 from ..core.protocol import Protocol, Result, aggregate
 from ..core.spec import RankSpec
@@ -155,33 +155,35 @@ class Launches:
         return (aggregate(ranks, spec.batch_size, wall, layout.data_parallel,
                           spec.units_per_sample), env, seen)
 
-    def search_batch(self, spec_at: Any, start: int, seed: int | None) -> Search:
-        """The largest per-device batch that trains a few steps here, each probe a fresh
-        launch (``spec_at(batch)`` gives its spec), from ``seed`` (the batch an earlier run
-        found) where there is one, else from ``start``."""
+    def search_size(self, size: str, spec_at: Any, start: int, seed: int | None) -> Search:
+        """The largest per-device batch (``size`` ``batch_size``), or value of a workload's
+        size, that trains a few steps here, each probe a fresh launch (``spec_at(value)``
+        gives its spec), from ``seed`` (what an earlier run found) where there is one, else
+        from ``start``."""
         case = self.case
         probe_protocol = Protocol(warmup_steps=PROBE_STEPS - 1, steps=1, repeats=1,
                                   name="probe")
+        label = "batch-size" if size == BATCH else size
 
-        def fits(batch: int) -> Probe:
-            # A probe asks whether the batch trains; no diagnostic steps (docs/phases.md).
-            spec = replace(spec_at(batch), protocol=probe_protocol, phase_steps=0)
+        def fits(value: int) -> Probe:
+            # A probe asks whether the value trains; no diagnostic steps (docs/phases.md).
+            spec = replace(spec_at(value), protocol=probe_protocol, phase_steps=0)
             started = time.perf_counter()
             try:
-                case.cluster.run(spec, self.watch(f"batch-size probe {batch}"))
+                case.cluster.run(spec, self.watch(f"{label} probe {value}"))
             except LaunchError as exc:
                 seconds = time.perf_counter() - started
                 if exc.kind != "out_of_memory":
-                    fail(f"pytest-dlperf: {case.id}: the batch-size search's probe at batch "
-                         f"{batch} failed, and not for lack of memory, on "
+                    fail(f"pytest-dlperf: {case.id}: the {label} search's probe at "
+                         f"{what(size, value)} failed, and not for lack of memory, on "
                          f"{case.cluster.topology.id}: {exc}")
-                return Probe(batch, False, seconds, _first_line(exc))
-            return Probe(batch, True, time.perf_counter() - started)
+                return Probe(value, False, seconds, _first_line(exc))
+            return Probe(value, True, time.perf_counter() - started)
 
         try:
-            return search(fits, seed or start, seeded=seed is not None)
+            return search(fits, seed or start, seeded=seed is not None, size=size)
         except BatchSearchError as exc:
-            fail(f"pytest-dlperf: {case.id}: --dlperf-batch-size max: {exc} (on "
+            fail(f"pytest-dlperf: {case.id}: {search_flag(size)}: {exc} (on "
                  f"{case.cluster.topology.id}; --dlperf-memory-limit "
                  f"{case.state.settings.memory_limit or 'none'})")
 

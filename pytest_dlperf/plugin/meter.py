@@ -12,13 +12,16 @@ from typing import Any, NoReturn
 
 import pytest
 
-from ..core.batchsearch import BatchSearchError, Search
+from ..core.batchsearch import BATCH, BatchSearchError, Search, search_flag
+from ..core.facts import Facts
 from ..core.parallel import DATA_PARALLEL
 from ..core.phases import Phases
 from ..core.protocol import Result
 from ..core.recipes import RecipeReference
 from ..core.spec import RankSpec
+from ..core.sweep import format_value
 from ..core.topology import make_topology
+from ..core.units import format_bytes
 from ..core.workload import CaseWorkload, Precision, SizeValue, Workload
 from ..launch import Cluster
 from ..store.baselines import Baseline, Change, Metric
@@ -31,11 +34,20 @@ from ..verdict.record import CaseReport, case_metrics
 from ..verdict.stats import Verdict, coefficient_of_variation, within_launch_cv, within_launch_df
 from . import ab, phases
 from . import baseline as baselines
+from . import sweep as sweeps
 from .case import Case, Prepared, prepare
 from .flops import Utilization, flops_key, flops_per_sample, utilization
 from .history import Judged
 from .launches import Launches, MachineBusy, OutOfMemoryAtTheEdge
-from .outcome import MACHINE_BUSY, DLPerfWarning, NotJudged, conclude, follow_rank0, not_judged
+from .outcome import (
+    MACHINE_BUSY,
+    DLPerfWarning,
+    NotJudged,
+    conclude,
+    fail,
+    follow_rank0,
+    not_judged,
+)
 from .session import SessionState
 
 
@@ -65,29 +77,70 @@ class ThroughputMeter:
         call; ``--dlperf-batch-size`` overrides both. In A/B mode (``--dlperf-ab``) the case
         is judged head against base instead (``ab``). A case whose launch stays beside heavy
         interference (other processes' CPU, steal) fails as machine busy, not judged."""
+        rung = sweeps.rung_of(self.node)
+        if rung is not None:  # the rung's size, over the call's (docs/sweeps.md)
+            sweeps.skip_past(self._sweep().record, rung)
+            if rung.name == sweeps.BATCH:
+                batch_size = rung.value
+            else:
+                sizes = {**(sizes or {}), rung.name: rung.value}
         prepared = prepare(self.node, self.cluster, self.amp, self.state, framework, workload,
                            batch_size, sizes)
         if self.state.ab is not None:
             return ab.measure(prepared)
         try:
-            return self._against_the_baseline(prepared)
+            return self._against_the_baseline(prepared, rung)
         except MachineBusy as busy:
             self._machine_busy(prepared.case, busy, prepared.sized.unit)
+        except OutOfMemoryAtTheEdge as edge:  # a sweep's rung (a search steps down itself)
+            assert rung is not None
+            self._rung_out_of_memory(prepared, rung, edge)
 
-    def _against_the_baseline(self, prepared: Prepared) -> CaseReport:
+    def _sweep(self) -> sweeps.Sweep:
+        given = self.node.funcargs["sweep"]  # type: ignore[attr-defined]
+        assert isinstance(given, sweeps.Sweep)
+        return given
+
+    def _rung_out_of_memory(self, prepared: Prepared, rung: sweeps.Rung,
+                            edge: OutOfMemoryAtTheEdge) -> NoReturn:
+        """A sweep's rung ran out of memory: the sweep's end, a result (the rungs above it
+        skip), unless a baseline says this rung fit before: then a memory regression."""
+        case, record = prepared.case, self._sweep().record
+        record.points.append(sweeps.Point(rung.value, oom=edge.message))
+        fitted = self.state.store.fitted_before(
+            case.id, case.memory_match(case.framework_version(), prepared.sized))
+        if fitted is not None:
+            fail(f"pytest-dlperf: {case.id}: {rung.shown} ran out of memory on "
+                 f"{self.cluster.topology.id}, and it fit when its baseline was recorded "
+                 f"({case.display(fitted)}): a memory regression; {edge.message}")
+        largest, limit = record.largest_fit, self.state.settings.memory_limit
+        pytest.xfail(f"{rung.shown} ran out of memory on {self.cluster.topology.id}: the sweep "
+                     f"of {rung.name} ends here (the largest that fit: "
+                     f"{format_value(largest) if largest else 'none so far'}; "
+                     f"--dlperf-memory-limit {format_bytes(limit) if limit else 'none'}); "
+                     f"{edge.message}")
+
+    def _against_the_baseline(self, prepared: Prepared, rung: sweeps.Rung | None
+                              ) -> CaseReport:
         """Baseline mode (measure's own): a launch beside heavy interference is run again,
-        and ``MachineBusy`` raised where it stays (every rank is ours on this host only)."""
+        and ``MachineBusy`` raised where it stays (every rank is ours on this host only). A
+        sweep's rung that runs out of memory raises ``OutOfMemoryAtTheEdge``."""
         case, chosen, sized, recipe = (prepared.case, prepared.workload, prepared.sized,
                                        prepared.recipe)
         version = case.framework_version()
         case.check_modes()
         launches = Launches(case, retry_busy=self.cluster.launcher.all_nodes_here)
-        search = (self._search(case, launches, version, chosen, sized, recipe)
-                  if prepared.searching else None)
+        search = (self._search(case, launches, version, chosen, sized, recipe, prepared.search)
+                  if prepared.search else None)
         if search is not None:
-            sized = replace(sized, batch_size=search.found)
-        measured = self._measure(case, launches, chosen, sized, recipe, search)
+            sized = at_value(sized, search.size, search.found)
+        measured = self._measure(case, launches, chosen, sized, recipe, search,
+                                 swept=rung is not None)
         report, policy = self._judge(case, launches, measured, chosen, version, search)
+        if rung is not None:
+            report = replace(report, sweep=Facts(name=rung.name, value=rung.value,
+                                                 rungs=list(rung.rungs)))
+            self._sweep().record.points.append(sweeps.Point(rung.value, report))
         if not self.cluster.launcher.is_reporter:
             follow_rank0(self.cluster.launcher, self.state.settings.timeout)
             return report
@@ -113,17 +166,25 @@ class ThroughputMeter:
     # -- the steps -----------------------------------------------------------------------
 
     def _search(self, case: Case, launches: Launches, version: str, workload: Workload,
-                sized: CaseWorkload, recipe: RecipeReference | None) -> Search:
-        """--dlperf-batch-size max: from the batch an earlier run found (its baseline's
-        record), else from the workload's own."""
-        seed = self.state.store.found_batch(case.id, case.memory_match(version, sized))
-        return launches.search_batch(
-            lambda batch: case.spec(workload, replace(sized, batch_size=batch), recipe),
-            sized.batch_size, seed)
+                sized: CaseWorkload, recipe: RecipeReference | None, size: str) -> Search:
+        """--dlperf-batch-size max, --dlperf-size NAME=max: from the value an earlier run found
+        (its baseline's record), else from the workload's own."""
+        seed = self.state.store.found_size(case.id, case.memory_match(version, sized, size),
+                                           size)
+        start = sized.batch_size if size == BATCH else sized.sizes[size]
+        if isinstance(start, bool) or not isinstance(start, int) or start < 1:
+            case.fail(f"--dlperf-size {size}=max: the workload's {size} is {start!r}; only a "
+                      "positive whole size can be searched")
+        assert isinstance(start, int)
+        return launches.search_size(
+            size, lambda value: case.spec(workload, at_value(sized, size, value), recipe),
+            start, seed)
 
     def _measure(self, case: Case, launches: Launches, workload: Workload, sized: CaseWorkload,
-                 recipe: RecipeReference | None, search: Search | None) -> Measured:
-        """The run's launches; at a searched batch that runs out of memory, one batch down."""
+                 recipe: RecipeReference | None, search: Search | None, *,
+                 swept: bool = False) -> Measured:
+        """The run's launches; at a searched batch that runs out of memory, one batch down;
+        a sweep's rung that does raises ``OutOfMemoryAtTheEdge`` (``swept``)."""
         policy = case.policy(None)
         # Judging runs launch once, then judge after every launch (``_verdicts``); recording
         # runs and a searched batch (whose launches may run out of memory) take the run's.
@@ -137,17 +198,18 @@ class ThroughputMeter:
             launches.rank_flops = None  # what this attempt's rank 0 counts, if it counts
             try:
                 result, env = launches.measure(spec, [policy.windows_per_launch] * first,
-                                               at_the_edge=search is not None,
+                                               at_the_edge=search is not None or swept,
                                                planned=policy.launches)
                 return Measured(result, env, replace(spec, count_flops=False), sized,
                                 launched_at)
             except OutOfMemoryAtTheEdge as edge:
-                assert search is not None
+                if search is None:
+                    raise
                 try:
                     found = search.retreat(edge.seconds, edge.message)
                 except BatchSearchError as exc:
-                    case.fail(f"--dlperf-batch-size max: {exc}")
-                sized = replace(sized, batch_size=found)
+                    case.fail(f"{search_flag(search.size)}: {exc}")
+                sized = at_value(sized, search.size, found)
 
     def _rank_counts_flops(self, case: Case, workload: Workload, sized: CaseWorkload) -> bool:
         """Rank 0 of the first launch counts FLOPs (after its windows) where a torch rank can
@@ -167,11 +229,12 @@ class ThroughputMeter:
         sized, env = measured.sized, measured.environment
         # Counted (and kept for the session) before anything else can fail the case.
         flops = self._count_flops(case, launches, workload, measured)
-        fp = case.fingerprint(self.cluster.topology, version, env, sized, search is not None)
+        fp = case.fingerprint(self.cluster.topology, version, env, sized,
+                              search.size if search else None)
         baseline = baselines.load(case, fp)
         policy = case.policy(baseline)
         reference, one_device = (
-            self._reference(case, launches, measured, version, search is not None)
+            self._reference(case, launches, measured, version, search.size if search else None)
             if self.cluster.world_size > 1 else (None, None))
         result, verdicts = self._verdicts(launches, measured, baseline, reference, policy,
                                           baselines.machine_drift(case, fp))
@@ -274,7 +337,7 @@ class ThroughputMeter:
         return result, verdicts
 
     def _reference(self, case: Case, launches: Launches, measured: Measured,
-                   version: str, searched: bool) -> tuple[float | None, Phases | None]:
+                   version: str, searched: str | None) -> tuple[float | None, Phases | None]:
         """The 1n1d median for this test and precision, with the same per-device batch, and
         its phases: from this session, else from its baseline, else measured now (and not
         reported); None when the launcher cannot run 1n1d (external mode) and nothing else
@@ -311,6 +374,13 @@ class ThroughputMeter:
         per_device = result.median / self.cluster.world_size
         return utilization(flops, per_device, self.amp.dtype, measured.environment, device,
                            self.state.settings.peak_flops)
+
+
+def at_value(sized: CaseWorkload, size: str, value: int) -> CaseWorkload:
+    """``sized`` with ``size`` (the batch, or one of its sizes) at ``value``."""
+    if size == BATCH:
+        return replace(sized, batch_size=value)
+    return replace(sized, sizes={**sized.sizes, size: value})
 
 
 def refusal(within_cv: float | None, df: int, policy: Policy,

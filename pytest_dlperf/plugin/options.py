@@ -36,6 +36,8 @@ from .parsers import (
     parse_fraction,
     parse_layouts,
     parse_pythons,
+    parse_sizes,
+    parse_sweeps,
 )
 
 
@@ -128,6 +130,14 @@ OPTIONS: tuple[Option, ...] = (
            "each case (doubling then bisection, each probe a fresh launch; starting from the "
            "batch an earlier run found), then measured. Default: each workload's.",
            _optional(_batch_size), metavar="N|max"),
+    Option("size", "a size of every case's workload that has it, overriding the workload's own "
+           "and a test's measure(sizes=...), as --dlperf-batch-size does the batch: NAME=COUNT "
+           "(vocab=1M; counts in k, M, G) or NAME=max: the largest value that trains without "
+           "running out of memory, searched for each case as the batch is (doubling then "
+           "bisection to 1/64 of the value, each probe a fresh launch; from what an earlier run "
+           "found), then measured, the fingerprint saying max (docs/sweeps.md). One size may be "
+           "max at a time; batch_size=... is --dlperf-batch-size. Default: each workload's.",
+           _optional(parse_sizes), metavar="NAME=COUNT|max", repeatable=True),
     Option("memory_limit", "memory each rank may use, enforced by the OS on its processes: a "
            "memory cgroup of its own (v2, else v1), else an address-space limit. A rank that "
            "goes over fails as out of memory; with --dlperf-batch-size max it bounds the "
@@ -214,6 +224,15 @@ OPTIONS: tuple[Option, ...] = (
            "@pytest.mark.layouts(...). A layout runs on the topologies whose ranks its "
            "degrees divide. Default: the marker's, else dp.",
            _optional(parse_layouts), metavar="LIST"),
+    Option("sweep", "run every test that takes the `sweep` fixture at each rung of a size of "
+           "its workload, a case per rung (ids such as test_wide_deep[1n1d-fp32-vocab200k]), "
+           "overriding the rungs of its @pytest.mark.sweep(NAME=...): NAME=LOW..HIGH:xFACTOR "
+           "(vocab=200k..3.2M:x2), NAME=LOW..HIGH:+STEP or NAME=A,B,C; counts in k, M, G "
+           "(10^3, 10^6, 10^9). A sweep stops at the first rung that runs out of memory (a "
+           "result, not an error) and reports the largest that fit, each rung's latency and "
+           "peak memory per device, and the memory a unit of the size costs (docs/sweeps.md). "
+           "Give the flag once per size. Default: each test's marker.",
+           _optional(parse_sweeps), metavar="NAME=LADDER", repeatable=True),
     Option("strict", "fail cases that have no baseline for this fingerprint, and cases whose "
            "verdict is still inconclusive after --dlperf-max-repeats.", _bool, False, flag=True),
     Option("update_baselines", "write the measured figures as the new baselines: 'all' (the bare "

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.parallel import LayoutError, parse_layout
+from ..core.sweep import SweepError, parse_options, parse_value
 
 
 def _int(minimum: int) -> Callable[[str], int]:
@@ -186,3 +187,38 @@ def parse_layouts(raw: str) -> tuple[str, ...]:
         except LayoutError as exc:
             raise ValueError(str(exc)) from None
     return values
+
+
+def parse_sweeps(raw: str) -> dict[str, tuple[int, ...]]:
+    """``--dlperf-sweep``: ``NAME=LADDER`` per size (core.sweep)."""
+    try:
+        return parse_options(raw)
+    except SweepError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def parse_sizes(raw: str) -> dict[str, int | str]:
+    """``--dlperf-size``: ``NAME=COUNT`` or ``NAME=max`` per size (``vocab=1M,num_classes=max``)."""
+    sizes: dict[str, int | str] = {}
+    for item in (part.strip() for part in str(raw).split(",")):
+        if not item:
+            continue
+        name, sep, value = (s.strip() for s in item.partition("="))
+        if not sep or not name.isidentifier() or not value:
+            raise ValueError(f"expected NAME=COUNT or NAME=max, a workload's size (vocab=1M, "
+                             f"num_classes=max), got {item!r}")
+        if name in sizes:
+            raise ValueError(f"{name} is given twice")
+        if value.lower() == "max":
+            sizes[name] = "max"
+            continue
+        try:
+            sizes[name] = parse_value(value)
+        except SweepError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+    searched = [name for name, value in sizes.items() if value == "max"]
+    if len(searched) > 1:
+        raise ValueError(f"{' and '.join(searched)} are both max: one size is searched at a time")
+    if not sizes:
+        raise ValueError("expected NAME=COUNT or NAME=max, like vocab=max")
+    return sizes

@@ -31,6 +31,7 @@ from .absetup import AbSetup
 from .history import HistoryKeeper
 from .live import LiveLine
 from .settings import Settings
+from .sweep import SweepRecord
 
 # (the test's parent node id, its function name, its other parameters' values by identity) ->
 # {topology id: node id}: the same test on another rung of the ladder. Identity, because a
@@ -102,6 +103,9 @@ class SessionState:
     # The machine's drift between runs by (machine, device type), pooled over its baselines
     # once a session (``baseline.machine_drift``).
     drifts: dict[tuple[str | None, str], dict[str, Drift]] = field(default_factory=dict)
+    # Each sweep's rungs as they ran, by the test's id without its rung (plugin.sweep).
+    sweeps: dict[str, SweepRecord] = field(default_factory=dict)
+    sizes_used: set[str] = field(default_factory=set)  # --dlperf-size's, by a case's workload
     _commit: dict[str, Any] | None = None
     _started: SessionSetup | None = None
 

@@ -23,6 +23,7 @@ from .options import OPTIONS, Option
 class Settings:
     protocol: protocol_mod.Protocol
     batch_size: int | str | None  # None: each workload's own; "max": searched for
+    size: dict[str, int | str] | None  # size -> a count or "max"; None: each workload's
     memory_limit: int | None  # bytes per rank
     tolerance: float
     memory_tolerance: float
@@ -37,6 +38,7 @@ class Settings:
     precisions: tuple[str, ...] | None  # None: both, AMP skipped on a CPU without bf16
     compilers: tuple[str, ...] | None  # None: the device type's default
     layouts: tuple[str, ...] | None  # None: each test's layouts marker, else dp
+    sweep: dict[str, tuple[int, ...]] | None  # size -> rungs; None: each test's marker
     strict: bool
     update_baselines: str | None
     baseline_launches: int
@@ -93,6 +95,24 @@ def _max_repeats(config: pytest.Config, value: int | None, proto: protocol_mod.P
     return value
 
 
+def _sizes_and_batch(config: pytest.Config, values: dict[str, Any]) -> None:
+    """--dlperf-size batch_size=... is --dlperf-batch-size; one of them, and one size max."""
+    sizes = values["size"]
+    if not sizes:
+        return
+    source = source_of(config, "size")
+    if "batch_size" in sizes:
+        if values["batch_size"] is not None:
+            raise pytest.UsageError(f"pytest-dlperf: bad value for {source}: batch_size is given "
+                                    f"by {source_of(config, 'batch_size')} too; give it once")
+        values["batch_size"] = sizes.pop("batch_size")
+    maxed = [name for name, value in sizes.items() if value == "max"]
+    if maxed and values["batch_size"] == "max":
+        raise pytest.UsageError(f"pytest-dlperf: bad value for {source}: {maxed[0]}=max beside "
+                                "--dlperf-batch-size max: one size is searched at a time")
+    values["size"] = sizes or None
+
+
 def resolve(config: pytest.Config) -> Settings:
     values: dict[str, Any] = {}
     bases: dict[str, Path | None] = {}
@@ -109,6 +129,7 @@ def resolve(config: pytest.Config) -> Settings:
     except ValueError as exc:  # parsed values are valid; kept for safety against new profiles
         raise pytest.UsageError(f"pytest-dlperf: bad protocol: {exc}") from None
     values["max_repeats"] = _max_repeats(config, values["max_repeats"], proto)
+    _sizes_and_batch(config, values)
     if values["machine"] is None:
         values["machine"] = default_machine()
     for name in ("baselines", "json"):

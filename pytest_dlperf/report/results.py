@@ -20,6 +20,7 @@ def benchmark_entry(report: CaseReport) -> dict[str, Any]:
     for elapsed in report.result.window_s:
         stats.update(elapsed / report.result.steps)
     stats_json = {**stats.as_dict(), "data": list(stats.data), "iterations": report.result.steps}
+    batched = report.batch_search is not None and report.batch_search.size == "batch_size"
     return {
         "group": f"dlperf:{report.workload.model}",
         "name": report.name,
@@ -43,8 +44,12 @@ def benchmark_entry(report: CaseReport) -> dict[str, Any]:
             "ab": dict(report.ab) or None,
             "precision": report.precision.label,
             "batch_size": report.workload.batch_size,
-            "batch_size_requested": "max" if report.batch_search else report.workload.batch_size,
-            "batch_search": report.batch_search.to_json() if report.batch_search else None,
+            "batch_size_requested": ("max" if batched else report.workload.batch_size),
+            "batch_search": (report.batch_search.to_json()
+                             if batched and report.batch_search else None),
+            # --dlperf-size NAME=max: the size searched, how it was found (its value: sizes)
+            "size_search": (report.batch_search.to_json()
+                            if report.batch_search and not batched else None),
             "global_batch": report.result.global_batch,
             # How the ranks shared the work: "dp" (plain data parallelism) or its id, the
             # degrees, and the units one sample holds (a language model's tokens): the
@@ -58,6 +63,9 @@ def benchmark_entry(report: CaseReport) -> dict[str, Any]:
             "unit": report.workload.unit,
             "sizes": dict(report.workload.sizes),
             "samples_per_s": report.result.median,
+            # One iteration at the median (a step's global batch over the median rate).
+            "latency_ms": 1e3 * report.result.step_s,
+            "sweep": dict(report.sweep) or None,
             "samples_per_s_repeats": report.result.samples_per_s,
             "samples_per_s_min": report.result.min,
             "samples_per_s_max": report.result.max,
@@ -141,11 +149,13 @@ def change_lines(reports: list[CaseReport]) -> list[str]:
 
 def results_json(reports: list[CaseReport], commit: dict[str, Any],
                  machine_info: dict[str, Any],
-                 not_judged: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                 not_judged: list[dict[str, Any]] | None = None,
+                 sweeps: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The whole results file, with the session's commit (``pytest_dlperf_commit_info``) and
     pytest-benchmark's machine info (the pytest side asks its hook, which a conftest may
     implement). ``not_judged``: the cases that failed without figures to judge (outcome
-    ``machine-busy``: the machine was busy), each with what was measured."""
+    ``machine-busy``: the machine was busy), each with what was measured. ``sweeps``: each
+    sweep's rungs together (plugin.sweep)."""
     from pytest_benchmark import __version__
 
     benchmarks = [benchmark_entry(r) for r in reports]
@@ -156,6 +166,7 @@ def results_json(reports: list[CaseReport], commit: dict[str, Any],
         # pytest-benchmark ignores keys it does not know; None with a single framework.
         "dlperf_frameworks_side_by_side": frameworks_side_by_side(benchmarks),
         "dlperf_not_judged": list(not_judged or []),
+        "dlperf_sweeps": list(sweeps or []),
         "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "version": __version__,
     }

@@ -139,10 +139,29 @@ class BaselineStore:
                 return path, old_fp
         return None
 
-    def found_batch(self, case: str, match: dict[str, Any]) -> int | None:
-        """The batch an earlier ``--dlperf-batch-size max`` search found for this case on this
-        machine, where a baseline of it agrees with ``match`` (the fingerprint's fields that
-        bear on memory); the newest such baseline wins. None: no such baseline."""
+    def fitted_before(self, case: str, match: dict[str, Any]) -> Path | None:
+        """A baseline of this case on this machine whose fingerprint agrees with ``match`` (the
+        fields that bear on memory): the case trained at those sizes when it was recorded. The
+        newest such file; None: none."""
+        machine = match.get("machine")
+        folder = (self.root / machine if machine else self.root) / case_dirname(case)
+        found = None
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                baseline = read(path)
+            except BaselineError:
+                continue
+            if all(baseline.fingerprint.get(k) == v for k, v in match.items()):
+                if found is None or path.stat().st_mtime > found.stat().st_mtime:
+                    found = path
+        return found
+
+    def found_size(self, case: str, match: dict[str, Any], size: str = "batch_size"
+                   ) -> int | None:
+        """The value an earlier ``--dlperf-batch-size max`` (``size`` ``batch_size``) or
+        ``--dlperf-size NAME=max`` search found for this case on this machine, where a baseline
+        of it agrees with ``match`` (the fingerprint's fields that bear on memory, the searched
+        size's "max" among them); the newest such baseline wins. None: no such baseline."""
         machine = match.get("machine")
         folder = (self.root / machine if machine else self.root) / case_dirname(case)
         found: list[tuple[str, int]] = []
@@ -152,8 +171,10 @@ class BaselineStore:
             except BaselineError:
                 continue
             fp = baseline.fingerprint
-            search = baseline.recorded.get("batch_search")
-            if (fp.get("batch_size") != "max" or not isinstance(search, dict)
+            search = baseline.recorded.get("batch_search" if size == "batch_size"
+                                           else "size_search")
+            if (fp.get(size) != "max" or not isinstance(search, dict)
+                    or search.get("size", "batch_size") != size
                     or any(fp.get(k) != v for k, v in match.items())):
                 continue
             batch = search.get("found")

@@ -94,6 +94,8 @@ class CaseReport:
     # The first launch of each run apart from the others, over the baseline's runs and this
     # one's (verdict.position); None: alike, or too few runs to tell.
     launch_position: FirstLaunchApart | None = None
+    # A sweep's rung (docs/sweeps.md): the size, this case's value, the ladder; empty: none.
+    sweep: Facts = field(default_factory=Facts)
 
     @property
     def phases(self) -> Phases | None:
@@ -102,7 +104,7 @@ class CaseReport:
 
     def __post_init__(self) -> None:
         # Built from plain dicts too (tests, a user's own tooling): one kind of field, always.
-        for name in ("params", "fingerprint", "environment", "ab"):
+        for name in ("params", "fingerprint", "environment", "ab", "sweep"):
             value = getattr(self, name)
             if not isinstance(value, Facts):
                 object.__setattr__(self, name, Facts(value))
