@@ -92,6 +92,12 @@ class Search:
         self.found = max(1, self.found - self.step(self.found))
         return self.found
 
+    @property
+    def record_key(self) -> str:
+        """Where a results entry and a baseline's record keep it: the batch's search as ever,
+        another size's apart (its value is in the sizes)."""
+        return "batch_search" if self.size == BATCH else "size_search"
+
     def to_json(self) -> dict[str, Any]:
         key = "batch" if self.size == BATCH else "value"
         return {"found": self.found, "start": self.start, "seeded": self.seeded,

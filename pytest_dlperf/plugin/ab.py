@@ -213,7 +213,7 @@ def _report(case: Case, version: str, sized: CaseWorkload, pairs: list[tuple[Res
         "phases": _phases_facts(base, head),
     }
     speedup = head.median / references["head"] if references["head"] else None
-    fp = case.fingerprint(case.cluster.topology, version, env, sized, False)
+    fp = case.fingerprint(case.cluster.topology, version, env, sized, None)
     return CaseReport(
         **case.identity(version, env, sized, fp), result=head,
         verdict=verdict, efficiency_verdict=efficiency_verdict, launched_at=launched_at,

@@ -117,8 +117,7 @@ def recorded(environment: dict[str, Any], protocol: Protocol, batch_search: Sear
              commit: dict[str, Any], phases: Phases | None = None) -> dict[str, Any]:
     """What a baseline keeps about the run that recorded it (its phases: what a regression's
     message compares against)."""
-    key = "batch_search" if batch_search and batch_search.size == "batch_size" else "size_search"
-    search = {key: batch_search.to_json()} if batch_search else {}
+    search = {batch_search.record_key: batch_search.to_json()} if batch_search else {}
     return {
         **search,
         **({"phases": phases.to_json()} if phases is not None else {}),

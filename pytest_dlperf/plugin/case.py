@@ -168,15 +168,15 @@ class Case:
         return diagnostic_steps(self.protocol.steps)
 
     def fingerprint(self, topology: Topology, version: str, env: dict[str, Any],
-                    sized: CaseWorkload, searched: bool | str | None,
+                    sized: CaseWorkload, searched: str | None,
                     layout: Layout | None = None) -> dict[str, Any]:
         """What a baseline must match to judge this case (``searched``: the size found by
-        --dlperf-batch-size max or --dlperf-size NAME=max, True for the batch, and the
+        --dlperf-batch-size max (``batch_size``) or --dlperf-size NAME=max, and the
         fingerprint says "max" for it; ``layout``: another than the case's, the 1n1d
         reference's plain one). A layout beyond data parallelism enters it, so that a baseline
         of one layout never judges another."""
         layout = self.layout if layout is None else layout
-        size = BATCH if searched is True else searched or None
+        size = searched
         sizes = ({**sized.sizes, size: "max"} if size not in (None, BATCH)
                  else sized.sizes)
         return layout.fingerprint() | fingerprint(topology, framework=self.framework,

@@ -80,7 +80,7 @@ class ThroughputMeter:
         rung = sweeps.rung_of(self.node)
         if rung is not None:  # the rung's size, over the call's (docs/sweeps.md)
             sweeps.skip_past(self._sweep().record, rung)
-            if rung.name == sweeps.BATCH:
+            if rung.name == BATCH:
                 batch_size = rung.value
             else:
                 sizes = {**(sizes or {}), rung.name: rung.value}

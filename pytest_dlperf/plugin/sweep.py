@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
+from ..core.batchsearch import BATCH  # a sweep of the batch sets the per-device batch
 from ..core.sweep import Fit, SweepError, fit, format_value, parse_ladder, rung_id
 from ..core.units import format_bytes
 from ..store.baseline_file import MEMORY
 from ..verdict.record import CaseReport
 
 MARKER = "sweep"
-BATCH = "batch_size"  # a sweep of the batch sets the per-device batch, not a size
 
 
 @dataclass(frozen=True)

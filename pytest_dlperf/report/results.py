@@ -20,7 +20,11 @@ def benchmark_entry(report: CaseReport) -> dict[str, Any]:
     for elapsed in report.result.window_s:
         stats.update(elapsed / report.result.steps)
     stats_json = {**stats.as_dict(), "data": list(stats.data), "iterations": report.result.steps}
-    batched = report.batch_search is not None and report.batch_search.size == "batch_size"
+    search = report.batch_search
+    searches: dict[str, dict[str, Any] | None] = {"batch_search": None, "size_search": None}
+    if search is not None:
+        searches[search.record_key] = search.to_json()
+    batched = searches["batch_search"] is not None
     return {
         "group": f"dlperf:{report.workload.model}",
         "name": report.name,
@@ -45,11 +49,8 @@ def benchmark_entry(report: CaseReport) -> dict[str, Any]:
             "precision": report.precision.label,
             "batch_size": report.workload.batch_size,
             "batch_size_requested": ("max" if batched else report.workload.batch_size),
-            "batch_search": (report.batch_search.to_json()
-                             if batched and report.batch_search else None),
-            # --dlperf-size NAME=max: the size searched, how it was found (its value: sizes)
-            "size_search": (report.batch_search.to_json()
-                            if report.batch_search and not batched else None),
+            # --dlperf-size NAME=max: size_search, how it was found (its value: sizes)
+            **searches,
             "global_batch": report.result.global_batch,
             # How the ranks shared the work: "dp" (plain data parallelism) or its id, the
             # degrees, and the units one sample holds (a language model's tokens): the

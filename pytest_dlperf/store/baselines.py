@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,18 +143,22 @@ class BaselineStore:
         """A baseline of this case on this machine whose fingerprint agrees with ``match`` (the
         fields that bear on memory): the case trained at those sizes when it was recorded. The
         newest such file; None: none."""
-        machine = match.get("machine")
-        folder = (self.root / machine if machine else self.root) / case_dirname(case)
         found = None
-        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-            try:
-                baseline = read(path)
-            except BaselineError:
-                continue
+        for path, baseline in self._readable(case, match.get("machine")):
             if all(baseline.fingerprint.get(k) == v for k, v in match.items()):
                 if found is None or path.stat().st_mtime > found.stat().st_mtime:
                     found = path
         return found
+
+    def _readable(self, case: str, machine: str | None) -> Iterator[tuple[Path, Baseline]]:
+        """This case's baselines in ``machine``'s folder that can be read (the others are
+        skipped: a broken one fails its own case when it is loaded)."""
+        folder = (self.root / machine if machine else self.root) / case_dirname(case)
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                yield path, read(path)
+            except BaselineError:
+                continue
 
     def found_size(self, case: str, match: dict[str, Any], size: str = "batch_size"
                    ) -> int | None:
@@ -162,14 +166,8 @@ class BaselineStore:
         ``--dlperf-size NAME=max`` search found for this case on this machine, where a baseline
         of it agrees with ``match`` (the fingerprint's fields that bear on memory, the searched
         size's "max" among them); the newest such baseline wins. None: no such baseline."""
-        machine = match.get("machine")
-        folder = (self.root / machine if machine else self.root) / case_dirname(case)
         found: list[tuple[str, int]] = []
-        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-            try:
-                baseline = read(path)
-            except BaselineError:
-                continue
+        for _, baseline in self._readable(case, match.get("machine")):
             fp = baseline.fingerprint
             search = baseline.recorded.get("batch_search" if size == "batch_size"
                                            else "size_search")
