@@ -1,9 +1,9 @@
 """Layout kinds, each a registered entry: how layouts spell it, where its dimension sits in the
 device mesh, whether its ranks train on batches of their own, and which term options it takes.
-The four built-in kinds (``dp``, ``fsdp``, ``tp``, ``pp``) are registered here; a new kind
-(sharded embedding tables, a classifier head split over the ranks) registers itself the same way
-(``register_kind``) and is then spelled, resolved, put in case ids and fingerprints like them
-(docs/adding-a-layout-kind.md).
+The four built-in kinds (``dp``, ``fsdp``, ``tp``, ``pp``) are registered here, and ``emb``
+(embedding tables sharded over the ranks by a plan: ``emb2-tw``) after them, registered the way a
+kind of one's own is (``register_kind``; docs/adding-a-layout-kind.md), so that the ids of the
+cases before it are unchanged.
 
 Standard library only: ranks import it, under any Python 3.10+.
 """
@@ -150,6 +150,36 @@ register_kind(Kind("dp", 1, True, help="replicated data parallelism (DDP)"))
 register_kind(Kind("fsdp", 2, True, help="sharded data parallelism (FSDP2, ZeRO-3)"))
 register_kind(Kind("tp", 3, False, help="tensor parallelism (Megatron-style)"))
 register_kind(Kind("pp", 0, False, _pipeline_option, help="pipeline parallelism"))
+
+# Embedding tables sharded over the ranks (Wide & Deep's, a recommender's): each rank trains
+# on a batch of its own (the dense part data parallel), the tables cut by the term's plan.
+EMBEDDING_PLANS = {
+    "dp": "every table whole on every rank, its gradients averaged",
+    "tw": "table-wise: each table whole on one rank",
+    "cw": "column-wise: each table's columns split over the ranks",
+    "twcw": "table-column-wise: column shards of a table on the ranks of one node",
+    "rw": "row-wise: each table's rows split over the ranks",
+}
+
+
+def _embedding_option(option: str) -> str | None:
+    if option in EMBEDDING_PLANS:
+        return None
+    return "a plan: " + "; ".join(f"{name} ({what})" for name, what in EMBEDDING_PLANS.items())
+
+
+def embedding_plan(layout_options: list[str]) -> str:
+    """The plan an ``emb`` term names (``emb2-tw``: ``tw``); a ``LayoutError`` where it names
+    none or more than one."""
+    if len(layout_options) != 1:
+        raise LayoutError(f"an emb term names one plan (emb2-tw); it has "
+                          f"{', '.join(layout_options) or 'none'}: "
+                          f"{_embedding_option('?')}")
+    return layout_options[0]
+
+
+register_kind(Kind("emb", 1.5, True, _embedding_option, module=__name__,
+                   help="embedding tables sharded over the ranks, the dense part data parallel"))
 # The built-in kinds, in the order their terms appear in ids, and the order of their mesh
 # dimensions (what code that names them directly iterates over).
 KINDS = BUILT_IN

@@ -21,7 +21,7 @@ Standard library only: ranks import it, under any Python 3.10+.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -79,7 +79,12 @@ class TorchPart:
     """What a torch strategy's ``apply`` is given: one part of the model (the whole model, or
     one pipeline stage), the layout's ``DeviceMesh`` (``mesh[kind]`` is the kind's dimension),
     the recipe's ``Parts``, the ``Layout`` and the rank's ``RankSpec``; ``units``: the blocks of
-    this part wrapped one by one (FSDP2's units, compiled one by one under torch.compile)."""
+    this part wrapped one by one (FSDP2's units, compiled one by one under torch.compile).
+
+    What a strategy leaves for the step: ``averaged``, (parameters, process group) pairs whose
+    gradients the step averages over the group after backward (the replicated part beside a
+    sharded one, where no DDP wraps it); ``notes``, by kind, what it sharded and where (said in
+    the results' ``sharded_modules``)."""
 
     torch: Any
     module: Any
@@ -88,6 +93,8 @@ class TorchPart:
     layout: Any
     spec: Any
     units: tuple[str, ...] = ()
+    averaged: list[tuple[list[Any], Any]] = field(default_factory=list)
+    notes: dict[str, Any] = field(default_factory=dict)
 
 
 _STRATEGIES: dict[tuple[str, str], Strategy] = {}

@@ -11,10 +11,28 @@ underscore keeps ``frameworks.known_frameworks`` from taking it for an adapter).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.parallel import Layout
+from ..core.strategies import PartStrategy, strategy_for
 from ..core.workload import Parts, WorkloadError
+
+
+@dataclass(frozen=True)
+class OneFlowPart:
+    """What a OneFlow strategy's ``apply`` is given (a registered kind's: emb): the model, its
+    parameters already global on ``placement`` (broadcast over the data ranks), the recipe's
+    ``Parts``, the ``Layout`` and the rank's ``RankSpec``; ``notes``, by kind, what it sharded
+    and where (the results' ``sharded_modules``)."""
+
+    flow: Any
+    module: Any
+    placement: Any
+    parts: Parts
+    layout: Layout
+    spec: Any
+    notes: dict[str, Any] = field(default_factory=dict)
 
 
 class Sharding:
@@ -82,6 +100,16 @@ class Sharding:
                     module._buffers[key] = buffer.to_global(placement, self.sbp(None))
         self.stage_names = [(n, s) for n, s in stage_of.items() if n]
         return model
+
+    def apply_strategies(self, model: Any, parts: Parts, spec: Any) -> dict[str, Any]:
+        """The layout's kinds' part strategies on the placed model (one stage); what they
+        sharded, by kind."""
+        part = OneFlowPart(self.flow, model, self.stages[0], parts, self.layout, spec)
+        for kind in self.layout.kinds:
+            strategy = strategy_for("oneflow", kind)
+            if isinstance(strategy, PartStrategy):
+                strategy.apply(part)
+        return part.notes
 
     def configure(self, graph: Any) -> None:
         """Stages and micro-batches (pipelines), ZeRO-3 (fsdp) of the training graph."""

@@ -182,22 +182,28 @@ class Sharded:
     mixed_precision: bool = False  # FSDP's policy casts: no autocast around it
     units: list[str] = field(default_factory=list)
     sharded: dict[str, Any] = field(default_factory=dict)  # check_names: by kind
+    # A strategy's replicated parameters beside its shards (TorchPart.averaged): averaged
+    # over their group after backward.
+    averaged: list[tuple[list[Any], Any]] = field(default_factory=list)
 
     def parameters(self) -> list[Any]:
         return [p for module in self.modules for p in module.parameters() if p.requires_grad]
 
     def average_gradients(self, torch: Any) -> None:
         """Data parallelism beside tensor or pipeline parallelism without FSDP: the replicas'
-        gradients averaged (after backward, not overlapped with it as DDP's buckets are)."""
-        if self.replica_group is None:
-            return
+        gradients averaged (after backward, not overlapped with it as DDP's buckets are); and
+        what a strategy left replicated beside its shards, over its group."""
+        groups = list(self.averaged)
+        if self.replica_group is not None:
+            groups.append((self.parameters(), self.replica_group))
         dist = torch.distributed
-        size = dist.get_world_size(self.replica_group)
-        for param in self.parameters():
-            if param.grad is not None:
-                grad = local(torch, param.grad)
-                dist.all_reduce(grad, group=self.replica_group)
-                grad.div_(size)
+        for params, group in groups:
+            size = dist.get_world_size(group)
+            for param in params:
+                if param.grad is not None:
+                    grad = local(torch, param.grad)
+                    dist.all_reduce(grad, group=group)
+                    grad.div_(size)
 
     def clip(self, torch: Any, max_norm: float) -> Any:
         """The global gradient norm over every shard and stage, clipped to ``max_norm``."""
@@ -265,11 +271,14 @@ def shard(torch: Any, model: Any, parts: Parts, inputs: Any, layout: Layout, mes
     units = fsdp_unit_names(torch, model, parts)
     sharded = check_names(torch, model, parts, layout, units)
 
+    averaged: list[tuple[list[Any], Any]] = []
+
     def shard_part(part: Any) -> None:
         # torchtitan's order: tensor parallelism, torch.compile of each block, then what wraps
         # the compiled blocks (FSDP2, a registered kind's strategy), in the layout's order.
         held = tuple(name for name in units if has(part, name))
-        given = TorchPart(torch, part, mesh, parts, layout, spec, held)
+        given = TorchPart(torch, part, mesh, parts, layout, spec, held, averaged,
+                          sharded)
         for strategy in strategies:
             if isinstance(strategy, TensorParallel):
                 strategy.apply(given)
@@ -291,4 +300,4 @@ def shard(torch: Any, model: Any, parts: Parts, inputs: Any, layout: Layout, mes
     return Sharded(modules, pipeline, replica_group=replicas,
                    stage_group=mesh["pp"].get_group() if layout.uses("pp") else None,
                    mixed_precision=layout.uses("fsdp") and spec.precision.enabled,
-                   units=units, sharded=sharded)
+                   units=units, sharded=sharded, averaged=averaged)

@@ -23,7 +23,14 @@ from typing import Any
 from ..core.spec import RankSpec
 from ..core.strategies import Checked, register_strategy, why_not
 from ..core.workload import BuildContext, Parts, WorkloadError
-from . import Batches, DistEnv, PhasePlan, map_batch, require_parameters
+from . import (
+    Batches,
+    DistEnv,
+    PhasePlan,
+    _oneflow_embedding,  # noqa: F401  (registers OneFlow's emb strategy)
+    map_batch,
+    require_parameters,
+)
 from . import _oneflow_phases as phases
 from ._oneflow_parallel import Sharding
 from ._oneflow_runtime import OneFlowRuntime
@@ -74,8 +81,10 @@ class OneFlowTrainer(OnRuntime):
         self.sharding = None if layout.is_data_parallel else Sharding(flow, layout, parts,
                                                                       spec.device_type)
         self.target_placement = self.placement = None
+        self.sharded: dict[str, Any] = {}  # what a registered kind's strategy sharded, by kind
         if self.sharding is not None:
             model = self.sharding.place(model)
+            self.sharded = self.sharding.apply_strategies(model, parts, spec)
             self.placement, self.target_placement = self.sharding.stages[0], self.sharding.stages[-1]
         elif self.graph and dist.world_size > 1:
             # nn.Graph is data-parallel through global tensors: parameters broadcast, the batch
@@ -233,8 +242,9 @@ class OneFlowTrainer(OnRuntime):
         if self._loss is None:
             return 0.0
         loss = self._loss
-        if self.placement is not None:
-            loss = loss.to_local()
+        if self.placement is not None:  # a batch split over the ranks leaves partial sums
+            loss = loss.to_global(placement=loss.placement,
+                                  sbp=self._flow.sbp.broadcast).to_local()
         return float(loss.float().mean().item())  # a pipeline's: one per micro-batch
 
     def environment(self) -> dict[str, Any]:
@@ -242,6 +252,8 @@ class OneFlowTrainer(OnRuntime):
         env.update(parameters=self.parameters, compiled=self.graph)
         if self.sharding is not None:
             env["data_parallel_ranks"] = self.sharding.layout.data_parallel
+            if self.sharded:
+                env.update(layout=self.sharding.layout.id, sharded_modules=self.sharded)
         return env
 
     def close(self) -> None:

@@ -249,6 +249,13 @@ register_strategy("paddle", Checked("tp", layout_unavailable))
 register_strategy("paddle", Unported(
     "pp", "Paddle's pipeline (fleet PipelineLayer) needs send/recv, and gloo 'does not support "
           "send with sync_op and use_calc_stream' on CPU"))
+# Row-split tables (auto-parallel Shard(0) on an Embedding's weight), measured 2026-11-29 on
+# two gloo ranks: they train as one process only when every rank takes the whole batch; with
+# the batch split over the ranks, as the emb layouts train, backward needs a reduce-scatter.
+register_strategy("paddle", Unported(
+    "emb", "Paddle's row-split embedding (auto-parallel Shard(0) on its weight) with the batch "
+           "split over the ranks reduce-scatters in backward, and its CPU kernel is missing: "
+           "'Unimplemented cpu kernel for CReduceScatterOp'"))
 register_strategy("paddle", Unported(
     "fsdp", "Paddle's sharding (auto-parallel ShardingStage3) reduce-scatters the gradients, and "
             "its CPU kernel is missing: 'Unimplemented cpu kernel for CReduceScatterOp'"))

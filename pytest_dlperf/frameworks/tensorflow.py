@@ -22,6 +22,7 @@ from . import DistEnv, PhasePlan, fresh, require_parameters
 from . import _tensorflow_phases as phases
 from ._loss_scale import POLICY
 from ._step import OnRuntime
+from ._tensorflow_adamw import torch_adamw
 from ._tensorflow_runtime import TensorFlowRuntime
 
 # Either wheel provides the framework: "tensorflow" (CUDA) or "tensorflow-cpu".
@@ -238,9 +239,9 @@ def make_optimizer(keras: Any, variables: list[Any], opt: OptimizerSpec) -> Any:
     if opt.kind == "sgd":
         optimizer = keras.optimizers.SGD(learning_rate=opt.lr, momentum=opt.momentum)
     elif opt.kind == "adamw":
-        optimizer = keras.optimizers.AdamW(
-            learning_rate=opt.lr, weight_decay=opt.weight_decay, beta_1=opt.betas[0],
-            beta_2=opt.betas[1], epsilon=opt.eps)
+        # torch's update, not Keras' (epsilon's place, sparse gradients): _tensorflow_adamw
+        optimizer = torch_adamw(keras, learning_rate=opt.lr, weight_decay=opt.weight_decay,
+                                beta_1=opt.betas[0], beta_2=opt.betas[1], epsilon=opt.eps)
         optimizer.exclude_from_weight_decay(
             var_list=[v for v in variables if not opt.decays(v.shape)])
     else:
@@ -275,6 +276,12 @@ _NOT_PORTED = ("TensorFlow's layouts are DTensor's, and Keras 3 (the recipes' mo
                "prototype ('DO NOT USE'); not ported")
 for _kind in ("fsdp", "tp", "pp"):
     register_strategy("tensorflow", Unported(_kind, _NOT_PORTED))
+# Row-split tables, measured 2026-11-29 on two CPU clients (DTensor, a table with layout
+# ["x", unsharded] looked up by tf.gather); MultiWorkerMirroredStrategy only mirrors variables.
+register_strategy("tensorflow", Unported(
+    "emb", "Keras 3 does not shard variables on TensorFlow, and DTensor refuses a row-split "
+           "table's lookup: 'DTensor does not support sharded 0th dimension for the resource "
+           "tensor for ResourceGatherOp. Please unshard dimension 0'"))
 
 
 def amp_unavailable(device_type: str) -> str | None:

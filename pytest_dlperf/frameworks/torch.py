@@ -17,6 +17,7 @@ from . import (
     Batches,
     DistEnv,
     PhasePlan,
+    _torch_embedding,  # noqa: F401  (registers torch's emb strategy)
     fresh,
     map_batch,
     require_parameters,
@@ -59,8 +60,10 @@ class TorchTrainer(EagerStep):
         if not self.layout.is_data_parallel:
             if not parts.parallelized:
                 parallel.same_weights(torch, model)
-            example = (fresh(parts.inputs) if parts.data is None
-                       else next(iter(parts.data))[0])  # what a pipeline is traced with
+            example = None  # what a pipeline is traced with (no draw of fresh inputs else)
+            if self.layout.uses("pp"):
+                example = (fresh(parts.inputs) if parts.data is None
+                           else next(iter(parts.data))[0])
             self.sharded = parallel.shard(torch, model, parts, self._to_device(example),
                                           self.layout, mesh, spec, self.device,
                                           self._pipeline_loss(spec))

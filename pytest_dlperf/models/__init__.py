@@ -1,6 +1,8 @@
 """The built-in workloads, one module per model holding its recipe per framework.
 
 ``measure(framework, "resnet50")`` looks a name up here; users pass their own ``Workload``.
+Wide & Deep's recipes beside ``wide_deep``: ``wide_deep_torch``, ``wide_deep_tensorflow``
+(Keras 3) and ``wide_deep_paddle``.
 """
 
 from __future__ import annotations

@@ -219,7 +219,8 @@ def _torch_named_weights(model: Any) -> dict[str, Any]:
     return named
 
 
-def _torch_layout(weight: Any) -> tuple[int, ...]:
+def torch_layout(weight: Any) -> tuple[int, ...]:
+    """A Keras weight's shape in torch's layout: a kernel's (in, out) as (out, in)."""
     shape = tuple(int(d) for d in weight.shape)
     return shape[::-1] if weight.path.endswith("/kernel") else shape  # (in, out) -> (out, in)
 
@@ -227,24 +228,29 @@ def _torch_layout(weight: Any) -> tuple[int, ...]:
 def torch_named_shapes(model: Any) -> dict[str, tuple[int, ...]]:
     """The trainable weights under BertForPreTraining's parameter names, in torch's layout:
     what the alignment test compares with ``bert.torch_named_shapes``."""
-    return {name: _torch_layout(w) for name, w in _torch_named_weights(model).items()}
+    return {name: torch_layout(w) for name, w in _torch_named_weights(model).items()}
 
 
 def load_torch_weights(model: Any, arrays: Mapping[str, Any]) -> None:
     """Set every trainable weight from torch's parameters by name (torch layout). Refuses a
     name either side lacks or a shape that differs: a partial load would test nothing."""
+    assign_torch_arrays(_torch_named_weights(model), arrays)
+
+
+def assign_torch_arrays(named: Mapping[str, Any], arrays: Mapping[str, Any]) -> None:
+    """``load_torch_weights`` for any Keras model whose weights ``named`` gives under torch's
+    names (Wide & Deep's too)."""
     import numpy as np
 
-    named = _torch_named_weights(model)
     missing, unknown = sorted(set(named) - set(arrays)), sorted(set(arrays) - set(named))
     if missing or unknown:
         raise ValueError(f"torch names without an array: {missing}; arrays the model has no "
                          f"weight for: {unknown}")
     for name, weight in named.items():
         value = np.asarray(arrays[name])
-        if value.shape != _torch_layout(weight):
+        if value.shape != torch_layout(weight):
             raise ValueError(f"{name}: torch's array is {value.shape}, the model's weight is "
-                             f"{_torch_layout(weight)} in torch's layout")
+                             f"{torch_layout(weight)} in torch's layout")
         weight.assign(value.T if weight.path.endswith("/kernel") else value)
 
 

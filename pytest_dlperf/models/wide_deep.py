@@ -112,6 +112,22 @@ def bytes_per_row(sizes: Mapping[str, SizeValue], copies: int = 4, bytes_each: i
     return (shape.deep_width + 1) * copies * bytes_each / shards
 
 
+def bytes_per_row_held(sizes: Mapping[str, SizeValue], tables: Mapping[str, list[list[int]]],
+                       copies: int = 4, bytes_each: int = 4) -> float:
+    """What one vocabulary row costs the rank that holds the most of the tables under an
+    ``emb`` plan, from the shards the results name (``sharded_modules["emb"]["tables"]``:
+    ``[rank, first row, first column, rows, columns]`` each, rank -1 for a table on every
+    rank): the share of a row's numbers each rank holds, times ``copies`` (``bytes_per_row``)."""
+    vocab = WideDeepShape.of(sizes).vocab
+    held: dict[int, float] = {}
+    for shards in tables.values():
+        for rank, _, _, rows, columns in shards:
+            if rank < 0:
+                return bytes_per_row(sizes, copies, bytes_each)
+            held[rank] = held.get(rank, 0.0) + rows * columns / vocab
+    return max(held.values()) * copies * bytes_each
+
+
 WORKLOAD = Workload(
     name="wide_deep",
     unit="samples",
@@ -120,5 +136,10 @@ WORKLOAD = Workload(
                   else {"cuda": CUDA_SIZES[name], "cpu": CPU_SIZES[name]})
            for name in CUDA_SIZES},
     optimizer=AdamW(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0),
-    recipes={"torch": "pytest_dlperf.models.wide_deep_torch:recipe"},
+    recipes={"torch": "pytest_dlperf.models.wide_deep_torch:recipe",
+             "oneflow": "pytest_dlperf.models.wide_deep_oneflow:recipe",
+             "tensorflow": "pytest_dlperf.models.wide_deep_tensorflow:recipe",
+             "paddle": "pytest_dlperf.models.wide_deep_paddle:recipe"},
+    # emb: the tables sharded over the ranks by a plan (emb-tw, emb-cw, ...; docs/sweeps.md)
+    layouts=("dp", "emb"),
 )

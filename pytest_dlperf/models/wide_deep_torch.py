@@ -43,6 +43,49 @@ def build(shape: WideDeepShape, device: str | None = None) -> Any:
     return WideDeep()
 
 
+def build_tables(shape: WideDeepShape, plain: Any) -> Any:
+    """The model of ``build`` with its tables as one TorchRec ``EmbeddingBagCollection``
+    (what the ``emb`` layouts shard): a feature per slot, the deep slots sharing the deep table
+    and the wide slots the wide one, each slot's one id pooled alone. The tables hold ``plain``'s
+    weights (the same tensors) and the tower is ``plain``'s."""
+    import torch
+    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor
+
+    deep_names = [f"deep{slot}" for slot in range(shape.deep_slots)]
+    wide_names = [f"wide{slot}" for slot in range(shape.wide_slots)]
+
+    class WideDeepTables(torch.nn.Module):
+        # ``plain`` is an argument, not a closure's cell: the class would keep the unsharded
+        # tables alive beside their shards.
+        def __init__(self, plain: Any) -> None:
+            super().__init__()
+            weight = plain.deep_embedding.weight
+            self.tables = EmbeddingBagCollection(device=torch.device("meta"), tables=[
+                EmbeddingBagConfig(name="deep", embedding_dim=shape.deep_width,
+                                   num_embeddings=shape.vocab, feature_names=deep_names),
+                EmbeddingBagConfig(name="wide", embedding_dim=1, num_embeddings=shape.vocab,
+                                   feature_names=wide_names)])
+            self.tables.embedding_bags["deep"].weight = weight
+            self.tables.embedding_bags["wide"].weight = plain.wide_embedding.weight
+            self.tower = plain.tower
+            self.deep_scores = plain.deep_scores
+            self.keys = deep_names + wide_names
+
+        def forward(self, dense: Any, wide_ids: Any, deep_ids: Any) -> Any:
+            batch = dense.shape[0]
+            ids = torch.cat([deep_ids, wide_ids], dim=1)
+            features = KeyedJaggedTensor.from_lengths_sync(
+                keys=self.keys, values=ids.t().reshape(-1),
+                lengths=torch.ones(batch * len(self.keys), dtype=torch.int32,
+                                   device=ids.device))
+            pooled = self.tables(features).to_dict()
+            deep = torch.cat([*(pooled[name] for name in deep_names), dense], dim=1)
+            wide = torch.cat([pooled[name] for name in wide_names], dim=1).sum(dim=1)
+            return wide + self.deep_scores(self.tower(deep)).squeeze(-1)
+
+    return WideDeepTables(plain)
+
+
 def power_law_ids(shape: WideDeepShape, batch: int, slots: int, first_slot: int,
                   generator: Any, device: str, out: Any = None) -> Any:
     """``batch`` x ``slots`` ids in [0, vocab): each a power law's draw over the rows (the
@@ -74,6 +117,8 @@ def recipe(ctx: BuildContext) -> Parts:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(ctx.seed)
         model = build(shape)
+    if ctx.layout is not None and ctx.layout.uses("emb"):
+        model = build_tables(shape, model)
     generator = None
     if device != "meta":
         generator = torch.Generator(device=device)
