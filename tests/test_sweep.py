@@ -150,6 +150,36 @@ def test_a_sweep_stops_at_the_first_rung_that_runs_out_of_memory(
     assert left_behind(cgroups) == set()
 
 
+SHARED = """
+
+@pytest.mark.sweep(batch_size="8,16")
+def test_shared(cluster, sweep, throughput_meter):
+    throughput_meter.measure("wide_adapter", WIDE)
+"""
+
+
+def test_a_one_device_reference_that_runs_out_of_memory_leaves_the_case_without_speedup(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two ranks share each sample's memory (as sharded tables do): batch 16 fits a rank as 8
+    # samples' ~0.5 GiB, and one device alone, the speedup's reference, runs out at 16 x 64 MiB.
+    # The case is measured all the same; only its speedup is unknown.
+    pytester.makepyfile(test_w=WORKLOADS + SHARED, wide_adapter=WIDE_ADAPTER,
+                        numpy_mlp_adapter=ADAPTER)
+    monkeypatch.setenv("SHARED_BATCH", "1")
+    result = pytester.runpytest_subprocess(
+        *SHORT, "-k", "test_shared and 1n2d", "--dlperf-launches", "1", "--devices-per-node",
+        "2", "--dlperf-steps", "2", "--dlperf-repeats", "2", "--dlperf-memory-limit", "1G",
+        "--dlperf-busy-threshold", "1", "--dlperf-json", "r.json", timeout=600)
+    result.assert_outcomes(passed=2)
+    cases = {b["name"]: b["extra_info"]
+             for b in json.loads((pytester.path / "r.json").read_text())["benchmarks"]}
+    assert cases["test_shared[1n2d-batch_size8]"]["speedup"] is not None
+    assert cases["test_shared[1n2d-batch_size16]"]["speedup"] is None
+    result.stdout.fnmatch_lines([
+        "*test_shared?1n2d-batch_size16?: no speedup: one device alone (its 1n1d reference) "
+        "ran out of memory at this size: rank 0 ran out of memory*"])
+
+
 BAD_SWEEP = """
 import pytest
 from pytest_dlperf import Parts, Workload
@@ -276,3 +306,21 @@ def test_a_bad_size_is_a_usage_error_naming_the_flag(
     result = pytester.runpytest("-p", "no:cacheprovider", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
     result.stderr.fnmatch_lines([says])
+
+
+def test_an_out_of_memory_traceback_is_said_by_its_exception_line() -> None:
+    from pytest_dlperf.launch.base import LaunchError
+    from pytest_dlperf.plugin.launches import _first_line
+
+    # What a rank's Python-side OOM handed back (torch's allocator raising in a sharded step):
+    # the sweep's summary read "3.2M ran out of memory: Traceback (most recent call last):".
+    raised = ("rank 1 ran out of memory at batch 512 (per device): Traceback (most recent call "
+              "last):\n  File \"x.py\", line 3, in step\n    loss.backward()\nRuntimeError: "
+              "DefaultCPUAllocator: not enough memory: you tried to allocate 217600000 bytes.")
+    assert _first_line(LaunchError("1 of 2 ranks ran out of memory", {1: raised})) == (
+        "rank 1 ran out of memory at batch 512 (per device): RuntimeError: DefaultCPUAllocator: "
+        "not enough memory: you tried to allocate 217600000 bytes.")
+    killed = "rank 0 ran out of memory at batch 512 (per device): the kernel's OOM killer"
+    assert _first_line(LaunchError("out", {0: killed})) == killed
+    assert _first_line(LaunchError("out", {0: "Traceback (most recent call last):\n  f\n"
+                                               "MemoryError"})) == "MemoryError"

@@ -26,7 +26,7 @@ from ..core.workload import CaseWorkload, Precision, SizeValue, Workload
 from ..launch import Cluster
 from ..store.baselines import Baseline, Change, Metric
 from ..verdict import busy as busy_text
-from ..verdict import decide, position, superlinear, unstable
+from ..verdict import decide, position
 from ..verdict.decide import Policy
 from ..verdict.drift import Drift
 from ..verdict.mfu import FlopsCount
@@ -249,7 +249,7 @@ class ThroughputMeter:
         wants = reporter and decide.records(policy, baseline is not None)
         speedup = result.median / reference if reference is not None else None
         efficiency = speedup / devices if speedup is not None else None
-        refused = refusal(within_cv, df, policy, efficiency) if wants else None
+        refused = decide.refusal(within_cv, df, policy, efficiency) if wants else None
         if wants and not refused:
             recorded = baselines.recorded(env, case.protocol, search, self.state.commit,
                                           phases.of(result))
@@ -352,7 +352,13 @@ class ThroughputMeter:
             return found
         if not self.cluster.launcher.can_run(topology):
             return None, None
-        single = launches.reference_result(measured.spec, topology)
+        try:
+            single = launches.reference_result(measured.spec, topology, at_the_edge=True)
+        except OutOfMemoryAtTheEdge as edge:
+            self.node.warn(DLPerfWarning(
+                f"pytest-dlperf: {case.id}: no speedup: one device alone (its 1n1d reference) "
+                f"ran out of memory at this size: {edge.message}"))
+            return None, None
         return single.median, phases.of(single)
 
     def _count_flops(self, case: Case, launches: Launches, workload: Workload,
@@ -381,17 +387,6 @@ def at_value(sized: CaseWorkload, size: str, value: int) -> CaseWorkload:
     if size == BATCH:
         return replace(sized, batch_size=value)
     return replace(sized, sizes={**sized.sizes, size: value})
-
-
-def refusal(within_cv: float | None, df: int, policy: Policy,
-            efficiency: float | None) -> str | None:
-    """Why a recording run does not write the baseline it asked for: launches that measured
-    nothing (their own windows too far apart), or an efficiency no layout reaches (a slow
-    reference); the case then fails saying so (decide). Launches far apart are the drift the
-    verdict models, not a reason."""
-    if unstable.too_unstable_to_record(within_cv, policy.unstable_cv, df):
-        return "unstable"
-    return "efficiency" if superlinear.refuses(efficiency) else None
 
 
 __all__ = ["DLPerfWarning", "ThroughputMeter"]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from ..core.protocol import RankFigures, split
 from ..core.units import format_bytes, format_flops
 from ..store.baselines import EFFICIENCY, THROUGHPUT, Baseline
-from . import phases, position, superlinear
+from . import phases, position, superlinear, unstable
 from .changepoints import Step
 from .drift import Drift
 from .levels import compare_runs
@@ -367,3 +367,14 @@ def min_mfu_unknown(report: CaseReport, minimum: float) -> str:
                "give it with --dlperf-peak-flops")
     return (f"pytest-dlperf: {report.case}: min_mfu {minimum:.1%} (@pytest.mark.dlperf) is not "
             f"checked: {why}")
+
+
+def refusal(within_cv: float | None, df: int, policy: Policy,
+            efficiency: float | None) -> str | None:
+    """Why a recording run does not write the baseline it asked for: launches that measured
+    nothing (their own windows too far apart), or an efficiency no layout reaches (a slow
+    reference); the case then fails saying so (decide). Launches far apart are the drift the
+    verdict models, not a reason."""
+    if unstable.too_unstable_to_record(within_cv, policy.unstable_cv, df):
+        return "unstable"
+    return "efficiency" if superlinear.refuses(efficiency) else None
