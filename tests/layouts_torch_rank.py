@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -232,13 +233,15 @@ def reference_name(run: dict[str, Any]) -> str:
     return f"reference-{run['replicas']}-{options.get('clip')}-{options.get('sgd', False)}"
 
 
-def main() -> None:
-    out, runs = Path(sys.argv[1]), json.loads(sys.argv[2])
+def run_each(out: Path, runs: list[dict[str, Any]],
+             train: Callable[[str | None, int, dict[str, Any]], dict[str, Any]]) -> int:
+    """Each run this job rank takes part in, in a fresh world of its own: ``train(layout,
+    world, options)``, whose result the run's first rank saves as ``<name>.pt``. A run:
+    {"name", "layout", "world", "port", "first": the job rank it starts at, "options"}.
+    Returns this process's job rank."""
     job_rank = int(os.environ["RANK"])
     base = dict(os.environ)
     for run in runs:
-        # run: {"name", "layout", "world", "port", "first": the job rank it starts at,
-        # "replicas", "options": spec_for's keywords}
         first, world = run["first"], run["world"]
         if not first <= job_rank < first + world:
             continue
@@ -250,7 +253,13 @@ def main() -> None:
             torch.save(result, out / f"{run['name']}.pt")
         os.environ.clear()
         os.environ.update(base)
-    if job_rank == 0:
+    return job_rank
+
+
+def main() -> None:
+    out, runs = Path(sys.argv[1]), json.loads(sys.argv[2])
+    # runs also carry "replicas": the one-process reference each is compared with
+    if run_each(out, runs, train) == 0:
         for name in {reference_name(run) for run in runs}:
             _, replicas, clip, sgd = name.split("-")
             torch.save(reference(int(replicas), None if clip == "None" else float(clip),

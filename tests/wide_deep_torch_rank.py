@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from layouts_torch_rank import run_each
 
 SIZES = {"vocab": 1000, "deep_width": 8, "hidden_size": 16, "hidden_layers": 2,
          "dense_fields": 13, "deep_slots": 26, "wide_slots": 2, "dropout": 0.0, "zipf": 1.1}
@@ -125,21 +126,7 @@ def reference(world: int) -> dict[str, Any]:
 
 def main() -> None:
     out, runs = Path(sys.argv[1]), json.loads(sys.argv[2])
-    job_rank = int(os.environ["RANK"])
-    base = dict(os.environ)
-    for run in runs:
-        first, world = run["first"], run["world"]
-        if not first <= job_rank < first + world:
-            continue
-        os.environ.update(RANK=str(job_rank - first), WORLD_SIZE=str(world),
-                          LOCAL_RANK=str(job_rank - first), LOCAL_WORLD_SIZE=str(world),
-                          MASTER_PORT=str(run["port"]), TORCHELASTIC_USE_AGENT_STORE="False")
-        result = train(run["layout"], world, run.get("options", {}))
-        if job_rank == first:
-            torch.save(result, out / f"{run['name']}.pt")
-        os.environ.clear()
-        os.environ.update(base)
-    if job_rank == 0:
+    if run_each(out, runs, train) == 0:
         for world in sorted({run["world"] for run in runs}):
             torch.save(reference(world), out / f"reference-{world}.pt")
 

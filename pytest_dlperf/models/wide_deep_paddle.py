@@ -18,10 +18,13 @@ Paddle is imported inside functions only: the pytest side imports this module.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from typing import Any
 
 from ..core.workload import BuildContext, Parts
+
+# torch's names and layout, as BERT's port loads them (Linear weights transposed)
+from .bert_paddle import load_torch_weights as load_torch_weights
+from .bert_paddle import torch_named_shapes as torch_named_shapes
 from .wide_deep import SCATTER, WideDeepShape
 
 
@@ -95,40 +98,6 @@ def click_loss(logits: Any, clicks: Any) -> Any:
     import paddle.nn.functional as F
 
     return F.binary_cross_entropy_with_logits(logits.astype("float32"), clicks)
-
-
-def _linear_weight_names(model: Any) -> set[str]:
-    import paddle
-
-    return {f"{prefix}.weight" for prefix, layer in model.named_sublayers()
-            if isinstance(layer, paddle.nn.Linear)}
-
-
-def torch_named_shapes(model: Any) -> dict[str, tuple[int, ...]]:
-    """The trainable parameters under torch's names, in torch's layout and order."""
-    linear = _linear_weight_names(model)
-    return {name: tuple(int(d) for d in p.shape)[::-1 if name in linear else 1]
-            for name, p in model.named_parameters() if not p.stop_gradient}
-
-
-def load_torch_weights(model: Any, arrays: Mapping[str, Any]) -> None:
-    """Set every parameter from torch's by name (torch layout: Linear weights transposed
-    here). Refuses a missing or extra name and a shape that differs."""
-    import paddle
-
-    params = dict(model.named_parameters())
-    if set(params) != set(arrays):
-        raise ValueError(f"torch names without a parameter: {sorted(set(arrays) - set(params))}; "
-                         f"parameters without an array: {sorted(set(params) - set(arrays))}")
-    shapes = torch_named_shapes(model)
-    linear = _linear_weight_names(model)
-    with paddle.no_grad():
-        for name, param in params.items():
-            value = arrays[name]
-            if tuple(value.shape) != shapes[name]:
-                raise ValueError(f"{name}: torch's array is {tuple(value.shape)}, the parameter "
-                                 f"is {shapes[name]} in torch's layout")
-            param.set_value(value.T if name in linear else value)
 
 
 def recipe(ctx: BuildContext) -> Parts:
