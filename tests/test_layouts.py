@@ -77,6 +77,10 @@ def test_the_learning_rate_scales_with_the_replicas_global_batch() -> None:
     ("tp2-gpipe", "only a pipeline term"),
     ("pp2-fast", "unknown pipeline option 'fast'"),
     ("tp2xtp2", "names tp twice"),
+    ("emb2", r"an emb term takes one option, emb2-<option>, and 'emb2' has none \(a plan: "
+             r"dp .*; rw \(row-wise"),
+    ("emb2-tw-cw", "an emb term takes one option, emb2-<option>, and 'emb2-tw-cw' has tw, cw"),
+    ("emb2-abc", "unknown emb option 'abc'"),
 ])
 def test_a_layout_that_cannot_be_read_says_why(text: str, says: str) -> None:
     with pytest.raises(LayoutError, match=says):

@@ -47,6 +47,9 @@ class Kind:
     check_option: Callable[[str], str | None] | None = None
     help: str = ""
     carried: bool = False  # learnt from a layout's JSON in a rank (``carried``)
+    # A term of it names exactly one option (``emb2-tw``: its plan); what
+    # ``check_option("")`` says is the message's list of them.
+    needs_option: bool = False
     # The module that registered it (and its strategies), and the folder it imports from: a
     # rank imports it when its layout names the kind (``carried``). Filled by ``register_kind``.
     module: str = ""
@@ -174,11 +177,11 @@ def embedding_plan(layout_options: list[str]) -> str:
     if len(layout_options) != 1:
         raise LayoutError(f"an emb term names one plan (emb2-tw); it has "
                           f"{', '.join(layout_options) or 'none'}: "
-                          f"{_embedding_option('?')}")
+                          f"{_embedding_option('')}")
     return layout_options[0]
 
 
-register_kind(Kind("emb", 1.5, True, _embedding_option, module=__name__,
+register_kind(Kind("emb", 1.5, True, _embedding_option, module=__name__, needs_option=True,
                    help="embedding tables sharded over the ranks, the dense part data parallel"))
 # The built-in kinds, in the order their terms appear in ids, and the order of their mesh
 # dimensions (what code that names them directly iterates over).

@@ -343,6 +343,11 @@ def parse_layout(text: str) -> LayoutSpelling:
             else:
                 microbatches = int(option[2:])
         degrees.append((kind, degree))
+        named = [option for taker, option in options if taker == kind]
+        if check is not None and _KINDS[kind].needs_option and len(named) != 1:
+            raise LayoutError(f"layout {text!r}: an {kind} term takes one option, "
+                              f"{kind}2-<option>, and {term!r} has "
+                              f"{', '.join(named) or 'none'} ({check('')})")
     if sum(degree is None for _, degree in degrees) > 1:
         raise LayoutError(f"layout {text!r} leaves more than one degree open; give all but one "
                           "a number (fsdpxtp2)")
