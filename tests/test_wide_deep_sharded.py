@@ -28,6 +28,9 @@ RUNS: dict[str, tuple[str | None, int, dict[str, Any]]] = {
     "emb2-cw": ("emb-cw", 2, {}),
     "emb2-twcw": ("emb-twcw", 2, {}),
     "emb2-rw": ("emb-rw", 2, {}),
+    # lazy Adam on the tables' sparse gradients, against one process running it
+    "emb1-sparse": ("emb-sparse", 1, {}),
+    "emb2-sparse": ("emb-sparse", 2, {}),
     "emb2-rw-wrong-split": ("emb-rw", 2, {"wrong_split": 1}),
 }
 # float32, reduction orders apart: at most this share of how far any parameter moved
@@ -37,6 +40,7 @@ SAME = 1e-4
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     import torch
+    from wide_deep_torch_rank import reference_name
 
     out = tmp_path_factory.mktemp("wide_deep_sharded")
     master, *ports = free_ports(len(RUNS) + 1)
@@ -53,8 +57,9 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     results = {}
     for run in runs:
         result = torch.load(out / f"{run['name']}.pt", weights_only=False)
-        result["reference"] = torch.load(out / f"reference-{run['world']}.pt",
-                                         weights_only=False)
+        result["reference"] = torch.load(
+            out / reference_name(run["world"], "sparse" in str(run["layout"])),
+            weights_only=False)
         results[run["name"]] = result
     return results
 
@@ -107,6 +112,9 @@ def test_each_rank_holds_the_shards_of_its_plan(trained: dict[str, Any]) -> None
         for name, columns in (("tables.deep", width), ("tables.wide", 1))}
     assert shards(trained["emb2-dp"]) == {"tables.deep": [[-1, 0, 0, -1, -1]],
                                           "tables.wide": [[-1, 0, 0, -1, -1]]}
+    # emb-sparse: torch's own tables, whole on every rank
+    assert shards(trained["emb2-sparse"]) == {"deep_embedding": [[-1, 0, 0, -1, -1]],
+                                              "wide_embedding": [[-1, 0, 0, -1, -1]]}
 
 
 def test_a_plan_that_spreads_the_tables_leaves_less_on_each_rank(

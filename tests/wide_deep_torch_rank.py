@@ -98,9 +98,10 @@ def train(layout_text: str | None, world: int, options: dict[str, Any]) -> dict[
     return {"params": params, "environment": env, "bytes_per_rank": bytes_per_rank}
 
 
-def reference(world: int) -> dict[str, Any]:
+def reference(world: int, lazy: bool = False) -> dict[str, Any]:
     """One process, the unsharded model, on the global batch: rank r's batches are what the
-    recipe draws for rank r."""
+    recipe draws for rank r. ``lazy``: the tables sparse, updated by ``torch.optim.SparseAdam``
+    (emb-sparse's algorithm), the rest by AdamW."""
     from pytest_dlperf.core.spec import OptimizerSpec
     from pytest_dlperf.core.workload import BuildContext
     from pytest_dlperf.frameworks.torch import make_optimizer
@@ -109,17 +110,26 @@ def reference(world: int) -> dict[str, Any]:
     parts = [wide_deep(BuildContext("torch", "cpu", "cpu", BATCH, SIZES, "fp32", "float32",
                                     False, SEED, rank, world, rank)) for rank in range(world)]
     model = parts[0].model
-    adamw = make_optimizer(torch, list(model.parameters()),
+    tables = [model.deep_embedding, model.wide_embedding] if lazy else []
+    for table in tables:
+        table.sparse = True
+    held = {id(table.weight) for table in tables}
+    adamw = make_optimizer(torch, [p for p in model.parameters() if id(p) not in held],
                            OptimizerSpec(lr=LR, kind="adamw", weight_decay=0.0), fused=False)
+    sparse = [torch.optim.SparseAdam([table.weight], lr=LR) for table in tables]
     start = {name: p.detach().clone() for name, p in model.named_parameters()}
     for _ in range(3):
         batches = [(tuple(t.clone() for t in p.inputs()), p.targets().clone()) for p in parts]
         inputs = tuple(torch.cat([b[0][i] for b in batches]) for i in range(3))
         targets = torch.cat([b[1] for b in batches])
         adamw.zero_grad()
+        for optimizer in sparse:
+            optimizer.zero_grad()
         loss = parts[0].loss(model(*inputs), targets)
         loss.backward()
         adamw.step()
+        for optimizer in sparse:
+            optimizer.step()
     return {"params": {n: p.detach().clone() for n, p in model.named_parameters()},
             "start": start}
 
@@ -127,8 +137,13 @@ def reference(world: int) -> dict[str, Any]:
 def main() -> None:
     out, runs = Path(sys.argv[1]), json.loads(sys.argv[2])
     if run_each(out, runs, train) == 0:
-        for world in sorted({run["world"] for run in runs}):
-            torch.save(reference(world), out / f"reference-{world}.pt")
+        for world, lazy in sorted({(run["world"], "sparse" in str(run["layout"]))
+                                   for run in runs}):
+            torch.save(reference(world, lazy), out / reference_name(world, lazy))
+
+
+def reference_name(world: int, lazy: bool) -> str:
+    return f"reference-{world}{'-lazy' if lazy else ''}.pt"
 
 
 if __name__ == "__main__":

@@ -162,6 +162,8 @@ EMBEDDING_PLANS = {
     "cw": "column-wise: each table's columns split over the ranks",
     "twcw": "table-column-wise: column shards of a table on the ranks of one node",
     "rw": "row-wise: each table's rows split over the ranks",
+    "sparse": ("every table whole on every rank, its sparse gradient all-reduced and applied by "
+               "lazy Adam to the rows looked up"),
 }
 
 

@@ -43,6 +43,8 @@ REFUSED = {
            "does: the second is table-wise, not ported to OneFlow (run emb-rw)"),
     "twcw": ("table-column-wise puts each table on one node's ranks, a placement of its own per "
              "table: not ported to OneFlow (run emb-rw)"),
+    "sparse": ("lazy Adam on the tables' sparse gradients is torch's SparseAdam here; OneFlow "
+               "0.9's eager lazy Adam is not ported (run emb-rw)"),
 }
 
 

@@ -35,6 +35,7 @@ from typing import Any
 from ..core.kinds import LayoutError, embedding_plan
 from ..core.strategies import TorchPart, register_strategy
 from ..core.workload import WorkloadError
+from ._torch_sparse import lazy_tables
 
 TORCHREC = ("torchrec==1.9.2 and fbgemm-gpu-cpu==1.9.0 (fbgemm-gpu on CUDA) installed with "
             "--no-deps beside torch 2.14 (scripts/setup does)")
@@ -76,6 +77,8 @@ def shard_tables(part: TorchPart) -> None:
     if part.spec.optimizer.clip_norm is not None:
         raise WorkloadError("gradient clipping under an emb layout: the norm over the tables' "
                             "shards is not written; clear the optimizer's clip_norm")
+    if plan_name == "sparse":  # no TorchRec: torch's own sparse gradients
+        return lazy_tables(part, part.mesh["emb"].get_group())
     from torchrec import EmbeddingBagCollection
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.shard import shard_modules

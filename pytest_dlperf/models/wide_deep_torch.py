@@ -117,7 +117,8 @@ def recipe(ctx: BuildContext) -> Parts:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(ctx.seed)
         model = build(shape)
-    if ctx.layout is not None and ctx.layout.uses("emb"):
+    if ctx.layout is not None and ctx.layout.uses("emb") and ctx.layout.options_of(
+            "emb") != ["sparse"]:  # emb-sparse: torch's own nn.Embedding, made sparse
         model = build_tables(shape, model)
     generator = None
     if device != "meta":
