@@ -29,23 +29,25 @@ def test_wide_deep(cluster, sweep, throughput_meter):
 
 
 # Two rungs on a CPU (a line through them is what a row costs), DLPerf's ladder on a GPU.
-@pytest.mark.layouts("emb-tw", "emb-cw", "emb-rw")
+@pytest.mark.layouts("emb-tw", "emb-cw", "emb-rw", "emb-sparse")
 @pytest.mark.sweep(vocab={"cpu": "800k,3.2M", "cuda": wide_deep.CUDA_LADDER})
 def test_wide_deep_sharded(cluster, layout, sweep, throughput_meter):
-    # The tables sharded over the ranks by TorchRec's plans (docs/layouts.md), the tower data
-    # parallel. emb-dp and emb-twcw (cw on one node) are checked in tests/.
+    # The tables sharded over the ranks by TorchRec's plans, or replicated with sparse
+    # gradients and lazy Adam (emb-sparse; docs/layouts.md), the tower data parallel. emb-dp
+    # and emb-twcw (cw on one node) are checked in tests/.
     if cluster.world_size == 1:
         pytest.skip("one rank: a plan spreads the tables over nothing; test_wide_deep measures "
                     "the unsharded model")
     report = throughput_meter.measure(FRAMEWORK, "wide_deep")
     assert report.environment.parameters == wide_deep.parameter_count(report.workload.sizes)
     assert report.environment.data_parallel_ranks == layout.data_parallel
-    tables = report.environment.sharded_modules["emb"]["tables"]
+    plan = report.environment.sharded_modules["emb"]
     if sweep.is_last and len(sweep.points) >= 2:
         # A row costs the fullest rank the share of its 17 numbers that rank holds (all of them
         # under emb2-dp, half under emb2-rw), four copies of each: weight, gradient, Adam's two
-        # moments.
+        # moments; three under emb-sparse, whose gradient holds the rows looked up only.
         memory = sweep.memory_fit()
         assert memory is not None
-        expected = wide_deep.bytes_per_row_held(report.workload.sizes, tables)
+        expected = wide_deep.bytes_per_row_held(report.workload.sizes, plan["tables"],
+                                                copies=3 if plan["plan"] == "sparse" else 4)
         assert memory.per_unit == pytest.approx(expected, rel=0.15), memory
