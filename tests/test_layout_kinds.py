@@ -85,13 +85,13 @@ def test_a_rank_learns_the_kind_from_the_layouts_json() -> None:
 
 def test_an_unknown_kind_names_the_registered_ones(toy: Kind) -> None:
     with pytest.raises(LayoutError, match=r"no kind 'zed' is registered; .*\(dp, fsdp, tp, pp, "
-                                          r"emb, toy\)"):
+                                          r"emb, pfc, toy\)"):
         parse_layout("zed2")
     # A workload naming a kind is made wherever its module is imported (a rank, before anything
     # registered the kind there); pytest's process checks the name before a case runs.
     typo = Workload("m", recipes={"torch": print}, layouts=("dp", "zed"))
     with pytest.raises(WorkloadError, match="unknown kind.s. zed; the registered kinds are dp, "
-                                            "fsdp, tp, pp, emb, toy"):
+                                            "fsdp, tp, pp, emb, pfc, toy"):
         unknown_kinds(typo)
     unknown_kinds(Workload("m", recipes={"torch": print}, layouts=("dp", "toy")))
 

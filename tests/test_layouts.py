@@ -81,10 +81,24 @@ def test_the_learning_rate_scales_with_the_replicas_global_batch() -> None:
              r"dp .*; rw \(row-wise"),
     ("emb2-tw-cw", "an emb term takes one option, emb2-<option>, and 'emb2-tw-cw' has tw, cw"),
     ("emb2-abc", "unknown emb option 'abc'"),
+    ("pfc2-r0", r"the sample ratio 0 is outside \(0, 1\]; a sample ratio r<ratio>"),
+    ("pfc2-r1.5", r"the sample ratio 1.5 is outside \(0, 1\]"),
+    ("pfc2-half", r"unknown pfc option 'half' \(a sample ratio r<ratio> in \(0, 1\]"),
+    ("pfc2-r0.1-r0.2", "a pfc term takes at most 1 option, and 'pfc2-r0.1-r0.2' has r0.1, r0.2"),
 ])
 def test_a_layout_that_cannot_be_read_says_why(text: str, says: str) -> None:
     with pytest.raises(LayoutError, match=says):
         parse_layout(text)
+
+
+def test_a_head_split_names_its_sample_ratio_in_its_id() -> None:
+    from pytest_dlperf.core.kinds import sample_ratio
+
+    partial = parse_layout("pfc-r0.1").resolve(2)
+    whole = parse_layout("pfc").resolve(2)
+    assert (partial.id, whole.id) == ("pfc2-r0.1", "pfc2")
+    assert sample_ratio(partial.options_of("pfc")) == 0.1
+    assert sample_ratio(whole.options_of("pfc")) == 1.0
 
 
 def test_degrees_that_do_not_divide_the_world_name_the_layout() -> None:

@@ -241,7 +241,7 @@ def test_layouts_the_torch_adapter_cannot_run() -> None:
     assert layout_unavailable(("fsdp",), "cpu", compiled=True) is None
     assert "torch.compile" in (layout_unavailable(("fsdp", "tp"), "cpu", compiled=True) or "")
     # a kind with no torch strategy registered: refused, naming what torch runs
-    assert "no strategy for layout kind 'cp' (it runs dp, emb, tp, fsdp, pp)" in (
+    assert "no strategy for layout kind 'cp' (it runs dp, pfc, emb, tp, fsdp, pp)" in (
         layout_unavailable(("cp",), "cpu") or "")
 
 

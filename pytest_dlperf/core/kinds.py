@@ -50,6 +50,8 @@ class Kind:
     # A term of it names exactly one option (``emb2-tw``: its plan); what
     # ``check_option("")`` says is the message's list of them.
     needs_option: bool = False
+    # A term of it names at most this many options (``pfc2-r0.1``: one ratio); None: any.
+    max_options: int | None = None
     # The module that registered it (and its strategies), and the folder it imports from: a
     # rank imports it when its layout names the kind (``carried``). Filled by ``register_kind``.
     module: str = ""
@@ -185,6 +187,31 @@ def embedding_plan(layout_options: list[str]) -> str:
 
 register_kind(Kind("emb", 1.5, True, _embedding_option, module=__name__, needs_option=True,
                    help="embedding tables sharded over the ranks, the dense part data parallel"))
+# A classifier's head split over the ranks by class (InsightFace's model-parallel FC, arcface_torch's
+# Partial FC): each rank trains on a batch of its own (the backbone data parallel) and holds the
+# centres of 1/N of the classes; ``r<ratio>`` (``pfc2-r0.1``) samples that share of a rank's
+# centres each step, the batch's positives always among them (Partial FC); none: every centre.
+def _sample_ratio_option(option: str) -> str | None:
+    why = "a sample ratio r<ratio> in (0, 1] (pfc2-r0.1: a tenth of each rank's centres a step)"
+    if not re.fullmatch(r"r(\d+(\.\d*)?|\.\d+)", option):
+        return why
+    if 0 < float(option[1:]) <= 1:
+        return None
+    return f"the sample ratio {option[1:]} is outside (0, 1]; {why}"
+
+
+def sample_ratio(layout_options: list[str]) -> float:
+    """The share of its centres a ``pfc`` rank samples a step (``pfc2-r0.1``: 0.1; 1.0 where the
+    term names none); a ``LayoutError`` for two ratios."""
+    if len(layout_options) > 1:
+        raise LayoutError(f"a pfc term names at most one sample ratio (pfc2-r0.1); it has "
+                          f"{', '.join(layout_options)}")
+    return float(layout_options[0][1:]) if layout_options else 1.0
+
+
+register_kind(Kind("pfc", 1.6, True, _sample_ratio_option, module=__name__, max_options=1,
+                   help="a classifier's head split over the ranks by class (Partial FC with "
+                        "r<ratio>), the backbone data parallel"))
 # The built-in kinds, in the order their terms appear in ids, and the order of their mesh
 # dimensions (what code that names them directly iterates over).
 KINDS = BUILT_IN

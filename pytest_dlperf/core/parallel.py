@@ -348,6 +348,11 @@ def parse_layout(text: str) -> LayoutSpelling:
             raise LayoutError(f"layout {text!r}: an {kind} term takes one option, "
                               f"{kind}2-<option>, and {term!r} has "
                               f"{', '.join(named) or 'none'} ({check('')})")
+        most = _KINDS[kind].max_options
+        if most is not None and len(named) > most:
+            raise LayoutError(f"layout {text!r}: a {kind} term takes at most {most} "
+                              f"option{'s' if most > 1 else ''}, and {term!r} has "
+                              f"{', '.join(named)}")
     if sum(degree is None for _, degree in degrees) > 1:
         raise LayoutError(f"layout {text!r} leaves more than one degree open; give all but one "
                           "a number (fsdpxtp2)")

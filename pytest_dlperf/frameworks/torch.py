@@ -17,6 +17,7 @@ from . import (
     Batches,
     DistEnv,
     PhasePlan,
+    _torch_classes,  # noqa: F401  (registers torch's pfc strategy)
     _torch_embedding,  # noqa: F401  (registers torch's emb strategy)
     fresh,
     map_batch,

@@ -2,7 +2,7 @@
 
 ``measure(framework, "resnet50")`` looks a name up here; users pass their own ``Workload``.
 Wide & Deep's recipes beside ``wide_deep``: ``wide_deep_torch``, ``wide_deep_tensorflow``
-(Keras 3) and ``wide_deep_paddle``.
+(Keras 3) and ``wide_deep_paddle``; InsightFace's beside ``insightface``: ``insightface_torch``.
 """
 
 from __future__ import annotations
@@ -10,12 +10,15 @@ from __future__ import annotations
 from ..core.workload import Workload
 from .bert import WORKLOAD as BERT_BASE
 from .gpt import WORKLOAD as GPT
+from .insightface import WORKLOAD as INSIGHTFACE
 from .resnet50 import WORKLOAD as RESNET50
 from .wide_deep import WORKLOAD as WIDE_DEEP
 
-__all__ = ["BERT_BASE", "BUILTIN", "GPT", "RESNET50", "WIDE_DEEP", "builtin", "with_recipe"]
+__all__ = ["BERT_BASE", "BUILTIN", "GPT", "INSIGHTFACE", "RESNET50", "WIDE_DEEP", "builtin",
+           "with_recipe"]
 
-BUILTIN: dict[str, Workload] = {w.name: w for w in (RESNET50, BERT_BASE, GPT, WIDE_DEEP)}
+BUILTIN: dict[str, Workload] = {w.name: w for w in (RESNET50, BERT_BASE, GPT, WIDE_DEEP,
+                                                     INSIGHTFACE)}
 
 
 def with_recipe(key: str) -> list[str]:
