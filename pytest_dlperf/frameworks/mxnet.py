@@ -35,6 +35,7 @@ from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from ..core.spec import OptimizerSpec, RankSpec
+from ..core.strategies import Unported, register_strategy
 from ..core.workload import BuildContext, Parts, WorkloadError
 from . import (
     Batches,
@@ -319,6 +320,15 @@ def compile_unavailable(device_type: str) -> str | None:
 
 def eager_unavailable(device_type: str) -> str | None:
     return None  # imperative Gluon runs wherever MXNet does
+
+
+# Measured 2026-11-29 on two CPU ranks (tests/test_insightface_mxnet.py): the store's collectives
+# carry a head split by class; the trainer has no seam to split one.
+register_strategy("mxnet", Unported(
+    "pfc", "the MXNet adapter applies no part strategies: it broadcasts every parameter from "
+           "rank 0 and sums every gradient through the store, so a head split by class has no "
+           "place in it (MXNet's store itself carries one: on two CPU ranks, all-gathers as "
+           "pushpulls of zero-padded buffers gave the whole head's loss and gradients)"))
 
 
 def build_trainer(spec: RankSpec, dist: DistEnv,
