@@ -104,7 +104,8 @@ WORKLOAD = Workload(
                   else {"cuda": CUDA_SIZES[name], "cpu": CPU_SIZES[name]})
            for name in CUDA_SIZES},
     optimizer=SGD(lr_per_256=0.05, momentum=0.9, weight_decay=5e-4),
-    recipes={"torch": "pytest_dlperf.models.insightface_torch:recipe"},
+    recipes={"torch": "pytest_dlperf.models.insightface_torch:recipe",
+             "mxnet": "pytest_dlperf.models.insightface_mxnet:recipe"},
     # pfc: the head split over the ranks by class (pfc2, and Partial FC: pfc2-r0.1)
     layouts=("dp", "pfc"),
 )
