@@ -27,6 +27,7 @@ from . import (
     Batches,
     DistEnv,
     PhasePlan,
+    _oneflow_classes,  # noqa: F401  (registers OneFlow's pfc strategy)
     _oneflow_embedding,  # noqa: F401  (registers OneFlow's emb strategy)
     map_batch,
     require_parameters,

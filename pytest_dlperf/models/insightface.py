@@ -20,8 +20,8 @@ Sizes: on CUDA DLPerf's (IResNet-100, batch 64 per device, face_emore's 85,744 c
 MobileFaceNet at batch 32 with the same 85,744 classes. ``num_classes`` is the size a sweep or
 the largest-size search varies.
 
-torch's recipe is in ``insightface_torch``; this module holds the sizes, the arithmetic and the
-workload.
+The recipes are in ``insightface_torch``, ``insightface_oneflow`` and ``insightface_mxnet``; this
+module holds the sizes, the arithmetic and the workload.
 """
 
 from __future__ import annotations
@@ -105,6 +105,7 @@ WORKLOAD = Workload(
            for name in CUDA_SIZES},
     optimizer=SGD(lr_per_256=0.05, momentum=0.9, weight_decay=5e-4),
     recipes={"torch": "pytest_dlperf.models.insightface_torch:recipe",
+             "oneflow": "pytest_dlperf.models.insightface_oneflow:recipe",
              "mxnet": "pytest_dlperf.models.insightface_mxnet:recipe"},
     # pfc: the head split over the ranks by class (pfc2, and Partial FC: pfc2-r0.1)
     layouts=("dp", "pfc"),
