@@ -70,3 +70,11 @@ def test_the_margin_moves_only_the_samples_own_class(margin: str, cosine: float,
     cosines = torch.full((2, 3), cosine, dtype=torch.float64)
     logits = model.head.logits(cosines, torch.tensor([1, -1]))  # row 1's class is elsewhere
     assert logits.flatten().tolist() == pytest.approx([1.2, 2 * own, 1.2, 1.2, 1.2, 1.2])
+
+
+def test_on_the_meta_device_the_recipe_holds_no_weights() -> None:
+    # FLOPs are counted in rank 0 after its windows on the meta device: weights built on the
+    # CPU there would add a whole model to what the rank holds at the memory limit's edge.
+    ctx = BuildContext("torch", "cpu", "meta", 2, SMALL, "fp32", "float32", False, 7, 0, 1, 0)
+    parts = recipe(ctx)
+    assert {p.device.type for p in parts.model.parameters()} == {"meta"}

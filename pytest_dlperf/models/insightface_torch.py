@@ -146,7 +146,10 @@ def recipe(ctx: BuildContext, backbone: Any = None) -> Parts:
 
     shape = FaceShape.of(ctx.sizes)
     batch, device = ctx.batch_size, ctx.device
-    with torch.random.fork_rng(devices=[]):  # the same weights on every rank
+    # The same weights on every rank; none at all on the meta device (FLOPs are counted there,
+    # in rank 0 beside its own model).
+    with torch.random.fork_rng(devices=[]), torch.device(
+            "meta" if device == "meta" else "cpu"):
         torch.manual_seed(ctx.seed)
         model = build(shape, backbone)
     generator = None
