@@ -85,6 +85,28 @@ def free_ports(count: int) -> list[int]:
     return free_loopback_ports(count)
 
 
+def torchrun_runs(script: str, out: Path, runs: dict[str, tuple[object, int, dict]],
+                  timeout: float = 400) -> list[dict]:
+    """One torchrun job of two processes running ``tests/<script>`` over ``runs`` (name:
+    (layout, world, options)), each a fresh world of its own on a port of its own
+    (``layouts_torch_rank.run_each``), their results saved in ``out``; returns the runs as the
+    job was given them."""
+    import sys
+
+    master, *ports = free_ports(len(runs) + 1)
+    given = [{"name": name, "layout": layout, "world": world, "first": 0, "options": options,
+              "port": port} for (name, (layout, world, options)), port in zip(runs.items(), ports)]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+         "--master-addr", "127.0.0.1", "--master-port", str(master),
+         str(REPO / "tests" / script), str(out), json.dumps(given)],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout,
+        stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    return given
+
+
 def oneflow_interpreter() -> Path:
     """OneFlow's worker interpreter: DLPERF_TEST_ONEFLOW_PYTHON, else scripts/setup-oneflow's."""
     return Path(os.environ.get("DLPERF_TEST_ONEFLOW_PYTHON")

@@ -9,14 +9,10 @@ whole model on the runs' global batch."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from typing import Any
 
 import pytest
-from snippets import REPO, free_ports
+from snippets import torchrun_runs
 
 # name: (layout, world, options)
 RUNS: dict[str, tuple[str | None, int, dict[str, Any]]] = {
@@ -35,17 +31,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     import torch
 
     out = tmp_path_factory.mktemp("insightface_sharded")
-    master, *ports = free_ports(len(RUNS) + 1)
-    runs = [{"name": name, "layout": layout, "world": world, "first": 0, "options": options,
-             "port": port} for (name, (layout, world, options)), port in zip(RUNS.items(), ports)]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-         "--master-addr", "127.0.0.1", "--master-port", str(master),
-         str(REPO / "tests" / "insightface_torch_rank.py"), str(out), json.dumps(runs)],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=400,
-        stdin=subprocess.DEVNULL)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    runs = torchrun_runs("insightface_torch_rank.py", out, RUNS)
     results = {}
     for run in runs:
         result = torch.load(out / f"{run['name']}.pt", weights_only=False)

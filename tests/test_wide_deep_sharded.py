@@ -8,14 +8,10 @@ process trains the unsharded torch model on the runs' global batch."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from typing import Any
 
 import pytest
-from snippets import REPO, free_ports
+from snippets import torchrun_runs
 
 pytest.importorskip("torchrec", reason="TorchRec shards the tables (scripts/setup installs it)")
 
@@ -43,17 +39,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from wide_deep_torch_rank import reference_name
 
     out = tmp_path_factory.mktemp("wide_deep_sharded")
-    master, *ports = free_ports(len(RUNS) + 1)
-    runs = [{"name": name, "layout": layout, "world": world, "first": 0, "options": options,
-             "port": port} for (name, (layout, world, options)), port in zip(RUNS.items(), ports)]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-         "--master-addr", "127.0.0.1", "--master-port", str(master),
-         str(REPO / "tests" / "wide_deep_torch_rank.py"), str(out), json.dumps(runs)],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=400,
-        stdin=subprocess.DEVNULL)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    runs = torchrun_runs("wide_deep_torch_rank.py", out, RUNS)
     results = {}
     for run in runs:
         result = torch.load(out / f"{run['name']}.pt", weights_only=False)
