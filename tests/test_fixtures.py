@@ -208,8 +208,9 @@ def test_a_model_the_framework_lacks_fails_before_launch_naming_its_models(
                                 "--dlperf-steps", "1", "--dlperf-repeats", "1",
                                 "--dlperf-python", f"oneflow={oneflow_interpreter()}")
     result.assert_outcomes(failed=1)
-    has = ("bert_base, gpt, resnet50, wide_deep" if framework == "torch"
-           else "bert_base, resnet50, wide_deep")
+    has = {"torch": "bert_base, gpt, insightface, resnet50, wide_deep",
+           "oneflow": "bert_base, insightface, resnet50, wide_deep",
+           "tensorflow": "bert_base, resnet50, wide_deep"}[framework]
     result.stdout.fnmatch_lines([f"*{framework} has no model 'bert' (has: {has})*"])
     result.stdout.no_fnmatch_line("*ranks failed*")  # refused before any rank started
     assert not (pytester.path / "bl").exists()

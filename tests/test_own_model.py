@@ -234,7 +234,8 @@ def test_recipes_ranks_cannot_import_are_refused_before_launch(pytester: pytest.
         "*test_nested*make_nested.<locals>.nested is defined inside another function, so ranks "
         "cannot import it; move it to the top level of its module*",
         "*test_no_recipe*torch has no model 'tiny': that workload has recipes for tensorflow "
-        "only (built-in models with a torch recipe: bert_base, gpt, resnet50, wide_deep)*",
+        "only (built-in models with a torch recipe: bert_base, gpt, insightface, resnet50, "
+        "wide_deep)*",
         "*test_unknown_size*workload 'tiny' has no size(s) widht (its sizes: none)*",
     ])
     assert "training throughput" not in result.stdout.str()  # nothing was measured
