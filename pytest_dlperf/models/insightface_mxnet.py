@@ -31,6 +31,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ..core.workload import BuildContext, Parts
+from . import resnet50_mxnet
 from .insightface import BACKBONES, MARGINS, FaceShape
 from .resnet50_mxnet import context
 
@@ -91,19 +92,9 @@ def torch_name(name: str) -> str:
 
 
 def load_torch_weights(model: Any, arrays: Mapping[str, Any]) -> None:
-    """Set every parameter, BatchNorm's running statistics included, from torch's
-    ``state_dict()`` arrays by name (``num_batches_tracked`` left out). Refuses a missing or
-    extra name and a shape that differs."""
-    params = named_parameters(model)
-    if set(params) != set(arrays):
-        raise ValueError(f"torch names without a parameter: {sorted(set(arrays) - set(params))}; "
-                         f"parameters without an array: {sorted(set(params) - set(arrays))}")
-    for name, param in params.items():
-        value = arrays[name]
-        if tuple(value.shape) != tuple(param.shape):
-            raise ValueError(f"{name}: torch's array is {tuple(value.shape)}, the parameter "
-                             f"{tuple(param.shape)}")
-        param.set_data(value.astype(param.dtype, copy=False))
+    """torch's ``state_dict()`` arrays by name into the model (ResNet-50's loader, under this
+    module's names)."""
+    resnet50_mxnet.load_torch_weights(model, arrays, named_parameters)
 
 
 def margin_logits(F: Any, cosine: Any, labels: Any, shape: FaceShape) -> Any:

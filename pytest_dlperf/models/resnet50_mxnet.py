@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
@@ -124,11 +124,13 @@ def torch_named_shapes(model: Any) -> dict[str, tuple[int, ...]]:
             for name, param in named_parameters(model).items() if param.grad_req != "null"}
 
 
-def load_torch_weights(model: Any, arrays: Mapping[str, Any]) -> None:
+def load_torch_weights(model: Any, arrays: Mapping[str, Any],
+                       named: Callable[[Any], dict[str, Any]] | None = None) -> None:
     """Set every parameter, BatchNorm's running statistics included, from torchvision's
-    ``state_dict()`` arrays by name (``num_batches_tracked`` left out). Refuses a missing or
-    extra name and a shape that differs."""
-    params = named_parameters(model)
+    ``state_dict()`` arrays by name (``num_batches_tracked`` left out; ``named``: the model's
+    parameters under torch's names, this module's ``named_parameters`` by default). Refuses a
+    missing or extra name and a shape that differs."""
+    params = (named or named_parameters)(model)
     if set(params) != set(arrays):
         raise ValueError(f"torch names without a parameter: {sorted(set(arrays) - set(params))}; "
                          f"parameters without an array: {sorted(set(params) - set(arrays))}")
