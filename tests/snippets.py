@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -105,6 +107,34 @@ def torchrun_runs(script: str, out: Path, runs: dict[str, tuple[object, int, dic
         stdin=subprocess.DEVNULL)
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
     return given
+
+
+def oneflow_launch_runs(python: str, script: str, out: Path,
+                        runs: dict[str, tuple[object, str, dict]], what: str,
+                        timeout: float = 300) -> None:
+    """One job of two OneFlow ranks (OneFlow's own launcher, under ``python``) running
+    ``tests/<script>`` over ``runs`` (name: (layout, compiler, options)), their results saved in
+    ``out``; on a timeout the whole job is killed and ``what``'s test fails."""
+    import signal
+
+    given = [{"name": name, "layout": layout, "compiler": compiler, "options": options}
+             for name, (layout, compiler, options) in runs.items()]
+    (port,) = free_ports(1)
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}",
+           "OMP_NUM_THREADS": "1", "GLOG_minloglevel": "2"}
+    # A session of its own: on a timeout the whole group goes (the launcher and both ranks).
+    job = subprocess.Popen(
+        [python, "-m", "oneflow.distributed.launch", "--nproc_per_node", "2",
+         "--master_port", str(port), str(REPO / "tests" / script), str(out), json.dumps(given)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+        stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        _, err = job.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        _, err = job.communicate()
+        pytest.fail(f"the {what} OneFlow job ran past {timeout:.0f} s (killed): {err[-3000:]}")
+    assert job.returncode == 0, err[-3000:]
 
 
 def oneflow_interpreter() -> Path:

@@ -12,15 +12,12 @@ emb2-dp all within 9.9e-7 of how far the parameters moved (0.030), a wrong data 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from snippets import REPO, free_ports, run_snippet
+from snippets import oneflow_launch_runs, run_snippet
 
 # name: (layout, compiler, options)
 RUNS: dict[str, tuple[str | None, str, dict[str, Any]]] = {
@@ -158,25 +155,7 @@ def test_the_recipe_trains_on_one_process_eager_and_as_a_graph(oneflow_python: s
 @pytest.fixture(scope="module")
 def trained(oneflow_python: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("wide_deep_oneflow")
-    runs = [{"name": name, "layout": layout, "compiler": compiler, "options": options}
-            for name, (layout, compiler, options) in RUNS.items()]
-    (port,) = free_ports(1)
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}",
-           "OMP_NUM_THREADS": "1", "GLOG_minloglevel": "2"}
-    # A session of its own: on a timeout the whole group goes (the launcher and both ranks).
-    job = subprocess.Popen(
-        [oneflow_python, "-m", "oneflow.distributed.launch", "--nproc_per_node", "2",
-         "--master_port", str(port), str(REPO / "tests" / "wide_deep_oneflow_rank.py"),
-         str(out), json.dumps(runs)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
-        stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        _, err = job.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)
-        _, err = job.communicate()
-        pytest.fail(f"the Wide & Deep OneFlow job ran past 300 s (killed): {err[-3000:]}")
-    assert job.returncode == 0, err[-3000:]
+    oneflow_launch_runs(oneflow_python, "wide_deep_oneflow_rank.py", out, RUNS, "Wide & Deep")
     results: dict[str, Any] = {"reference": dict(np.load(out / "reference.npz")),
                                "start": dict(np.load(out / "start.npz"))}
     for name in RUNS:

@@ -113,10 +113,11 @@ def recipe(ctx: BuildContext) -> Parts:
 
     shape = WideDeepShape.of(ctx.sizes)
     batch, device = ctx.batch_size, ctx.device
-    # The same weights on every rank, whatever the rank's own seed.
+    # The same weights on every rank, whatever the rank's own seed; none at all on the meta
+    # device (FLOPs are counted there, in rank 0 beside its own model).
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(ctx.seed)
-        model = build(shape)
+        model = build(shape, device="meta" if device == "meta" else None)
     if ctx.layout is not None and ctx.layout.uses("emb") and ctx.layout.options_of(
             "emb") != ["sparse"]:  # emb-sparse: torch's own nn.Embedding, made sparse
         model = build_tables(shape, model)
