@@ -72,12 +72,13 @@ def test_a_measurement_out_of_memory_at_the_found_batch_steps_one_down_and_says_
     assert found.seconds == 10 * 1.0 + 12.5  # the measurement's time counts as the search's
 
 
-def test_memory_that_is_not_steady_stops_the_retreat_with_the_batches_tried() -> None:
+def test_each_retreat_steps_twice_as_far_then_memory_not_steady_stops_it() -> None:
+    # Memory at the edge moves between launches by more than one resolution of a size: each
+    # step down is twice the last, so that a few measurements reach below that jitter.
     found = search(memory(37, []), 4)
-    found.retreat(1.0, "oom")
-    found.retreat(1.0, "oom")
+    assert [found.retreat(1.0, "oom") for _ in range(4)] == [36, 34, 30, 22]
     with pytest.raises(BatchSearchError, match=r"found 37, but the measurement ran out of memory "
-                                               r"at batch 37, 36, 35 .*not steady.*oom"):
+                                               r"at batch 37, 36, 34, 30, 22 .*not steady.*oom"):
         found.retreat(1.0, "oom")
 
 
@@ -108,8 +109,10 @@ def test_another_size_retreats_by_its_precision_and_names_itself() -> None:
     with pytest.raises(BatchSearchError, match="even vocab=1 ran out of memory: out of memory"):
         search(memory(0, []), 100_000, size="vocab")
     retreating = search(memory(1_000_000, []), 100_000, size="vocab")
-    for _ in range(2):
-        retreating.retreat(1.0, "oom")
+    first, step = retreating.found, retreating.step(retreating.found)
+    # By the found value's resolution: one, then two, four and eight of them.
+    assert [retreating.retreat(1.0, "oom") for _ in range(4)] == [
+        first - step, first - 3 * step, first - 7 * step, first - 15 * step]
     with pytest.raises(BatchSearchError, match=r"found \d+, but the measurement ran out of "
-                                               r"memory at vocab=\d+, \d+, \d+ "):
+                                               r"memory at vocab=\d+, \d+, \d+, \d+, \d+ "):
         retreating.retreat(1.0, "oom")

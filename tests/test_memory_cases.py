@@ -110,17 +110,28 @@ class WideTrainer(Eager):
         self.grow_after = int(os.environ.get("GROW_AFTER", "0"))
         self.calls, self._loss = 0, float("nan")
 
-    def step(self):
-        self.calls += 1
+    def step(self, extra=0):
+        self.calls += extra == 0  # training steps: GROW_AFTER counts these
         x = self.inputs
         if self.calls > self.grow_after > 0:
             x = np.concatenate([x, x[:1]])
+        if extra:
+            x = np.concatenate([x] + [x[:1]] * extra)
         if os.environ.get("SHARED_BATCH"):  # a rank holds its share of the batch's memory
             x = x[:max(1, len(x) // self.dist.world_size)]
         h = x @ self.weight
         act = np.maximum(np.repeat(h[:, :, None], 4096, axis=2), 0.0)
         self._loss = float(act.mean())
         self.weight -= 1e-6 * (x.T @ h) / len(x)
+
+    def phase_plan(self):
+        # With PHASE_EXTRA set, the diagnostic steps after the windows train that many samples
+        # more than the batch: memory the measurement takes beyond the training steps (as
+        # torch's separate all-reduce holds a copy of every gradient).
+        from pytest_dlperf.frameworks import PhasePlan
+
+        extra = int(os.environ.get("PHASE_EXTRA", "0"))
+        return PhasePlan([("forward+backward+optimizer", lambda: self.step(extra))])
 
 
 def build_trainer(spec, dist, recipe):
@@ -239,6 +250,9 @@ def test_batch_size_max_finds_the_largest_batch_under_a_memory_limit(
     run = (*SHORT, "--dlperf-launches", "1", "--devices-per-node", "1",
            "--dlperf-memory-limit", "1G", "--dlperf-steps", "2", "--dlperf-repeats", "1",
            "--dlperf-max-repeats", "1")
+    # The diagnostic steps after the windows hold two samples more than the batch: the probes
+    # run one of them, so what they find is what the measurement holds (no step down here).
+    monkeypatch.setenv("PHASE_EXTRA", "2")
     search = pytester.runpytest_subprocess(*run, "-k", "test_wide and not plus",
                                            "--dlperf-batch-size", "max",
                                            "--dlperf-update-baselines", "--dlperf-json",
@@ -247,6 +261,7 @@ def test_batch_size_max_finds_the_largest_batch_under_a_memory_limit(
     info = benches(pytester.path / "1.json")["test_wide"]
     found = info["batch_search"]["found"]
     assert info["batch_size"] == found and info["batch_size_requested"] == "max"
+    assert [p for p in info["batch_search"]["probes"] if p["stage"] != "probe"] == []
     assert info["fingerprint"]["batch_size"] == "max"
     probes = {p["batch"]: p for p in info["batch_search"]["probes"]}
     assert probes[found]["fits"] and not probes[found + 1]["fits"]

@@ -17,8 +17,11 @@ from typing import Any
 # The largest batch the search tries: past it, the case says the search hit the cap (a model
 # that fits any batch is not probing memory).
 MAX_BATCH = 1 << 16
-# How many times the measurement may step down from a found batch that ran out of memory there.
-MAX_RETREATS = 2
+# How many times the measurement may step down from a found value that ran out of memory there:
+# by one resolution, then two, four and eight (found - 1, - 3, - 7, - 15). Memory at the edge
+# moves between launches by more than one resolution of a large size: InsightFace's two ranks
+# at 176,000 classes peaked 3.60-3.71 GB launch to launch (2026-12-01), ~12 of its 1/64 steps.
+MAX_RETREATS = 4
 
 
 BATCH = "batch_size"
@@ -80,8 +83,9 @@ class Search:
     def retreat(self, seconds: float, message: str) -> int:
         """The measurement at ``found`` ran out of memory although a probe there fitted: at the
         edge, a value does not fit every time (allocators, threads, fragmentation move memory
-        by more than a sample's share). Record it and step one resolution down (its probe
-        fitted, or a larger one did), at most ``MAX_RETREATS`` times; the new ``found``."""
+        by more than a sample's share). Record it and step down (its probe fitted, or a larger
+        one did): one resolution, then twice as far each time, at most ``MAX_RETREATS``
+        times; the new ``found``."""
         self.probes.append(Probe(self.found, False, seconds, message, stage="measurement"))
         tried = [p.batch for p in self.probes if p.stage == "measurement"]
         if self.found <= 1 or len(tried) > MAX_RETREATS:
@@ -89,7 +93,7 @@ class Search:
                 f"the search found {tried[0]}, but the measurement ran out of memory at "
                 f"{what(self.size, ', '.join(map(str, tried)))} (its probes had fitted): memory "
                 f"use is not steady here; the last: {message}")
-        self.found = max(1, self.found - self.step(self.found))
+        self.found = max(1, self.found - self.step(tried[0]) * 2 ** (len(tried) - 1))
         return self.found
 
     @property

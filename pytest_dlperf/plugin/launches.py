@@ -171,8 +171,12 @@ class Launches:
         label = "batch-size" if size == BATCH else size
 
         def fits(value: int) -> Probe:
-            # A probe asks whether the value trains; no diagnostic steps (docs/phases.md).
-            spec = replace(spec_at(value), protocol=probe_protocol, phase_steps=0)
+            # A probe asks whether the value trains as the measurement will: one diagnostic
+            # step where the measurement runs them (docs/phases.md), whose memory the training
+            # steps do not hold (torch's separate all-reduce: a copy of every gradient, 164 MB
+            # for InsightFace's head at 80k classes, data parallel).
+            spec = spec_at(value)
+            spec = replace(spec, protocol=probe_protocol, phase_steps=min(1, spec.phase_steps))
             started = time.perf_counter()
             try:
                 case.cluster.run(spec, self.watch(f"{label} probe {value}"))
