@@ -22,6 +22,10 @@ each rank's loss is its batch's mean, so the update is DDP's (the mean gradient)
 worker holds the same weights (the optimizer runs on the workers, as DDP's does, not on the
 server).
 
+The ``pfc`` layout kind (a classifier's head split by class, eager) is a part strategy
+(``_mxnet_classes``), applied after the recipe: the parameters it holds per rank are neither
+broadcast nor summed through the store.
+
 MXNet is asynchronous on CPU too: ``step`` hands the work to its engine and returns (a step
 handed off in 0.03 s finished at 0.34 s, issue 43), so ``synchronize`` waits with
 ``mx.nd.waitall()``.
@@ -35,12 +39,13 @@ from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from ..core.spec import OptimizerSpec, RankSpec
-from ..core.strategies import Unported, register_strategy
+from ..core.strategies import why_not
 from ..core.workload import BuildContext, Parts, WorkloadError
 from . import (
     Batches,
     DistEnv,
     PhasePlan,
+    _mxnet_classes,  # noqa: F401  (registers MXNet's pfc strategy)
     _roles,
     fresh,
     map_batch,
@@ -48,7 +53,7 @@ from . import (
 )
 from . import _mxnet_phases as phases
 from ._loss_scale import POLICY
-from ._mxnet_runtime import MXNetRuntime
+from ._mxnet_runtime import MXNetPart, MXNetRuntime, apply_strategies
 from ._step import EagerStep
 
 DISTRIBUTION = ("mxnet", "mxnet-cu112", "mxnet-cu117", "mxnet-mkl")
@@ -100,9 +105,10 @@ class MXNetTrainer(EagerStep):
         self.world_size = dist.world_size
         self.context = self.runtime.context
         layout = spec.parallel(dist.world_size)
-        if not layout.is_data_parallel:
-            raise WorkloadError(f"layout {layout.id}: the MXNet adapter runs data parallelism "
-                                "only (MXNet has no sharded layouts)")
+        why = None if layout.is_data_parallel else why_not("mxnet", layout.kinds,
+                                                          spec.device_type, spec.compiled)
+        if why:
+            raise WorkloadError(f"layout {layout.id}: {why}")
         self.amp = spec.precision.enabled
         if self.amp:  # before the model is built: AMP casts the operators it creates
             from mxnet.contrib import amp
@@ -112,19 +118,27 @@ class MXNetTrainer(EagerStep):
         parts = recipe(spec.context(dist.rank, dist.world_size, dist.local_rank,
                                     f"cuda:{dist.local_rank}" if self.cuda else "cpu"))
         self.model = parts.model
-        self.params = [p for p in self.model.collect_params().values() if p.grad_req != "null"]
-        self.parameters = sum(math.prod(p.shape) for p in self.params)
+        trained = [p for p in self.model.collect_params().values() if p.grad_req != "null"]
+        self.parameters = sum(math.prod(p.shape) for p in trained)
         require_parameters(self.parameters, recipe)
+        self.kvstore = self.runtime.store()
+        # A strategy's (pfc's class-split head) rows are each rank's own: only the rest is
+        # broadcast from rank 0 and summed through the store (``self.params``).
+        part = apply_strategies(MXNetPart(mx, self.model, parts, layout, spec, dist.rank,
+                                          self.context, self.kvstore))
+        self.sharded, self.layout_id = part.notes, layout.id
+        held = {id(p) for p in part.held}
+        self.params = [p for p in self.model.collect_params().values()
+                       if p.grad_req != "null" and id(p) not in held]
         mx.random.seed(spec.seed + layout.data_rank(dist.rank))  # each rank's own data
         self.compiled = spec.compiled
         if self.compiled:
             self.model.hybridize(static_alloc=True, static_shape=True)
-        self.kvstore = self.runtime.store()
         self.grad_keys = self._share_start(self.kvstore) if self.kvstore is not None else []
         self.clip_norm = spec.optimizer.clip_norm
-        self.trainer = mx.gluon.Trainer(self.params,
-                                        make_optimizer(mx, self.params, spec.optimizer),
-                                        kvstore=None)
+        self.trainer = mx.gluon.Trainer(self.params + part.held,
+                                        make_optimizer(mx, self.params + part.held,
+                                                       spec.optimizer), kvstore=None)
         self.loss_scaling = spec.precision.loss_scaling
         if self.loss_scaling:
             init_loss_scaling(self.trainer)
@@ -145,7 +159,8 @@ class MXNetTrainer(EagerStep):
         data = [p.data(self.context) for p in self.params]
         kvstore.broadcast(list(range(count)), data, out=data)
         keys = list(range(count, 2 * count))
-        kvstore.init(keys, [nd.zeros(p.shape, ctx=self.context) for p in self.params])
+        kvstore.init(keys, [nd.zeros(p.shape, ctx=self.context, dtype=p.dtype)
+                            for p in self.params])
         nd.waitall()  # the starting parameters in before any gradient goes out
         return keys
 
@@ -209,6 +224,8 @@ class MXNetTrainer(EagerStep):
     def environment(self) -> dict[str, Any]:
         env = self.runtime.environment()
         env.update(parameters=self.parameters, compiled=self.compiled)
+        if self.sharded:
+            env.update(layout=self.layout_id, sharded_modules=self.sharded)
         return env
 
     def close(self) -> None:
@@ -320,15 +337,6 @@ def compile_unavailable(device_type: str) -> str | None:
 
 def eager_unavailable(device_type: str) -> str | None:
     return None  # imperative Gluon runs wherever MXNet does
-
-
-# Measured 2026-11-29 on two CPU ranks (tests/test_insightface_mxnet.py): the store's collectives
-# carry a head split by class; the trainer has no seam to split one.
-register_strategy("mxnet", Unported(
-    "pfc", "the MXNet adapter applies no part strategies: it broadcasts every parameter from "
-           "rank 0 and sums every gradient through the store, so a head split by class has no "
-           "place in it (MXNet's store itself carries one: on two CPU ranks, all-gathers as "
-           "pushpulls of zero-padded buffers gave the whole head's loss and gradients)"))
 
 
 def build_trainer(spec: RankSpec, dist: DistEnv,

@@ -7,8 +7,9 @@ DLPerf's InsightFace runs compared OneFlow with deepinsight's MXNet insightface;
 the one written here (an IResNet or MobileFaceNet to a 512-d embedding, the centres and the
 embeddings L2-normalized, ArcFace's angular or CosFace's cosine margin on the own class, the
 scale, softmax cross-entropy). The model is ``model(images, labels) -> loss``, the whole softmax
-over every class on each rank: the ``pfc`` layout kind (the head split by class over the ranks)
-is not run by the MXNet adapter (``frameworks/mxnet.py`` says why).
+over every class on each rank; under the ``pfc`` layout kind the adapter's strategy
+(``frameworks/_mxnet_classes.py``) keeps this rank's classes of the head and sets its ``split``,
+which the head's forward hands the loss to (eager only).
 
 What it matches of torch's: convolutions and the backbone's linear layer without bias where
 torch has none, initialized as torch's defaults (uniform within 1 / sqrt(fan in): torch's
@@ -97,15 +98,18 @@ def load_torch_weights(model: Any, arrays: Mapping[str, Any]) -> None:
     resnet50_mxnet.load_torch_weights(model, arrays, named_parameters)
 
 
-def margin_logits(F: Any, cosine: Any, labels: Any, shape: FaceShape) -> Any:
+def margin_logits(F: Any, cosine: Any, labels: Any, shape: FaceShape,
+                  depth: int | None = None, dtype: str = "float32") -> Any:
     """Scaled logits from ``cosine`` [B, C], the margin on each row's own class (torch's
-    ``MarginHead.logits``): the change at the own column added through a one-hot."""
+    ``MarginHead.logits``): the change at the own column added through a one-hot (of
+    ``depth`` columns, the classes' where not given; a label outside them, as -1, none), in the
+    cosines' ``dtype``."""
     own = F.pick(cosine, labels, axis=1)
     if shape.margin == "arcface":
         moved = F.cos(F.arccos(F.clip(own, -1 + 1e-7, 1 - 1e-7)) + MARGINS["arcface"])
     else:
         moved = own - MARGINS["cosface"]
-    change = F.broadcast_mul(F.one_hot(labels, depth=shape.num_classes),
+    change = F.broadcast_mul(F.one_hot(labels, depth=depth or shape.num_classes, dtype=dtype),
                              F.expand_dims(moved - own, axis=1))  # a symbol broadcasts no `*`
     return (cosine + change) * shape.scale
 
@@ -242,11 +246,25 @@ def _face_blocks() -> SimpleNamespace:
                 self.weight = self.params.get("weight", shape=(shape.num_classes,
                                                                shape.embedding),
                                               init=mx.init.Normal(0.01))
+            self.split: Any = None  # pfc's loss over a class-split head (_mxnet_classes)
+            self.wide = "float32"  # the cosines' type: float32 at least (float64 cast)
+
+        def cast(self, dtype: Any) -> None:
+            self.wide = "float64" if str(dtype) == "float64" else "float32"
+            super().cast(dtype)
+
+        def logits(self, cosine: Any, target: Any) -> Any:
+            """The margin and the scale on NDArray cosines with this rank's columns (a target
+            of -1: the row's class is another rank's)."""
+            return margin_logits(mx.nd, cosine, target, self.shape, cosine.shape[1],
+                                 __import__("numpy").dtype(cosine.dtype).name)
 
         def hybrid_forward(self, F: Any, embeddings: Any, labels: Any, weight: Any) -> Any:
+            if self.split is not None:  # eager only: the split's collectives are NDArrays'
+                return self.split(self, embeddings, labels, weight)
             norm = functools.partial(F.L2Normalization, mode="instance", eps=1e-24)
-            cosine = F.cast(F.dot(norm(embeddings), norm(weight), transpose_b=True), "float32")
-            logits = margin_logits(F, cosine, labels, self.shape)
+            cosine = F.cast(F.dot(norm(embeddings), norm(weight), transpose_b=True), self.wide)
+            logits = margin_logits(F, cosine, labels, self.shape, dtype=self.wide)
             return F.mean(-F.pick(F.log_softmax(logits, axis=1), labels, axis=1))
 
     class Face(HybridBlock):  # type: ignore[misc]
