@@ -209,6 +209,13 @@ def sample_ratio(layout_options: list[str]) -> float:
     return float(layout_options[0][1:]) if layout_options else 1.0
 
 
+def class_range(classes: int, rank: int, world: int) -> tuple[int, int]:
+    """The first class and the number of classes ``rank`` of ``world`` holds under ``pfc``:
+    OneFlow's balanced split, the first ``classes % world`` ranks one more."""
+    base, extra = divmod(classes, world)
+    return base * rank + min(rank, extra), base + (rank < extra)
+
+
 register_kind(Kind("pfc", 1.6, True, _sample_ratio_option, module=__name__, max_options=1,
                    help="a classifier's head split over the ranks by class (Partial FC with "
                         "r<ratio>), the backbone data parallel"))

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.kinds import LayoutError, sample_ratio
+from ..core.kinds import LayoutError, class_range, sample_ratio
 from ..core.strategies import register_strategy
 from ..core.workload import WorkloadError
 from ._mxnet_runtime import MXNetPart
@@ -64,12 +64,6 @@ class SplitHead:
 
 
 register_strategy("mxnet", SplitHead())
-
-
-def class_range(classes: int, rank: int, world: int) -> tuple[int, int]:
-    """The first class and the number of classes ``rank`` of ``world`` holds."""
-    base, extra = divmod(classes, world)
-    return base * rank + min(rank, extra), base + (rank < extra)
 
 
 def split_head(part: MXNetPart) -> None:

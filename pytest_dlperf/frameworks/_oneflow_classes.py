@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.kinds import LayoutError, sample_ratio
+from ..core.kinds import LayoutError, class_range, sample_ratio
 from ..core.strategies import register_strategy
 from ..core.workload import WorkloadError
 from ._oneflow_parallel import OneFlowPart
@@ -72,13 +72,6 @@ class SplitHead:
 
 
 register_strategy("oneflow", SplitHead())
-
-
-def class_range(classes: int, rank: int, world: int) -> tuple[int, int]:
-    """The first class and the number of classes ``rank`` of ``world`` holds: OneFlow's
-    balanced split, the first ``classes % world`` ranks one more."""
-    base, extra = divmod(classes, world)
-    return base * rank + min(rank, extra), base + (rank < extra)
 
 
 def split_head(part: OneFlowPart) -> None:

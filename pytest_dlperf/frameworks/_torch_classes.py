@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.kinds import LayoutError, sample_ratio
+from ..core.kinds import LayoutError, class_range, sample_ratio
 from ..core.strategies import TorchPart, register_strategy
 from ..core.workload import WorkloadError
 
@@ -56,12 +56,6 @@ class SplitHead:
 
 
 register_strategy("torch", SplitHead())
-
-
-def class_range(classes: int, rank: int, world: int) -> tuple[int, int]:
-    """The first class and the number of classes ``rank`` of ``world`` holds."""
-    base, extra = divmod(classes, world)
-    return base * rank + min(rank, extra), base + (rank < extra)
 
 
 def split_head(part: TorchPart) -> None:
