@@ -10,8 +10,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -116,6 +114,8 @@ def oneflow_launch_runs(python: str, script: str, out: Path,
     ``tests/<script>`` over ``runs`` (name: (layout, compiler, options)), their results saved in
     ``out``; on a timeout the whole job is killed and ``what``'s test fails."""
     import signal
+
+    import pytest  # here: ranks under other interpreters import this module without pytest
 
     given = [{"name": name, "layout": layout, "compiler": compiler, "options": options}
              for name, (layout, compiler, options) in runs.items()]
