@@ -62,6 +62,15 @@ class Checked:
         return self.check(kinds, device_type, compiled)
 
 
+def only_kind(kind: str, kinds: tuple[str, ...], runs: str) -> str | None:
+    """Why a strategy that runs ``kind`` alone refuses a layout of ``kinds`` with another
+    beside it (``runs``: what it runs, "the torch adapter splits a head beside a data-parallel
+    backbone only"), or None."""
+    if set(kinds) == {kind}:
+        return None
+    return f"{kind} beside another kind ({', '.join(k for k in kinds if k != kind)}): {runs}"
+
+
 @dataclass(frozen=True)
 class Unported:
     """A kind the framework does not run, and why (measured or read): its reason is the skip's,

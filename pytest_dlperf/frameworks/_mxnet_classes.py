@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.kinds import LayoutError, class_range, sample_ratio
-from ..core.strategies import register_strategy
+from ..core.strategies import only_kind, register_strategy
 from ..core.workload import WorkloadError
 from ._mxnet_runtime import MXNetPart
 
@@ -54,9 +54,10 @@ class SplitHead:
     kind: str = "pfc"
 
     def why_not(self, kinds: tuple[str, ...], device_type: str, compiled: bool) -> str | None:
-        if set(kinds) != {"pfc"}:
-            return ("pfc beside another kind (" + ", ".join(k for k in kinds if k != "pfc")
-                    + "): the mxnet adapter splits a head beside a data-parallel backbone only")
+        alone = only_kind("pfc", kinds,
+                          "the mxnet adapter splits a head beside a data-parallel backbone only")
+        if alone:
+            return alone
         return HYBRIDIZED if compiled else None
 
     def apply(self, part: MXNetPart) -> None:

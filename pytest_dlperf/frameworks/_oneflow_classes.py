@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.kinds import LayoutError, class_range, sample_ratio
-from ..core.strategies import register_strategy
+from ..core.strategies import only_kind, register_strategy
 from ..core.workload import WorkloadError
 from ._oneflow_parallel import OneFlowPart
 
@@ -62,9 +62,10 @@ class SplitHead:
     kind: str = "pfc"
 
     def why_not(self, kinds: tuple[str, ...], device_type: str, compiled: bool) -> str | None:
-        if set(kinds) != {"pfc"}:
-            return ("pfc beside another kind (" + ", ".join(k for k in kinds if k != "pfc")
-                    + "): the oneflow adapter splits a head beside a data-parallel backbone only")
+        alone = only_kind("pfc", kinds,
+                          "the oneflow adapter splits a head beside a data-parallel backbone only")
+        if alone:
+            return alone
         return None  # nn.Graph runs it (Partial FC's sampling excepted: split_head refuses)
 
     def apply(self, part: OneFlowPart) -> None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.kinds import LayoutError, embedding_plan
-from ..core.strategies import register_strategy
+from ..core.strategies import only_kind, register_strategy
 from ..core.workload import WorkloadError
 from ._oneflow_parallel import OneFlowPart
 
@@ -62,9 +62,10 @@ class SplitTables:
     kind: str = "emb"
 
     def why_not(self, kinds: tuple[str, ...], device_type: str, compiled: bool) -> str | None:
-        if set(kinds) != {"emb"}:
-            return ("emb beside another kind (" + ", ".join(k for k in kinds if k != "emb")
-                    + "): the oneflow adapter splits tables beside a data-parallel tower only")
+        alone = only_kind("emb", kinds,
+                          "the oneflow adapter splits tables beside a data-parallel tower only")
+        if alone:
+            return alone
         if compiled:
             return (GRAPH_ABORTS if device_type == "cpu" else
                     "nn.Graph with tables split by rows: untried on CUDA here (it aborts on "

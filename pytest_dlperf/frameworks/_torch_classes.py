@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.kinds import LayoutError, class_range, sample_ratio
-from ..core.strategies import TorchPart, register_strategy
+from ..core.strategies import TorchPart, only_kind, register_strategy
 from ..core.workload import WorkloadError
 
 
@@ -43,9 +43,10 @@ class SplitHead:
     kind: str = "pfc"
 
     def why_not(self, kinds: tuple[str, ...], device_type: str, compiled: bool) -> str | None:
-        if set(kinds) != {"pfc"}:
-            return ("pfc beside another kind (" + ", ".join(k for k in kinds if k != "pfc")
-                    + "): the torch adapter splits a head beside a data-parallel backbone only")
+        alone = only_kind("pfc", kinds,
+                          "the torch adapter splits a head beside a data-parallel backbone only")
+        if alone:
+            return alone
         if compiled:
             return ("torch.compile of the split head: not tried here (its collectives sit in "
                     "autograd functions of their own); run the eager case")

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.kinds import LayoutError, embedding_plan
-from ..core.strategies import TorchPart, register_strategy
+from ..core.strategies import TorchPart, only_kind, register_strategy
 from ..core.workload import WorkloadError
 from ._torch_sparse import lazy_tables
 
@@ -48,9 +48,10 @@ class ShardTables:
     kind: str = "emb"
 
     def why_not(self, kinds: tuple[str, ...], device_type: str, compiled: bool) -> str | None:
-        if set(kinds) != {"emb"}:
-            return ("emb beside another kind (" + ", ".join(k for k in kinds if k != "emb")
-                    + "): the torch adapter shards tables beside a data-parallel tower only")
+        alone = only_kind("emb", kinds,
+                          "the torch adapter shards tables beside a data-parallel tower only")
+        if alone:
+            return alone
         if compiled:
             return ("torch.compile of a model with TorchRec's sharded tables: not tried here "
                     "(its all-to-alls are not traced); run the eager case")
