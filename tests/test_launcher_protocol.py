@@ -177,7 +177,7 @@ def test_auto_picking_an_unlisted_name_is_a_usage_error(pytester: pytest.Pyteste
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*launcher auto (the default): pytest_dlperf_detect_launcher picked "
                                  "'ghost', which no pytest_dlperf_launcher_names lists (known: "
-                                 "local, slurm, external)*"])
+                                 "local, slurm, ray, external)*"])
 
 
 def test_an_unknown_launcher_is_a_usage_error_naming_the_registered_ones(
@@ -185,11 +185,11 @@ def test_an_unknown_launcher_is_a_usage_error_naming_the_registered_ones(
     pytester.makeconftest(TOY)
     pytester.makepyfile(test_cases=CASES)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--dlperf-launcher",
-                                           "ray", timeout=120)
+                                           "kube", timeout=120)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([
-        "*bad value for --dlperf-launcher=ray: no launcher is called 'ray' (known: auto, toy, "
-        "local, slurm, external)*pytest_dlperf_make_launcher*"])
+        "*bad value for --dlperf-launcher=kube: no launcher is called 'kube' (known: auto, toy, "
+        "local, slurm, ray, external)*pytest_dlperf_make_launcher*"])
 
 
 def test_a_listed_name_no_hook_makes_is_a_usage_error(pytester: pytest.Pytester) -> None:

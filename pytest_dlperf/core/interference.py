@@ -167,6 +167,31 @@ def _descendants_by_scan(root: int) -> dict[tuple[int, int], float]:
     return tree
 
 
+# Processes outside this process's tree whose work is ours: a Ray cluster's actors on this
+# host, which Ray's raylet starts, and the ranks under them (``launch.ray``). Counted with our
+# tree while adopted.
+_ADOPTED: set[int] = set()
+
+
+def adopt(pids: list[int]) -> None:
+    _ADOPTED.update(pids)
+
+
+def disown(pids: list[int]) -> None:
+    _ADOPTED.difference_update(pids)
+
+
+def our_tree(root: int) -> dict[tuple[int, int], float]:
+    """``descendants(root)``, with every adopted process and its own descendants."""
+    tree = descendants(root)
+    for pid in list(_ADOPTED):
+        found = _proc_stat(pid)
+        if found is not None:
+            tree[found[1]] = found[2]
+            tree.update(descendants(pid))
+    return tree
+
+
 def _self_seconds() -> float:
     mine = resource.getrusage(resource.RUSAGE_SELF)  # every thread of this process
     return mine.ru_utime + mine.ru_stime
@@ -190,7 +215,7 @@ class Watch:
 
     def __init__(self, every_s: float = POLL_S) -> None:
         self.every_s, self.root = every_s, os.getpid()
-        self.first = descendants(self.root)
+        self.first = our_tree(self.root)
         self.last = dict(self.first)
         self.start = Sample(time.monotonic(), _machine(), _self_seconds())
         self._stop = threading.Event()
@@ -200,12 +225,12 @@ class Watch:
 
     def _poll(self) -> None:
         while not self._stop.wait(self.every_s):
-            self.last.update(descendants(self.root))
+            self.last.update(our_tree(self.root))
 
     def stop(self, gpu_processes: tuple[GpuProcess, ...] = ()) -> Interference:
         self._stop.set()
         self._thread.join()
-        self.last.update(descendants(self.root))
+        self.last.update(our_tree(self.root))
         tree = sum(ticks - self.first.get(key, 0.0) for key, ticks in self.last.items())
         end = Sample(time.monotonic(), _machine(), _self_seconds() + tree / TICKS)
         return between(self.start, end, gpu_processes)

@@ -31,7 +31,7 @@ __all__ = ["BUILTIN_LAUNCHERS", "Cluster", "LaunchError", "Launcher", "LauncherP
            "Rendezvous", "Watch", "detect", "make_builtin", "run_launch"]
 
 # Each name is a module of this package with ``make(environ) -> Launcher``.
-BUILTIN_LAUNCHERS = ("local", "slurm", "external")
+BUILTIN_LAUNCHERS = ("local", "slurm", "ray", "external")
 
 
 def detect(environ: dict[str, str]) -> str:

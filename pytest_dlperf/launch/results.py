@@ -21,7 +21,7 @@ from typing import Any
 from .base import LaunchError
 
 
-def _oom_killed(out_dir: Path, world_size: int) -> dict[int, str]:
+def oom_killed(out_dir: Path, world_size: int) -> dict[int, str]:
     """Ranks under --dlperf-memory-limit whose memory cgroup's OOM killer ended them (they
     die by SIGKILL, writing nothing); each rank's cgroup is removed here, its processes gone."""
     from ..core.cgroup import limit_file, oom_kills, release
@@ -114,7 +114,7 @@ def collect(out_dir: Path, world_size: int, outcome: str, timeout_s: float,
     agent started (an agent's log says the others')."""
     exits = exits or {}
     results, errors, kinds = _sort(read_files(out_dir, world_size), world_size)
-    for rank, message in _oom_killed(out_dir, world_size).items():
+    for rank, message in oom_killed(out_dir, world_size).items():
         if rank not in results and rank not in errors:
             errors[rank] = message
             kinds.add("out_of_memory")

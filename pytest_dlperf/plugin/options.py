@@ -55,8 +55,17 @@ def _launcher_name(raw: str) -> str:
     them when the session starts (a conftest's names are known only then)."""
     value = str(raw).strip()
     if not re.fullmatch(r"[a-z][a-z0-9_-]*", value):
-        raise ValueError("expected a launcher's name (auto, local, slurm, external, or one a "
+        raise ValueError("expected a launcher's name (auto, local, slurm, ray, external, or one a "
                          "plugin adds: lowercase letters, digits, - and _)")
+    return value
+
+
+def _ray_address(raw: str) -> str:
+    """A Ray cluster's address: HOST:PORT, or ray://HOST:PORT."""
+    value = str(raw).strip()
+    if not re.fullmatch(r"(ray://)?[A-Za-z0-9_.\-\[\]:]+:\d+", value):
+        raise ValueError("expected a Ray cluster's address, HOST:PORT of its GCS (10.0.0.1:6379) "
+                         "or ray://HOST:PORT (Ray Client)")
     return value
 
 
@@ -288,10 +297,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("launcher", "how workers start: auto (external when pytest runs as a rank of a "
            "launched job, slurm inside a Slurm allocation, else local), local (torchrun agents "
            "for every node on this host, loopback rendezvous), slurm (one agent per allocated "
-           "node via srun), external (pytest was started by torchrun/srun on every rank), or "
+           "node via srun), ray (a Ray actor per rank on a running Ray cluster: "
+           "--dlperf-ray-address), external (pytest was started by torchrun/srun on every "
+           "rank), or "
            "a name a plugin or conftest adds (pytest_dlperf_make_launcher; "
            "docs/adding-a-launcher.md).",
            _launcher_name, "auto", metavar="NAME"),
+    Option("ray_address", "--dlperf-launcher ray: the running Ray cluster to launch on, "
+           "HOST:PORT of its GCS (pytest on a node of the cluster) or ray://HOST:10001 (Ray "
+           "Client). Default: RAY_ADDRESS. The plugin connects; it never starts a cluster "
+           "(scripts/local-ray starts one on this machine).",
+           _optional(_ray_address), metavar="ADDRESS"),
     Option("python", "run a framework's worker processes under another Python interpreter, "
            "FRAMEWORK=PATH (comma-separated, or the flag once a framework): for frameworks that cannot live in "
            "pytest's interpreter, like OneFlow 0.9 (Python <= 3.10; scripts/setup-oneflow "

@@ -112,12 +112,14 @@ class SessionState:
     # -- pytest_sessionstart --------------------------------------------------------------
 
     def start(self, environ: dict[str, str]) -> None:
+        if self.settings.ray_address:  # Ray's own variable, as the flag says
+            environ = {**environ, "RAY_ADDRESS": self.settings.ray_address}
         launcher = self._pick_launcher(environ)
         hardware = detect_hardware()
         device_type = self._device_type(hardware)
         devices = self._devices_per_node(launcher, hardware, device_type)
         alone = self._devices_per_node(launcher, hardware, device_type, sharing=1)
-        self._check_nodes(launcher)
+        self._check_nodes(launcher, devices, device_type)
         self.ab = AbSetup.open(self.settings, self.rootpath)
         if self.ab is not None and not launcher.can_add_repeats:
             raise pytest.UsageError(
@@ -207,7 +209,11 @@ class SessionState:
                 f"pass --devices-per-node {have} or less{more}")
         return wanted
 
-    def _check_nodes(self, launcher: Launcher) -> None:
+    def _check_nodes(self, launcher: Launcher, devices: int, device_type: str) -> None:
+        why_not = getattr(launcher, "why_not_shape", None)  # a cluster that says what it holds
+        why = why_not(self.settings.nodes, devices, device_type) if why_not else None
+        if why:
+            raise pytest.UsageError(f"pytest-dlperf: {why}")
         allocation = launcher.allocation
         if allocation is not None and self.settings.nodes > allocation.nodes:
             raise pytest.UsageError(
