@@ -9,6 +9,8 @@
   baselines and the history; ``nightly.py``);
 - ``slurm start N`` / ``stop`` / ``status`` / ``run -- CMD``: a real Slurm cluster on this
   machine, each node its own network host (root; ``launch/localslurm.py``).
+- ``ray start N`` / ``stop`` / ``status`` / ``run -- CMD``: a real Ray cluster on this machine,
+  a head and N worker nodes, each its own network host (root; ``launch/localray.py``).
 
 Running perf tests is pytest's job (``pytest perf_tests``); these commands read what runs left.
 """
@@ -146,20 +148,25 @@ def _nightly(args: argparse.Namespace) -> int:
     return nightly(args.action, command, bisect=args.bisect)
 
 
-def _slurm(args: argparse.Namespace) -> int:
-    from .launch import slurmkeeper
+def _keep(args: argparse.Namespace) -> int:
+    """``dlperf slurm`` and ``dlperf ray``: a local cluster, through its keeper."""
+    from .launch import keeper
 
+    if args.kind == "ray":
+        from .launch.raykeeper import KIND
+    else:
+        from .launch.slurmkeeper import KIND
     state = args.state.absolute()
     if args.action in ("start", "serve") and args.nodes < 1:
         args.parser.error(f"nodes: expected 1 or more, got {args.nodes}")
     if args.action == "start":
-        return slurmkeeper.start(args.nodes, state)
+        return keeper.start(KIND, args.nodes, state)
     if args.action == "serve":
-        return slurmkeeper.serve(args.nodes, state)
+        return keeper.serve(KIND, args.nodes, state)
     if args.action == "run":
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
-        return slurmkeeper.run(state, command)
-    return int(getattr(slurmkeeper, args.action)(state))
+        return keeper.run(KIND, state, command)
+    return int(getattr(keeper, args.action)(KIND, state))
 
 
 def _nightly_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -182,31 +189,29 @@ def _nightly_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     nightly.set_defaults(run=_nightly, parser=nightly)
 
 
-def _slurm_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from .launch.slurmkeeper import DEFAULT_STATE
-
-    slurm = sub.add_parser(
-        "slurm", help="a real Slurm cluster on this machine (root)",
-        description="A Slurm cluster on this machine: munged, slurmctld and N slurmd, each node "
-                    "its own network host (namespace, address, host name). Needs root and "
-                    "Debian's slurmd slurmctld slurm-client munge.")
-    actions = slurm.add_subparsers(dest="action", required=True, metavar="ACTION")
+def _keeper_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], kind: str,
+                   default_state: Path, about: str, nodes: str, login: str,
+                   example: str) -> None:
+    """``dlperf slurm`` / ``dlperf ray``: start, stop, status and run on a local cluster."""
+    cluster = sub.add_parser(kind, help=f"a real {about} on this machine (root)",
+                             description=f"A {about} on this machine: {nodes}, each node its own "
+                                         "network host. Needs root.")
+    actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
     state = argparse.ArgumentParser(add_help=False)
-    state.add_argument("--state", type=Path, default=DEFAULT_STATE,
-                       help=f"the cluster's folder (everything of it; default {DEFAULT_STATE})")
-    start = "start N nodes and their controller, in the background"
+    state.add_argument("--state", type=Path, default=default_state,
+                       help=f"the cluster's folder (everything of it; default {default_state})")
+    start = f"start N nodes and their {login}, in the background"
     for action in (actions.add_parser("start", parents=[state], help=start, description=start),
                    # the background process `start` runs (given no help: not listed)
                    actions.add_parser("serve", parents=[state])):
         action.add_argument("nodes", type=int, help="how many nodes (node1, node2, ...)")
     actions.add_parser("stop", parents=[state], help="stop it: every daemon, namespace, link")
-    actions.add_parser("status", parents=[state], help="its daemons, sinfo, how to use it")
+    actions.add_parser("status", parents=[state], help="its daemons, how to use it")
     run = actions.add_parser("run", parents=[state],
-                             help="run a client command on the controller's host (ctl)",
-                             description="Run COMMAND on the controller's host, SLURM_CONF set: "
-                                         "dlperf slurm run -- salloc -N 2 pytest ...")
+                             help=f"run a command on the {login}'s host",
+                             description=f"Run COMMAND on the {login}'s host: {example}")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command")
-    slurm.set_defaults(run=_slurm, parser=slurm)
+    cluster.set_defaults(run=_keep, parser=cluster, kind=kind)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -264,8 +269,18 @@ def parser() -> argparse.ArgumentParser:
                         help="-- then pytest's arguments: the tests and options of each probe")
     bisect.set_defaults(run=_bisect, parser=bisect)
     _nightly_parser(sub)
-    _slurm_parser(sub)
+    _clusters_parsers(sub)
     return top
+
+
+def _clusters_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    _keeper_parser(sub, "slurm", Path("/tmp/dlperf-slurm"), "Slurm cluster",
+                   "munged, slurmctld and N slurmd (Debian's slurmd slurmctld slurm-client "
+                   "munge)", "controller", "dlperf slurm run -- salloc -N 2 pytest ...")
+    _keeper_parser(sub, "ray", Path("/tmp/dlperf-ray"), "Ray cluster",
+                   "a head and N worker nodes (ray start, Ray installed beside pytest)", "head",
+                   "dlperf ray run -- pytest perf_tests -m multinode --nodes 2 "
+                   "--dlperf-launcher ray")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,16 +9,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_slurm_cluster import RECIPES, SCALING, framework_args, wait_for
+from test_fabric import WIDE, WIDE_TEST
+from test_slurm_cluster import RECIPES, SCALING, framework_args, running, wait_for
 
 from pytest_dlperf.launch import fabric, localray
 from pytest_dlperf.launch.localray import LocalRay
@@ -238,3 +240,201 @@ def test_a_cluster_that_does_not_answer_is_a_usage_error(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--dlperf-launcher=ray: cannot connect to the Ray cluster at "
                                  "'127.0.0.1:*"])
+
+
+# -- faults, done to the real cluster ---------------------------------------------------------
+
+def node_of(cluster: LocalRay, rank: dict[str, Any]) -> str:
+    """The node (node1, node2) whose namespace the rank ran in."""
+    [name] = [n for n in cluster.node_names if netns_inode(cluster.hosts[n]) == rank["netns"]]
+    return name
+
+
+def fault(cluster: LocalRay, folder: Path,
+          do: Callable[[dict[int, dict[str, Any]], subprocess.Popen[bytes]], None],
+          within_s: float) -> tuple[str, dict[int, dict[str, Any]], float]:
+    """A 2n1d torch case that would run ~20 s; ``do`` strikes once both ranks have taken a
+    step. Returns pytest's output, the ranks, and the seconds from the strike to pytest's end
+    (at most ``within_s``)."""
+    run = Run(cluster, folder, "torch", [*TWO_NODES, "--dlperf-steps", "400",
+                                         "--dlperf-timeout", "120"], sleep_s=0.05)
+    client = run.start()
+    try:
+        ranks = run.ranks()
+        struck = time.monotonic()
+        do(ranks, client)
+        client.wait(timeout=within_s + 60)
+        took = time.monotonic() - struck
+    finally:
+        if client.poll() is None:
+            client.kill()
+    text = run.text()
+    said = [line for line in text.splitlines() if line.startswith("pytest-dlperf:")]
+    print(f"\nended {took:.1f} s after the fault: {said}")
+    assert took < within_s, text
+    assert "1 passed" not in text
+    return text, ranks, took
+
+
+@pytest.mark.alone("it bounds how soon a fault ends the case")
+@pytest.mark.usefixtures("subprocess_env")
+def test_a_rank_killed_fails_the_case_naming_its_node(
+        ray_cluster: LocalRay, pytester: pytest.Pytester) -> None:
+    text, ranks, _ = fault(ray_cluster, pytester.path,
+                           lambda ranks, _: os.kill(ranks[1]["pid"], signal.SIGKILL), within_s=30)
+    node = node_of(ray_cluster, ranks[1])
+    address = ray_cluster.hosts[node].address
+    assert f"rank 1 (on {node}, {address}) ended (killed by SIGKILL) without a result" in text
+    assert_nothing_left(ray_cluster)
+
+
+@pytest.mark.alone("it bounds how soon a fault ends the case")
+@pytest.mark.usefixtures("subprocess_env")
+def test_a_nodes_raylet_killed_fails_the_case_naming_the_node(
+        ray_cluster: LocalRay, pytester: pytest.Pytester) -> None:
+    """The raylet of rank 1's node SIGKILLed: its workers end with it (Ray), the rank with its
+    actor (the lifeline); the driver hears the actor is gone."""
+    import psutil
+
+    lost: list[str] = []
+
+    def kill_raylet(ranks: dict[int, dict[str, Any]], _: subprocess.Popen[bytes]) -> None:
+        lost.append(node_of(ray_cluster, ranks[1]))
+        pids = [pid for pid in localray.namespace_pids(ray_cluster.hosts[lost[0]].namespace)
+                if psutil.Process(pid).name() == "raylet"]
+        assert len(pids) == 1, pids
+        os.kill(pids[0], signal.SIGKILL)
+
+    try:
+        text, ranks, _ = fault(ray_cluster, pytester.path, kill_raylet, within_s=60)
+        assert f"the actor of rank 1 on {lost[0]}, {ray_cluster.hosts[lost[0]].address} is gone" \
+            in text, text[-4000:]
+        assert not running(ranks[1]["pid"])
+    finally:
+        if lost:
+            ray_cluster.crash(lost[0])  # what is left of the node
+            ray_cluster.restart(lost[0])
+    assert_nothing_left(ray_cluster)
+
+
+@pytest.mark.alone("it bounds how soon an interrupted pytest leaves the cluster clean")
+@pytest.mark.usefixtures("subprocess_env")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL],
+                         ids=["SIGINT", "SIGTERM", "SIGKILL"])
+def test_pytest_interrupted_leaves_nothing_on_any_node(
+        ray_cluster: LocalRay, pytester: pytest.Pytester, sig: signal.Signals) -> None:
+    """SIGINT and SIGTERM: the launcher's stop ends the actors and removes the placement group.
+    SIGKILL: pytest is the Ray job that owns them, and Ray ends them with it; each rank ends
+    with its actor's process."""
+    _, ranks, _ = fault(ray_cluster, pytester.path, lambda _, client: client.send_signal(sig),
+                        within_s=30)
+    took = assert_nothing_left(ray_cluster, timeout_s=60)
+    print(f"nothing left {took:.1f} s after pytest ended ({sig.name})")
+    assert not [r["pid"] for r in ranks.values() if running(r["pid"])]
+
+
+# -- what the results judge -------------------------------------------------------------------
+
+def shape(cluster: LocalRay, rate: str | None) -> None:
+    """Each worker node's veth (its link to the others) at ``rate``, behind the plugin's back
+    (None: unshaped again)."""
+    for name in cluster.node_names:
+        veth = cluster.hosts[name].veth
+        if rate is None:
+            subprocess.run(["tc", "qdisc", "del", "dev", veth, "root"], capture_output=True)
+        else:
+            subprocess.run(["tc", "qdisc", "replace", "dev", veth, "root", "tbf", "rate", rate,
+                            "burst", "16kb", "latency", "50ms"], check=True)
+
+
+ACROSS = ["-m", "multinode", "--nodes", "2", "--devices-per-node", "1", "-k", "2n1d",
+          "--dlperf-warmup-steps", "2", "--dlperf-steps", "5", "--dlperf-repeats", "2",
+          "--dlperf-launches", "2", "--dlperf-baselines", "bl", "--dlperf-machine", "box",
+          "--dlperf-unstable-cv", "10", "--dlperf-straggler-threshold", "0.99", "-rA"]
+
+
+@pytest.mark.alone("it judges a slower link by the case's timings")
+@pytest.mark.usefixtures("subprocess_env")
+def test_a_slower_link_behind_the_plugins_back_is_a_regression(
+        ray_cluster: LocalRay, pytester: pytest.Pytester) -> None:
+    """Recorded on the cluster's link as it is; the same again passes; the nodes' links slowed
+    to 50 Mbit/s (the gradients' all-reduce crosses them: ~0.7 s for the 4 MiB a step) fail it
+    as a regression, the link measured at the slower rate. Judged at 90%, as test_fabric's
+    (this VM drifts by tens of percent between sessions minutes apart)."""
+    files = {"wide.py": WIDE, "test_wide.py": WIDE_TEST}
+    recorded = Run(ray_cluster, pytester.path, "torch",
+                   [*ACROSS, "--dlperf-update-baselines"], files=files)
+    assert recorded.start().wait(timeout=300) == 0, recorded.text()
+    fast = recorded.case()
+    same = Run(ray_cluster, pytester.path, "torch", [*ACROSS, "--dlperf-tolerance", "90%"],
+               files=files)
+    assert same.start().wait(timeout=300) == 0, same.text()
+    shape(ray_cluster, "50mbit")
+    try:
+        slowed = Run(ray_cluster, pytester.path, "torch", [*ACROSS, "--dlperf-tolerance", "90%"],
+                     files=files)
+        assert slowed.start().wait(timeout=300) == 1, slowed.text()
+    finally:
+        shape(ray_cluster, None)
+    assert "REGRESSION in test_wide.py::test_wide[2n1d]" in slowed.text(), slowed.text()[-4000:]
+    slow = slowed.case()
+    assert slow["network"]["measured_bps"] < 100e6 < fast["network"]["measured_bps"], \
+        (slow["network"], fast["network"])
+    assert slow["fingerprint"] == fast["fingerprint"]  # the link is not the plugin's to know
+
+
+@pytest.mark.usefixtures("subprocess_env")
+def test_ab_in_turns_runs_both_sides_on_the_ray_cluster(
+        ray_cluster: LocalRay, pytester: pytest.Pytester) -> None:
+    """--dlperf-ab HEAD: each pair two launches on the cluster, base then head (turns: duet
+    splits one host and is the local launcher's), both sides' ranks on the two nodes."""
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}
+    run = Run(ray_cluster, pytester.path, "torch",
+              [*TWO_NODES, "--dlperf-steps", "20", "--dlperf-ab", "HEAD",
+               "--dlperf-max-repeats", "3", "--dlperf-launches", "3", "-rA"])
+    (pytester.path / ".gitignore").write_text("*.json\nwhere/\n*.out\n")
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "mlp"]):
+        subprocess.run(["git", "-C", str(pytester.path), *command], check=True, env=env)
+    done = run.start().wait(timeout=600)
+    text = run.text()
+    assert done in (0, 1), text
+    ab = run.case()["ab"]
+    assert ab["mode"] == "turns" and len(ab["pairs"]) >= 3, ab
+    assert ab["outcome"] in ("pass", "inconclusive", "regression", "improvement"), ab
+    assert run.case()["launcher"] == "ray"
+    assert all(pair["base"] > 0 and pair["head"] > 0 for pair in ab["pairs"]), ab["pairs"]
+    assert_nothing_left(ray_cluster)
+
+
+def dlperf(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest_dlperf", "ray", *args],
+                          capture_output=True, text=True, timeout=180)
+
+
+def test_the_dlperf_ray_command_starts_runs_and_stops_a_cluster() -> None:
+    """``dlperf ray`` (scripts/local-ray): a cluster of one worker node that outlives the
+    command starting it, a driver on its head, then stopped: nothing of it is left."""
+    state = Path(tempfile.mkdtemp(prefix="dlpr-", dir="/tmp"))
+    try:
+        started = dlperf("start", "1", "--state", str(state))
+        assert started.returncode == 0, started.stderr
+        assert f"dlperf ray run --state {state} -- pytest perf_tests" in started.stdout
+        record = json.loads((state / localray.RECORD).read_text())
+        nodes = ("import json, ray; ray.init(logging_level='ERROR'); print(json.dumps("
+                 "sorted(n['NodeName'] for n in ray.nodes() if n['Alive'])))")
+        ran = dlperf("run", "--state", str(state), "--", "python", "-c", nodes)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        assert json.loads(ran.stdout.strip().splitlines()[-1]) == ["head", "node1"]
+        status = dlperf("status", "--state", str(state))
+        assert "node1" in status.stdout and "GONE" not in status.stdout, status.stdout
+        stopped = dlperf("stop", "--state", str(state))
+        assert stopped.returncode == 0, stopped.stderr
+        assert ray_processes(state) == []
+        namespaces = {h["namespace"] for h in record["hosts"].values()}
+        assert not namespaces & set(fabric.leftovers()["namespaces"])
+        again = dlperf("run", "--state", str(state), "--", "hostname")
+        assert again.returncode == 1 and "no local Ray cluster at" in again.stderr
+    finally:
+        dlperf("stop", "--state", str(state))
+        shutil.rmtree(state, ignore_errors=True)

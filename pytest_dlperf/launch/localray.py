@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from . import fabric
 from .daemons import Daemon, kill_now, namespace_pids, stop_daemons
 
 RECORDS = Path("/run/pytest-dlperf/ray")
+RECORD = "cluster.json"
 HEAD = "head"
 PORT = 6379
 _READY_S = 90.0
@@ -121,8 +122,8 @@ class LocalRay:
         sweep()
         began = time.monotonic()
         try:
-            shutil.rmtree(self.state_dir, ignore_errors=True)
-            self.state_dir.mkdir(parents=True)
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            self._clear()
             self._fabric = fabric.Fabric(self.link)
             for name in [HEAD, *self.node_names]:
                 self.hosts[name] = self._fabric.add_host(name)
@@ -211,14 +212,23 @@ class LocalRay:
 
         me = psutil.Process()
         return {"owner": me.pid, "started": me.create_time(), "state_dir": str(self.state_dir),
-                "fabric": self._fabric.tag if self._fabric else None,
-                "hosts": {name: host.address for name, host in self.hosts.items()}}
+                "fabric": self._fabric.tag if self._fabric else None, "nodes": self.nodes,
+                "cpus": self.cpus, "hosts": {n: asdict(h) for n, h in self.hosts.items()},
+                "daemons": [asdict(d) for d in self.daemons]}
 
     def _save(self) -> None:
         RECORDS.mkdir(parents=True, exist_ok=True)
-        path = _record_path(self.state_dir)
-        path.with_suffix(".tmp").write_text(json.dumps(self.record(), indent=1))
-        os.replace(path.with_suffix(".tmp"), path)
+        text = json.dumps(self.record(), indent=1)
+        for path in (_record_path(self.state_dir), self.state_dir / RECORD):
+            path.with_suffix(".tmp").write_text(text)
+            os.replace(path.with_suffix(".tmp"), path)
+
+    def _clear(self) -> None:
+        """The nodes' folders and logs, and the record, in the state folder."""
+        for name in [HEAD, *self.node_names]:
+            shutil.rmtree(self.state_dir / name, ignore_errors=True)
+            (self.state_dir / f"{name}.log").unlink(missing_ok=True)
+        (self.state_dir / RECORD).unlink(missing_ok=True)
 
     def stop(self) -> None:
         """Each node's ``ray start`` (workers first), then the hosts and what runs in them."""
@@ -230,7 +240,7 @@ class LocalRay:
             self._fabric.close()
         self.daemons, self.hosts, self._fabric = [], {}, None
         _record_path(self.state_dir).unlink(missing_ok=True)
-        shutil.rmtree(self.state_dir, ignore_errors=True)
+        self._clear()
         self.timings["stop_s"] = time.monotonic() - began
 
 
@@ -238,6 +248,23 @@ def _record_path(state_dir: Path) -> Path:
     import hashlib
 
     return RECORDS / f"{hashlib.sha1(str(state_dir).encode()).hexdigest()[:16]}.json"
+
+
+def stop_recorded(record: dict[str, Any]) -> None:
+    """Stop a cluster from its record alone (its owner gone): its nodes, then its hosts."""
+    stop_daemons([[Daemon(**d) for d in record.get("daemons", [])]], grace_s=30.0)
+    tag = record.get("fabric")
+    path = fabric.RECORDS / f"{tag}.json"
+    if tag and path.exists():
+        try:
+            fabric.teardown(json.loads(path.read_text()))
+        except ValueError:
+            pass
+        path.unlink(missing_ok=True)
+    state = Path(record.get("state_dir", ""))
+    if state.is_absolute():
+        (state / RECORD).unlink(missing_ok=True)
+        _record_path(state).unlink(missing_ok=True)
 
 
 def sweep() -> list[str]:
@@ -255,10 +282,10 @@ def sweep() -> list[str]:
         except (OSError, ValueError, KeyError, TypeError):
             pass
         else:
-            shutil.rmtree(record.get("state_dir") or "/nonexistent", ignore_errors=True)
+            stop_recorded(record)
             removed.append(str(record.get("state_dir")))
         path.unlink(missing_ok=True)
     return removed
 
 
-__all__ = ["HEAD", "LocalRay", "LocalRayError", "available", "sweep"]
+__all__ = ["HEAD", "RECORD", "LocalRay", "LocalRayError", "available", "stop_recorded", "sweep"]
