@@ -438,3 +438,12 @@ def test_the_dlperf_ray_command_starts_runs_and_stops_a_cluster() -> None:
     finally:
         dlperf("stop", "--state", str(state))
         shutil.rmtree(state, ignore_errors=True)
+
+
+def test_pytests_environment_travels_with_the_ranks_less_what_is_bound_to_its_host() -> None:
+    from pytest_dlperf.launch.ray import forwarded
+
+    environ = {"NCCL_DEBUG": "INFO", "RANKS_WHERE": "/shared/x", "PATH": "/usr/bin",
+               "HOME": "/root", "CUDA_VISIBLE_DEVICES": "0,1", "RAY_ADDRESS": "10.0.0.1:6379",
+               "SLURM_JOB_ID": "7", "LD_LIBRARY_PATH": "/opt/cuda", "OMP_NUM_THREADS": "8"}
+    assert forwarded(environ) == {"NCCL_DEBUG": "INFO", "RANKS_WHERE": "/shared/x"}
