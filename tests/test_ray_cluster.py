@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from test_fabric import WIDE, WIDE_TEST
-from test_slurm_cluster import RECIPES, SCALING, framework_args, running, wait_for
+from test_slurm_cluster import RECIPES, SCALING, framework_args, running, strike, wait_for
 
 from pytest_dlperf.launch import fabric, localray
 from pytest_dlperf.launch.localray import LocalRay
@@ -253,27 +253,11 @@ def node_of(cluster: LocalRay, rank: dict[str, Any]) -> str:
 def fault(cluster: LocalRay, folder: Path,
           do: Callable[[dict[int, dict[str, Any]], subprocess.Popen[bytes]], None],
           within_s: float) -> tuple[str, dict[int, dict[str, Any]], float]:
-    """A 2n1d torch case that would run ~20 s; ``do`` strikes once both ranks have taken a
-    step. Returns pytest's output, the ranks, and the seconds from the strike to pytest's end
-    (at most ``within_s``)."""
-    run = Run(cluster, folder, "torch", [*TWO_NODES, "--dlperf-steps", "400",
-                                         "--dlperf-timeout", "120"], sleep_s=0.05)
-    client = run.start()
-    try:
-        ranks = run.ranks()
-        struck = time.monotonic()
-        do(ranks, client)
-        client.wait(timeout=within_s + 60)
-        took = time.monotonic() - struck
-    finally:
-        if client.poll() is None:
-            client.kill()
-    text = run.text()
-    said = [line for line in text.splitlines() if line.startswith("pytest-dlperf:")]
-    print(f"\nended {took:.1f} s after the fault: {said}")
-    assert took < within_s, text
-    assert "1 passed" not in text
-    return text, ranks, took
+    """A 2n1d torch case on the cluster that would run ~20 s; ``do`` strikes once both ranks
+    have taken a step (``strike``)."""
+    return strike(Run(cluster, folder, "torch", [*TWO_NODES, "--dlperf-steps", "400",
+                                                 "--dlperf-timeout", "120"], sleep_s=0.05),
+                  do, within_s)
 
 
 @pytest.mark.alone("it bounds how soon a fault ends the case")

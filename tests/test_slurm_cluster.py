@@ -378,21 +378,29 @@ def after(mark: tuple[Path, int]) -> str:
 def fault(slurm: LocalSlurm, folder: Path, do: Callable[[dict[int, dict[str, Any]]], None],
           within_s: float) -> tuple[str, dict[int, dict[str, Any]], float]:
     """A 2n1d torch case under salloc that would run ~20 s; ``do`` strikes once both ranks
-    have taken a step. Returns pytest's output, the ranks, and the seconds from the strike to
-    the end of the job (at most ``within_s``). Afterwards nothing is left on any node."""
+    have taken a step (``strike``)."""
     job = Job(slurm, folder, "torch", ["--dlperf-steps", "400", "--dlperf-timeout", "90"],
               sleep_s=0.05)
+    return strike(job, lambda ranks, _: do(ranks), within_s)
+
+
+def strike(job: Any, do: Callable[[dict[int, dict[str, Any]], subprocess.Popen[bytes]], None],
+           within_s: float) -> tuple[str, dict[int, dict[str, Any]], float]:
+    """Start ``job`` (its ``start``, ``ranks`` and ``text``: a pytest run of a case that would
+    run ~20 s), ``do`` a fault once both ranks have taken a step (given the ranks and pytest's
+    process). Returns pytest's output, the ranks, and the seconds from the strike to pytest's
+    end (at most ``within_s``); the case must not have passed."""
     client = job.start()
     try:
         ranks = job.ranks()
         struck = time.monotonic()
-        do(ranks)
+        do(ranks, client)
         client.wait(timeout=within_s + 60)
         took = time.monotonic() - struck
     finally:
         if client.poll() is None:
             client.kill()
-    text = job.text()
+    text: str = job.text()
     said = [line for line in text.splitlines() if line.startswith("pytest-dlperf:")]
     print(f"\nended {took:.1f} s after the fault: {said}")
     assert took < within_s, text

@@ -26,11 +26,13 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..core.link import Link
 from . import fabric
+from . import localcluster as shared
 from .daemons import Daemon, kill_now, namespace_pids, stop_daemons
+from .localcluster import LocalCluster
 
 RECORDS = Path("/run/pytest-dlperf/ray")
 RECORD = "cluster.json"
@@ -63,37 +65,16 @@ def _ray_command() -> str | None:
 
 
 @dataclass
-class LocalRay:
+class LocalRay(LocalCluster):
     """A head and ``nodes`` worker nodes of ``cpus`` CPUs each; ``start()``/``stop()`` or a
     ``with`` block; ``address`` is the head's GCS; ``on(name, cmd)`` runs a command on a
     node's host (a driver: on the head)."""
 
-    state_dir: Path
-    nodes: int = 2
     # Each worker node's logical CPUs: the machine's, which its nodes share (as local mode's
     # nodes do: a case's ranks get this host's cores shared out among them).
     cpus: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
     link: Link = field(default_factory=Link)
-    hosts: dict[str, fabric.Host] = field(default_factory=dict)
-    daemons: list[Daemon] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
-    _fabric: fabric.Fabric | None = None
-
-    def __post_init__(self) -> None:
-        self.state_dir = Path(self.state_dir).absolute()
-        if self.nodes < 1:
-            raise LocalRayError(f"nodes={self.nodes}: a cluster needs at least one worker node")
-
-    def __enter__(self) -> LocalRay:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def node_names(self) -> list[str]:
-        return [f"node{k}" for k in range(1, self.nodes + 1)]
+    error: ClassVar[type[Exception]] = LocalRayError
 
     @property
     def address(self) -> str:
@@ -252,19 +233,8 @@ def _record_path(state_dir: Path) -> Path:
 
 def stop_recorded(record: dict[str, Any]) -> None:
     """Stop a cluster from its record alone (its owner gone): its nodes, then its hosts."""
-    stop_daemons([[Daemon(**d) for d in record.get("daemons", [])]], grace_s=30.0)
-    tag = record.get("fabric")
-    path = fabric.RECORDS / f"{tag}.json"
-    if tag and path.exists():
-        try:
-            fabric.teardown(json.loads(path.read_text()))
-        except ValueError:
-            pass
-        path.unlink(missing_ok=True)
-    state = Path(record.get("state_dir", ""))
-    if state.is_absolute():
-        (state / RECORD).unlink(missing_ok=True)
-        _record_path(state).unlink(missing_ok=True)
+    shared.stop_recorded(record, lambda daemons: stop_daemons([daemons], grace_s=30.0),
+                         lambda state: [state / RECORD, _record_path(state)])
 
 
 def sweep() -> list[str]:

@@ -30,12 +30,14 @@ import secrets
 import shutil
 import subprocess
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from . import fabric
+from . import localcluster as shared
 from .daemons import Daemon, DaemonError, kill_now, namespace_pids, start_daemon, stop_daemons
+from .localcluster import LocalCluster
 from .slurmconf import CONTROLLER, hosts_text, slurm_conf
 
 RECORDS = Path("/run/pytest-dlperf/slurm")
@@ -70,34 +72,13 @@ def available() -> tuple[bool, str]:
 
 
 @dataclass
-class LocalSlurm:
+class LocalSlurm(LocalCluster):
     """``nodes`` Slurm nodes (node1, node2, ...) of ``cpus`` CPUs each, and their controller.
     ``start()``/``stop()`` or a ``with`` block; ``client(cmd)`` runs a Slurm client (srun,
     sbatch, salloc, sinfo, scancel, ...) on the controller's host."""
 
-    state_dir: Path
-    nodes: int = 2
     cpus: int = 8
-    hosts: dict[str, fabric.Host] = field(default_factory=dict)
-    daemons: list[Daemon] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
-    _fabric: fabric.Fabric | None = None
-
-    def __post_init__(self) -> None:
-        self.state_dir = Path(self.state_dir).absolute()
-        if self.nodes < 1:
-            raise LocalSlurmError(f"nodes={self.nodes}: a cluster needs at least one node")
-
-    def __enter__(self) -> LocalSlurm:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def node_names(self) -> list[str]:
-        return [f"node{k}" for k in range(1, self.nodes + 1)]
+    error: ClassVar[type[Exception]] = LocalSlurmError
 
     @property
     def conf(self) -> Path:
@@ -348,19 +329,7 @@ def _stop(daemons: list[Daemon]) -> None:
 
 def stop_recorded(record: dict[str, Any]) -> None:
     """Stop a cluster from its record alone (its owner gone): daemons, then its fabric."""
-    _stop([Daemon(**d) for d in record.get("daemons", [])])
-    tag = record.get("fabric")
-    path = fabric.RECORDS / f"{tag}.json"
-    if tag and path.exists():
-        try:
-            fabric.teardown(json.loads(path.read_text()))
-        except ValueError:
-            pass
-        path.unlink(missing_ok=True)
-    state = Path(record.get("state_dir", ""))
-    if state.is_absolute():
-        (state / RECORD).unlink(missing_ok=True)
-        _record_path(state).unlink(missing_ok=True)
+    shared.stop_recorded(record, _stop, lambda state: [state / RECORD, _record_path(state)])
 
 
 def sweep() -> list[str]:

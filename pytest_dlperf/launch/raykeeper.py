@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .daemons import Daemon
-from .fabric import Host
 from .keeper import Kind
 from .localray import HEAD, RECORD, LocalRay, LocalRayError, stop_recorded
 
@@ -18,10 +16,7 @@ DEFAULT_STATE = Path("/tmp/dlperf-ray")
 
 
 def _attach(state: Path, record: dict[str, Any]) -> LocalRay:
-    cluster = LocalRay(state, nodes=int(record["nodes"]), cpus=int(record["cpus"]))
-    cluster.hosts = {name: Host(**host) for name, host in record["hosts"].items()}
-    cluster.daemons = [Daemon(**daemon) for daemon in record["daemons"]]
-    return cluster
+    return LocalRay(state, nodes=int(record["nodes"]), cpus=int(record["cpus"])).attached(record)
 
 
 def usage(cluster: LocalRay) -> str:

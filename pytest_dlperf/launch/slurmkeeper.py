@@ -8,8 +8,6 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from .daemons import Daemon
-from .fabric import Host
 from .keeper import Kind
 from .localslurm import RECORD, LocalSlurm, LocalSlurmError, stop_recorded
 
@@ -17,10 +15,8 @@ DEFAULT_STATE = Path("/tmp/dlperf-slurm")
 
 
 def _attach(state: Path, record: dict[str, Any]) -> LocalSlurm:
-    cluster = LocalSlurm(state, nodes=sum(1 for name in record["hosts"] if name != "ctl"))
-    cluster.hosts = {name: Host(**host) for name, host in record["hosts"].items()}
-    cluster.daemons = [Daemon(**daemon) for daemon in record["daemons"]]
-    return cluster
+    nodes = sum(1 for name in record["hosts"] if name != "ctl")
+    return LocalSlurm(state, nodes=nodes).attached(record)
 
 
 def usage(cluster: LocalSlurm) -> str:
