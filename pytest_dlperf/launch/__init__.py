@@ -3,7 +3,8 @@
 A launcher (``protocol.LauncherProtocol``; ``base.Launcher`` gives its defaults) takes the plain
 JSON spec and a topology and runs one launch in four phases: ``rendezvous`` (where the ranks
 meet), ``start`` (every rank: ``python -m pytest_dlperf.rank.worker`` through an existing engine,
-torchrun's elastic agents here, Slurm's srun, or pytest itself already launched), ``collect``
+torchrun's elastic agents here, Slurm's srun, a Ray actor per rank, or pytest itself already
+launched), ``collect``
 (every rank's JSON result, through the channel the launcher chose) and ``stop``; it raises
 ``LaunchError`` naming the ranks that failed or hung and what they said.
 
@@ -12,12 +13,15 @@ plugin offers them through its own ``pytest_dlperf_make_launcher`` hook, beside 
 conftest or plugin adds its own (docs/adding-a-launcher.md).
 
 The modules: the protocol (``protocol``), its defaults and the cluster a test sees (``base``),
-the launchers (``local``, ``slurm``, ``external``), what the launchers that start their own
+the launchers (``local``, ``slurm``, ``ray``, ``external``; Ray's parts: ``raynodes``,
+``raycollect``, ``rayrank``), what the launchers that start their own
 agents share (``processes``) and how results come back (``results``); where ranks import the
 plugin from (``importpath``); local nodes as network hosts, as root (``fabric``, shaped and
 probed by ``linkprobe``) or as any user (``userhosts``), and local mode's private namespace
 (``netns``); a real Slurm cluster on one machine (``localslurm``, its files ``slurmconf``, its
-daemons ``daemons``, kept alive by ``slurmkeeper`` for ``dlperf slurm``).
+daemons ``daemons``), a real Ray cluster on one machine (``localray``), what both share
+(``localcluster``), and the keeper that holds either for ``dlperf slurm`` / ``dlperf ray``
+(``keeper``, with ``slurmkeeper`` and ``raykeeper``).
 """
 
 from __future__ import annotations
