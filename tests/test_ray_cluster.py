@@ -125,9 +125,14 @@ class Run:
         self.env.update(RANKS_WHERE=str(self.where), RANKS_SLEEP=str(sleep_s))
 
     def start(self) -> subprocess.Popen[bytes]:
+        # SIGINT as a terminal's Ctrl-C delivers it: a shell's background job (a CI runner's
+        # script started with &) hands its children SIGINT ignored, and Python then keeps it so
+        # (seen: the SIGINT test's pytest ran its case to the end in a rehearsal of CI)
         with open(self.output, "wb") as out:
             return subprocess.Popen(self.cluster.on("head", self.pytest), cwd=self.folder,
-                                    env=self.env, stdout=out, stderr=subprocess.STDOUT)
+                                    env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                    preexec_fn=lambda: signal.signal(signal.SIGINT,
+                                                                     signal.SIG_DFL))
 
     def text(self) -> str:
         return self.output.read_text(errors="replace") if self.output.exists() else ""
