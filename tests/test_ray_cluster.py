@@ -188,11 +188,13 @@ def test_an_own_model_trains_one_rank_on_each_ray_node(
 @pytest.mark.usefixtures("subprocess_env")
 def test_the_built_in_resnet50_case_runs_on_two_ray_nodes(ray_cluster: LocalRay,
                                                           tmp_path: Path) -> None:
-    """perf_tests' own torch ResNet-50 case (CI's profile) on 2 nodes x 1 device."""
+    """perf_tests' own torch ResNet-50 case (its CPU profile) on 2 nodes x 1 device: the path,
+    one window of two steps (CI's multinode step times it through the local launcher)."""
     run = Run(ray_cluster, tmp_path, "torch", [
         str(REPO / "perf_tests"), "--rootdir", str(REPO), "-m", "multinode", "--nodes", "2",
         "--devices-per-node", "1", "-k", "resnet50 and torch and fp32 and eager and 2n1d",
-        "--dlperf-protocol", "quick", "--dlperf-repeats", "1", "--dlperf-baselines",
+        "--dlperf-warmup-steps", "1", "--dlperf-steps", "2", "--dlperf-repeats", "1",
+        "--dlperf-launches", "1", "--dlperf-baselines",
         str(tmp_path / "bl")], files={})
     done = run.start().wait(timeout=600)
     assert done == 0, run.text()[-6000:]
