@@ -87,14 +87,32 @@ def left_on(cluster: LocalRay) -> dict[str, list[str]]:
     return seen
 
 
-def assert_nothing_left(cluster: LocalRay, timeout_s: float = 30.0) -> float:
-    """Within ``timeout_s``: no placement group, actor or rank of the plugin's on the cluster.
-    Returns the seconds it took."""
+def stale_rank_folders() -> list[str]:
+    """The ranks' folders on the nodes (this machine's temp folder) whose actor is gone."""
+    from pytest_dlperf.core.lifeline import OWNER_FILE, alive
+    from pytest_dlperf.launch.rayrank import FOLDER_PREFIX
+
+    stale = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*"):
+        try:
+            owner = json.loads((folder / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            owner = {"pid": 0, "started": 0.0}  # unclaimed: no actor's
+        if not alive(int(owner["pid"]), float(owner["started"])):
+            stale.append(folder.name)
+    return stale
+
+
+def assert_nothing_left(cluster: LocalRay, timeout_s: float = 30.0, files: bool = True) -> float:
+    """Within ``timeout_s``: no placement group, actor or rank of the plugin's on the cluster,
+    nor (``files``) a rank's folder whose actor is gone. Returns the seconds it took."""
     began = time.monotonic()
     seen: dict[str, list[str]] = {}
 
     def empty() -> bool:
         seen.update(left_on(cluster))
+        if files:
+            seen["folders"] = stale_rank_folders()
         return not any(seen.values())
 
     assert wait_for(empty, timeout_s, 0.5), f"still there after {timeout_s:g} s: {seen}"
@@ -305,7 +323,8 @@ def test_a_nodes_raylet_killed_fails_the_case_naming_the_node(
         if lost:
             ray_cluster.crash(lost[0])  # what is left of the node
             ray_cluster.restart(lost[0])
-    assert_nothing_left(ray_cluster)
+    # (its actor's folder stays until the next launch on the node sweeps it: the test below)
+    assert_nothing_left(ray_cluster, files=False)
 
 
 @pytest.mark.alone("it bounds how soon an interrupted pytest leaves the cluster clean")
@@ -319,9 +338,14 @@ def test_pytest_interrupted_leaves_nothing_on_any_node(
     with its actor's process."""
     _, ranks, _ = fault(ray_cluster, pytester.path, lambda _, client: client.send_signal(sig),
                         within_s=30)
-    took = assert_nothing_left(ray_cluster, timeout_s=60)
+    # SIGKILL: the actors' folders stay until the next launch on their nodes sweeps them
+    took = assert_nothing_left(ray_cluster, timeout_s=60, files=sig != signal.SIGKILL)
     print(f"nothing left {took:.1f} s after pytest ended ({sig.name})")
     assert not [r["pid"] for r in ranks.values() if running(r["pid"])]
+    if sig == signal.SIGKILL:  # the next pytest run's launch sweeps them
+        run = Run(ray_cluster, pytester.path, "torch", [*TWO_NODES, "--dlperf-steps", "2"])
+        assert run.start().wait(timeout=300) == 0, run.text()
+        assert_nothing_left(ray_cluster)
 
 
 # -- what the results judge -------------------------------------------------------------------

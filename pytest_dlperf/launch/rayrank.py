@@ -30,6 +30,9 @@ from typing import Any
 _WIND_DOWN_S = 5.0
 # The tail of the rank's output handed back with its result.
 _TAIL = 6000
+# Each rank's folder on its node (its spec, result, output, TMPDIR), under the node's temp
+# folder; marked with the actor's pid (``lifeline.claim``).
+FOLDER_PREFIX = "dlperf-ray-"
 
 
 class RankHost:
@@ -64,10 +67,14 @@ class RankHost:
         """Run rank ``rank`` of ``spec`` with ``variables`` set; its result (None: it wrote
         none), exit status, out-of-memory kill (``--dlperf-memory-limit``) and output's tail."""
         from pytest_dlperf.core.allocator import Allocator
-        from pytest_dlperf.core.lifeline import tethered
+        from pytest_dlperf.core.lifeline import claim, sweep, tethered
         from pytest_dlperf.launch.processes import rank_command
 
-        folder = Path(tempfile.mkdtemp(prefix=f"dlperf-ray-r{rank}-"))
+        # what actors killed without their stop left here (their node's raylet gone, a pytest
+        # SIGKILLed: Ray ends the actors, nothing ends their folders)
+        sweep(Path(tempfile.gettempdir()), f"{FOLDER_PREFIX}*")
+        folder = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}r{rank}-"))
+        claim(folder)
         self.folder = folder
         out_dir, tmp_dir = folder / "results", folder / "tmp"
         out_dir.mkdir()
@@ -166,6 +173,8 @@ class RankHost:
             kill_tree([proc], first=signal.SIGTERM)
         elif proc is not None:
             kill_tree([proc], first=signal.SIGKILL)  # what the rank left running under it
+        if self.folder is not None:  # the launcher kills the actor once this call returns
+            shutil.rmtree(self.folder, ignore_errors=True)
         return True
 
 
