@@ -369,6 +369,10 @@ ACROSS = ["-m", "multinode", "--nodes", "2", "--devices-per-node", "1", "-k", "2
 
 
 @pytest.mark.alone("it judges a slower link by the case's timings")
+@pytest.mark.outside_ci(
+    "75-90 s alone, past the Ray launcher's ~2.5-minute share of CI (issue 57): a slowed link "
+    "is judged in CI through the local launcher (test_fabric), and the Ray launcher's measured "
+    "link is checked in CI by the own-model test")
 @pytest.mark.usefixtures("subprocess_env")
 def test_a_slower_link_behind_the_plugins_back_is_a_regression(
         ray_cluster: LocalRay, pytester: pytest.Pytester) -> None:
@@ -402,11 +406,13 @@ def test_a_slower_link_behind_the_plugins_back_is_a_regression(
 def test_ab_in_turns_runs_both_sides_on_the_ray_cluster(
         ray_cluster: LocalRay, pytester: pytest.Pytester) -> None:
     """--dlperf-ab HEAD: each pair two launches on the cluster, base then head (turns: duet
-    splits one host and is the local launcher's), both sides' ranks on the two nodes."""
+    splits one host and is the local launcher's). The case's 1n1d rung, one actor a launch:
+    on 2n1d each side also measured its 1n1d reference, 80 s of CI's first pass."""
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}
     run = Run(ray_cluster, pytester.path, "torch",
-              [*TWO_NODES, "--dlperf-steps", "20", "--dlperf-ab", "HEAD",
+              ["-m", "multinode", "--nodes", "2", "--devices-per-node", "1", "-k", "1n1d",
+               *PROTOCOL, "--dlperf-steps", "20", "--dlperf-ab", "HEAD",
                "--dlperf-max-repeats", "3", "--dlperf-launches", "3", "-rA"])
     (pytester.path / ".gitignore").write_text("*.json\nwhere/\n*.out\n")
     for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "mlp"]):
@@ -414,10 +420,11 @@ def test_ab_in_turns_runs_both_sides_on_the_ray_cluster(
     done = run.start().wait(timeout=600)
     text = run.text()
     assert done in (0, 1), text
-    ab = run.case()["ab"]
+    case = run.case("1n1d")
+    ab = case["ab"]
     assert ab["mode"] == "turns" and len(ab["pairs"]) >= 3, ab
     assert ab["outcome"] in ("pass", "inconclusive", "regression", "improvement"), ab
-    assert run.case()["launcher"] == "ray"
+    assert case["launcher"] == "ray"
     assert all(pair["base"] > 0 and pair["head"] > 0 for pair in ab["pairs"]), ab["pairs"]
     assert_nothing_left(ray_cluster)
 
