@@ -102,6 +102,11 @@ class Launcher:
     def can_run(self, topology: Topology) -> bool:
         return True
 
+    def why_not_shape(self, nodes: int, devices_per_node: int, device_type: str) -> str | None:
+        """Why the cluster cannot hold ``nodes`` x ``devices_per_node`` (None: it can, or the
+        launcher cannot tell); asked once, at the session's start."""
+        return None
+
     def link_fingerprint(self, topology: Topology) -> str | None:
         """What a case's fingerprint says of the network between its nodes (None: nothing)."""
         return None

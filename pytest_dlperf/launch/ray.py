@@ -162,9 +162,8 @@ class RayLauncher(Launcher):
 
         done, outcome, lost = gather(launch.runs, launch.deadline, FAILURE_GRACE_S)
         self.stop(launch)
-        out_dir = Path(launch.run_id)  # a name only: nothing is read from a shared folder
         try:
-            return _checked(done, lost, launch, outcome, timeout_s, out_dir)
+            return _checked(done, launch, outcome, timeout_s)
         except LaunchError as error:
             from .raycollect import with_nodes
 
@@ -298,8 +297,8 @@ class RayLauncher(Launcher):
             interference.disown([w["pid"] for w in launch.where])
 
 
-def _checked(done: dict[int, dict[str, Any]], lost: dict[int, str], launch: RayLaunch,
-             outcome: str, timeout_s: float, out_dir: Path) -> list[dict[str, Any]]:
+def _checked(done: dict[int, dict[str, Any]], launch: RayLaunch, outcome: str,
+             timeout_s: float) -> list[dict[str, Any]]:
     """The ranks' results through the default channel's checks (``results.collect``: the same
     messages for a failed, out-of-memory, killed or stuck rank), from what the actors
     returned, written to a folder of this host first."""
@@ -307,7 +306,7 @@ def _checked(done: dict[int, dict[str, Any]], lost: dict[int, str], launch: RayL
     import shutil
     import tempfile
 
-    folder = Path(tempfile.mkdtemp(prefix=f"{out_dir.name}-"))
+    folder = Path(tempfile.mkdtemp(prefix=f"{launch.run_id}-"))
     try:
         exits: dict[int, int] = {}
         for rank, answer in done.items():

@@ -92,6 +92,14 @@ class SlurmLauncher(Launcher):
     def __init__(self, allocation: SlurmAllocation) -> None:
         self.allocation: SlurmAllocation = allocation
 
+    def why_not_shape(self, nodes: int, devices_per_node: int, device_type: str) -> str | None:
+        allocation = self.allocation
+        if nodes <= allocation.nodes:
+            return None
+        return (f"--nodes={nodes}, but Slurm allocation {allocation.job_id} has "
+                f"{allocation.nodes} node(s) ({allocation.nodelist}); pass --nodes "
+                f"{allocation.nodes} or less, or allocate more nodes")
+
     def rendezvous(self, topology: Topology, run_dir: Path) -> Rendezvous:
         """The first node of the step, at a port spread out so that concurrent jobs' on that
         node do not collide."""

@@ -210,16 +210,12 @@ class SessionState:
         return wanted
 
     def _check_nodes(self, launcher: Launcher, devices: int, device_type: str) -> None:
-        why_not = getattr(launcher, "why_not_shape", None)  # a cluster that says what it holds
+        """The cluster's own word on --nodes x --devices-per-node (an allocation, a Ray
+        cluster's alive nodes); optional for a launcher that does not subclass ``Launcher``."""
+        why_not = getattr(launcher, "why_not_shape", None)
         why = why_not(self.settings.nodes, devices, device_type) if why_not else None
         if why:
             raise pytest.UsageError(f"pytest-dlperf: {why}")
-        allocation = launcher.allocation
-        if allocation is not None and self.settings.nodes > allocation.nodes:
-            raise pytest.UsageError(
-                f"pytest-dlperf: --nodes={self.settings.nodes}, but Slurm allocation "
-                f"{allocation.job_id} has {allocation.nodes} node(s) ({allocation.nodelist}); "
-                f"pass --nodes {allocation.nodes} or less, or allocate more nodes")
 
     def _make_work_root(self, launcher: Launcher) -> Path:
         """Per-session scratch for the cases' specs and results. Remote nodes must see it,
