@@ -1,16 +1,20 @@
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import sys
 import textwrap
 from collections import Counter
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from numpy_mlp import ADAPTER, ONE
 
+from pytest_dlperf.core.topology import fingerprint_id
 from pytest_dlperf.store.baseline_file import parse
 from pytest_dlperf.store.baselines import (
     EFFICIENCY,
@@ -24,6 +28,7 @@ from pytest_dlperf.store.baselines import (
     Run,
     without_machine,
 )
+from pytest_dlperf.store.history import History
 
 FP = {"device_type": "cpu", "device_model": "Fake CPU 9000", "nodes": 1, "devices_per_node": 2,
       "framework": "torch", "framework_version": "2.14.1", "precision": "fp32",
@@ -370,3 +375,168 @@ def test_a_file_under_an_older_key_is_read_then_moved_by_the_next_update(tmp_pat
     assert written["case"] == new_case and written["fingerprint"]["python"] == "3.10"
     assert written["tolerance"] == 0.2  # carried over from the file it replaces
     assert change.path.relative_to(tmp_path).parts[:3] == ("box-1", "perf", "test_resnet50_torch")
+
+
+# -- the nightly's rolling window of nights (issue 73) ------------------------------------------
+
+def night_results(night: int, level: float, **info: object) -> dict:
+    """A night's baseline session's results file (--dlperf-json), one case, its launches at
+    ``level`` samples/s, as the nightly reads it."""
+    launches = [[level + night / 100, level + 0.5], [level - 0.5, level]]
+    extra = {"case": CASE, "fingerprint": FP, "unit": "samples", "samples_per_s": level,
+             "samples_per_s_launches": launches, "scaling_efficiency": None,
+             "scaling_efficiency_launches": None, "peak_memory_launches": [[1e9], [1.1e9]],
+             "verdict": {"outcome": "pass"}, "efficiency_verdict": None, "memory_verdict": None,
+             "baseline_update": None, "history": None, "ab": None, **info}
+    return {"datetime": f"2026-12-{night:02d}T03:00:00+00:00",
+            "commit_info": {"id": f"{night:040x}", "dirty": False},
+            "benchmarks": [{"fullname": CASE, "extra_info": extra}]}
+
+
+def test_each_passing_night_adds_its_run_keeping_the_newest_nights(tmp_path: Path) -> None:
+    from pytest_dlperf.store.nights import add_night
+
+    root = tmp_path / "store"
+    store = BaselineStore(root)
+    store.update(_baseline(launches=[[10.0, 10.2], [9.9, 10.1], [10.1, 10.0]], tolerance=0.07,
+                           recorded={"datetime": "2026-12-01T03:00:00Z", "commit": "n1"},
+                           runs=[Run("2026-12-01T03:00:00Z", "n1", False, 3)]))
+    keep = 3
+    for night in range(2, keep + 4):  # N + 2 nights added to night 1's: the newest N stay
+        (line,) = add_night(root, night_results(night, 10.0 + night), keep)
+        assert line.startswith(f"{CASE}: added tonight's run: ") and "[" in line, line
+        assert f"the newest {keep} nights kept" in line
+    stored = store.load(CASE, FP)
+    assert stored is not None
+    assert [run.commit for run in stored.runs] == [f"{n:040x}" for n in (4, 5, 6)]
+    assert [run.launches for run in stored.runs] == [2, 2, 2]
+    assert [run.datetime for run in stored.runs][-1] == "2026-12-06T03:00:00+00:00"
+    assert stored.throughput.launches == [
+        launch for n in (4, 5, 6) for launch in night_results(n, 10.0 + n)["benchmarks"][0][
+            "extra_info"]["samples_per_s_launches"]]
+    assert stored.memory is not None and len(stored.memory.launches) == 6
+    # The file's own: its tolerance and the record of the run that recorded it.
+    assert stored.tolerance == 0.07 and stored.recorded["commit"] == "n1"
+    assert (root / LOCK_NAME).exists()  # written under the store's lock
+
+
+@pytest.mark.parametrize("info, why", [
+    ({"verdict": {"outcome": "regression"}}, "skipped: a regression"),
+    ({"verdict": {"outcome": "improvement"}}, "skipped: an improvement"),
+    ({"verdict": {"outcome": "inconclusive"}}, "added tonight's run"),
+    ({"memory_verdict": {"outcome": "regression"}}, "skipped: its peak memory was judged a "
+                                                    "regression"),
+    ({"baseline_update": {"action": "recorded"}}, "skipped: tonight's session wrote its "
+                                                  "baseline (recorded)"),
+    ({"baseline_update": {"action": "kept"}}, "added tonight's run"),
+    ({"history": {"blocking": 0}}, "skipped: a step in its history failed it"),
+    ({"ab": {"outcome": "pass"}}, "skipped: an A/B session's results"),
+    ({"samples_per_s_launches": [[1.0], []]}, "skipped: the results hold no fingerprint or "
+                                              "launches"),
+    ({"scaling_efficiency": 0.9}, "skipped: its scaling efficiency's launches are not in the "
+                                  "results"),
+    ({"fingerprint": {**FP, "protocol": "w1-s1"}}, "skipped: baseline file * not there"),
+])
+def test_a_night_that_is_not_the_runners_drift_is_not_added(tmp_path: Path, info: dict,
+                                                            why: str) -> None:
+    from pytest_dlperf.store.nights import add_night
+
+    root = tmp_path / "store"
+    BaselineStore(root).update(_baseline(launches=[[10.0], [10.1]],
+                                         runs=[Run(None, None, None, 2)]))
+    before = {p: p.read_bytes() for p in root.rglob("*.json")}
+    (line,) = add_night(root, night_results(2, 10.0, **info))
+    assert line.startswith(f"{CASE}: ") and fnmatch(line[len(CASE) + 2:], f"{why}*"), line
+    if why.startswith("skipped"):
+        assert {p: p.read_bytes() for p in root.rglob("*.json")} == before
+
+
+def test_a_night_of_a_scaling_case_adds_its_efficiency_launch_by_launch(tmp_path: Path) -> None:
+    from pytest_dlperf.store.nights import add_night
+
+    root = tmp_path / "store"
+    store = BaselineStore(root)
+    store.update(Baseline(CASE, FP, {
+        THROUGHPUT: Metric([[10.0], [10.2]], 10.1, True, "samples/s"),
+        EFFICIENCY: Metric([[0.9], [0.92]], 0.91, True, "fraction")},
+        runs=[Run(None, None, None, 2)]))
+    (line,) = add_night(root, night_results(2, 10.0, scaling_efficiency=0.9,
+                                            scaling_efficiency_launches=[[0.88, 0.9], [0.9]]))
+    assert "added tonight's run" in line
+    stored = store.load(CASE, FP)
+    assert stored is not None and stored.efficiency is not None
+    assert stored.efficiency.launches == [[0.9], [0.92], [0.88, 0.9], [0.9]]
+    assert [run.launches for run in stored.runs] == [2, 2]
+    with pytest.raises(ValueError, match="keep_runs must be 2 or more"):
+        add_night(root, night_results(3, 10.0), 1)
+
+
+# The numpy MLP's step then a pause (a sleep is wall time, whatever else the machine runs): a
+# step whose time the test sets, as a commit that slows the trainer would (the issue's ran its
+# step twice: 1.89x). 1.75x slower lies between the default bound (1.5x) and the factor beyond
+# doubt (2x), where a one-run baseline called it inconclusive.
+PACED = '''
+
+import time
+
+
+class Paced(MlpTrainer):
+    def step(self):
+        super().step()
+        time.sleep(PAUSE)
+
+
+def build_trainer(spec, dist, recipe):
+    return Paced(spec, dist, recipe)
+'''
+NIGHT = ("-p", "no:cacheprovider", "--devices-per-node", "1", "--dlperf-warmup-steps", "2",
+         "--dlperf-steps", "10", "--dlperf-repeats", "6", "--dlperf-launches", "3",
+         "--dlperf-baselines", "bl", "--dlperf-machine", "box", "--dlperf-unstable-cv", "10")
+
+
+@pytest.mark.usefixtures("subprocess_env")
+@pytest.mark.alone("it records then judges timings")
+def test_a_night_far_slower_than_a_one_run_baseline_fails_naming_the_bound(
+        pytester: pytest.Pytester) -> None:
+    """Issue 73: night 1 records (one run); a night 1.75x slower is a regression, beyond the
+    default bound where nothing measured the drift, and by the history's drift where
+    --dlperf-history holds nights of the machine's other cases."""
+    pytester.makepyfile(test_one=ONE, numpy_mlp_adapter=ADAPTER + PACED.replace("PAUSE", "0.01"))
+    pytester.runpytest_subprocess(*NIGHT, "--dlperf-update-baselines",
+                                  timeout=300).assert_outcomes(passed=1)
+    pytester.makepyfile(numpy_mlp_adapter=ADAPTER + PACED.replace("PAUSE", "0.0175"))
+    result = pytester.runpytest_subprocess(*NIGHT, "--dlperf-json", "slow.json", timeout=300)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*REGRESSION in test_one.py::test_one: samples/s median * is below the threshold *"
+        "the baseline was recorded by one run, so the spread between runs is unknown, but the "
+        "drop is beyond the default bound of 1.5x: more than this machine is expected to drift "
+        "between runs (the launches prove it: t-test p=*"])
+    (bench,) = json.loads((pytester.path / "slow.json").read_text())["benchmarks"]
+    verdict = bench["extra_info"]["verdict"]
+    assert verdict["level"] == "one-run" and verdict["beyond_bound"] and verdict["bound"] == 1.5
+    assert -0.5 < verdict["delta"] < -1 / 3  # the pause's 1.75x, give or take the MLP's step
+
+    # The history's nights of the machine's other cases: their drift judges the one-run
+    # baseline (the same slow night, judged by it).
+    pytest.importorskip("sqlalchemy")
+    fp = bench["extra_info"]["fingerprint"]
+    store = History.open(str(pytester.path / "history.db"))
+    for night, move in enumerate((1.0, 1.01, 0.99, 1.005)):
+        cases = []
+        for model, level in (("other", 900.0), ("third", 400.0)):
+            other = {**fp, "model": model}
+            cases.append({"case_key": f"test_{model}.py::test_{model}", "fingerprint": other,
+                          "fingerprint_id": fingerprint_id(other), "framework": "numpy",
+                          "model": model, "unit": "samples", "verdict": "pass",
+                          "metrics": {"samples_per_s": [[level * move]] * 3}})
+        store.append({"started_at": dt.datetime(2026, 12, 1 + night, tzinfo=dt.timezone.utc),
+                      "commit_id": None, "branch": None, "dirty": None, "host": "box",
+                      "machine": "box", "plugin_version": "0", "protocol": {}}, cases)
+    store.close()
+    result = pytester.runpytest_subprocess(*NIGHT, "--dlperf-json", "history.json",
+                                           "--dlperf-history=history.db", timeout=300)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*REGRESSION in test_one.py::test_one*drift between runs *% "
+                                 "from the history's 4 nights of 2 cases on this machine (6 "
+                                 "degrees of freedom); the baseline's 1 run*"])

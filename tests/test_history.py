@@ -360,3 +360,33 @@ def test_a_sessions_case_row_carries_its_phases_through_the_unsaved_file(
     (key,) = store.keys()
     (point,) = store.series(key["case_key"], key["fingerprint_id"])
     assert Phases.from_json(point.phases or {}) == some_phases()
+
+
+def test_the_machines_nights_give_its_drift_between_runs(store_url: str) -> None:
+    """Issue 73: where no baseline holds two runs, the drift between runs is pooled over the
+    history's nights of every case of this machine, device type and protocol; other machines',
+    other protocols' and one-night series are left out."""
+    from pytest_dlperf.store.history_nights import machine_series
+    from pytest_dlperf.verdict.drift import from_history
+
+    here = {"machine": "box", "device_type": "cpu", "protocol": "w5-s10", "model": "mlp"}
+
+    def case(key: str, value: float, **fp: object) -> dict[str, object]:
+        fingerprint = {**here, **fp}
+        return {**a_case(value, key), "fingerprint": fingerprint,
+                "fingerprint_id": "__".join(str(v) for v in fingerprint.values())}
+
+    store = History.open(store_url)
+    for night, move in enumerate((1.0, 1.02, 0.99, 1.01)):
+        store.append(a_run(night), [
+            case("a.py::test_a", 100.0 * move), case("b.py::test_b", 50.0 * move),
+            case("a.py::test_a", 70.0 * move, machine="other"),
+            case("a.py::test_a", 30.0 * move, protocol="w1-s2"),
+            *([case("c.py::test_c", 10.0, model="once")] if night == 0 else [])])
+    series = machine_series(store, {**here, "model": "anything"}, "samples_per_s")
+    assert sorted(len(points) for points in series) == [4, 4]
+    assert {points[0].launches[0][0] for points in series} == {100.0, 50.0}
+    model = from_history(series)
+    assert model is not None and model.between_df == 6 and model.cases == 2
+    assert "from the history's 4 nights of 2 cases" in model.describe()
+    assert machine_series(store, {**here, "machine": "nobody"}, "samples_per_s") == []

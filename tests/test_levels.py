@@ -4,11 +4,13 @@ beyond doubt fails either way, from a single launch."""
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import random
 
 import pytest
 
+from pytest_dlperf.store.history_rows import Point
 from pytest_dlperf.verdict import drift as drift_mod
 from pytest_dlperf.verdict import stats
 from pytest_dlperf.verdict.levels import DOUBT_FACTOR, choose_model, compare_runs, run_sizes
@@ -49,9 +51,13 @@ def test_a_drop_beyond_doubt_fails_from_a_one_run_baseline_after_one_launch() ->
     # The same drop where the launches disagree wildly is not proven from one launch.
     wild = compare_runs([[0.23]], [[28.2], [2.0], [300.0]], [3], 0.05)
     assert wild.outcome == INCONCLUSIVE and wild.resolvable
-    # Just inside the factor: not beyond doubt, so drift cannot be ruled out.
+    # Just inside the factor: not beyond doubt, but far beyond the default bound of what runs
+    # drift, which its launches prove (issue 73; this was inconclusive before the bound).
     near = compare_runs(launches_at(28.2 / DOUBT_FACTOR * 1.01), baseline, [3], 0.05)
-    assert near.outcome == INCONCLUSIVE and not near.beyond_doubt
+    assert near.outcome == REGRESSION and not near.beyond_doubt and near.beyond_bound
+    # Just inside the bound: drift cannot be ruled out.
+    inside = compare_runs(launches_at(28.2 / stats.DRIFT_BOUND * 1.01), baseline, [3], 0.05)
+    assert inside.outcome == INCONCLUSIVE and not inside.beyond_bound
 
 
 def test_several_runs_give_the_drift_between_them() -> None:
@@ -211,3 +217,124 @@ def test_the_looks_spend_the_budget_mostly_where_the_run_is_complete() -> None:
     assert math.fsum(spent) == pytest.approx(stats.ALPHA)
     assert spent[planned - 1] == max(spent) > 3 * stats.look_alpha(looks)
     assert stats.spent_alpha(1, 1, 1) == stats.ALPHA
+
+
+# -- a drop far beyond the runner's drift fails from any baseline (issue 73) ------------------
+
+# The issue's nightly: ResNet-50 1n1d, night 1 recorded 16.88 images/s (one run); night 3, the
+# trainer running its step twice, read 8.94 (-47.0%): "inconclusive", the spread between runs
+# unknown.
+NIGHT_1 = launches_at(16.80, 16.88, 16.95, spread=0.005)
+NIGHT_3 = launches_at(8.90, 8.94, 8.99, spread=0.005)
+PLANNED = stats.spent_alpha(3, 7, 3)  # the planned look's alpha with the default protocol
+
+
+def test_a_drop_far_beyond_the_default_bound_fails_from_a_one_run_baseline() -> None:
+    verdict = compare_runs(NIGHT_3, NIGHT_1, [3], 0.05, alpha=PLANNED)
+    assert verdict.delta == pytest.approx(-0.47, abs=0.005)
+    assert verdict.outcome == REGRESSION and verdict.level == "one-run"
+    assert not verdict.beyond_doubt and verdict.beyond_bound  # below 2x: proven by the bound
+    assert verdict.bound == stats.DRIFT_BOUND and verdict.bound_p < PLANNED
+    assert ("beyond the default bound of 1.5x: more than this machine is expected to drift "
+            "between runs") in verdict.evidence
+    assert "t-test p=" in verdict.evidence
+    # The framework team's: 7,382.90 against 13,070.24 samples/s (-43.5%).
+    team = compare_runs(launches_at(7360.0, 7382.9, 7401.0), launches_at(
+        13020.0, 13070.24, 13110.0), [3], 0.05, alpha=PLANNED)
+    assert team.delta == pytest.approx(-0.435, abs=0.005)
+    assert team.outcome == REGRESSION and team.beyond_bound
+
+
+def test_an_unchanged_nights_drift_stays_inconclusive_from_a_one_run_baseline() -> None:
+    # -20%, and the most an unchanged case has drifted between runs here (1.39x slower): within
+    # the bound, a drift that cannot be told from a change; more launches cannot tell either.
+    for factor in (0.8, 1 / 1.39):
+        night = launches_at(*(16.88 * factor * f for f in (0.995, 1.0, 1.004)), spread=0.005)
+        verdict = compare_runs(night, NIGHT_1, [3], 0.05, alpha=PLANNED)
+        assert verdict.outcome == INCONCLUSIVE and verdict.level == "one-run"
+        assert not verdict.beyond_bound and not verdict.resolvable
+        assert "recorded by one run, so the spread between runs is unknown" in verdict.evidence
+    # Beyond the bound but with launches too far apart to prove it: more launches can.
+    wild = compare_runs([[6.0], [12.0], [9.0]], NIGHT_1, [3], 0.05, alpha=PLANNED)
+    assert wild.outcome == INCONCLUSIVE and wild.resolvable and not wild.beyond_bound
+    # One launch a side: nothing is proven, and more launches are what proves it.
+    one = compare_runs([[8.94]], [[16.88]], [1], 0.05, alpha=PLANNED)
+    assert one.outcome == INCONCLUSIVE and one.resolvable
+
+
+def test_a_two_night_baseline_fails_a_drop_far_beyond_its_drift() -> None:
+    """Night 3 of the rolling window: the baseline holds nights 1 and 2, 3% apart, launches 2%;
+    its one degree of freedom leaves Student's t at ~64, and the drop is proven by the bound."""
+    rng = random.Random(73)
+    nights = [[[v * math.exp(rng.gauss(0, 0.02))] * 2 for _ in range(3)] for v in (16.88, 17.4)]
+    baseline = nights[0] + nights[1]
+    slow = [[v * 0.53 * math.exp(rng.gauss(0, 0.02))] * 2 for v in (16.9, 16.9, 16.9)]
+    verdict = compare_runs(slow, baseline, [3, 3], 0.05, alpha=PLANNED)
+    assert verdict.level == "runs" and verdict.outcome == REGRESSION and verdict.beyond_bound
+    assert "beyond the default bound of 1.5x" in verdict.evidence
+
+
+def test_a_case_whose_runs_drift_far_raises_the_bound() -> None:
+    """Runs 100, 125 and 85: a drift of ~19% between runs; 3 standard deviations of it is ~1.95x,
+    and a 1.8x drop is within what this case's runs have shown."""
+    swinging = launches_at(100.0, 100.5, 99.5) + launches_at(125.0, 125.5, 124.5) \
+        + launches_at(85.0, 85.5, 84.5)
+    verdict = compare_runs(launches_at(56.5, 56.7, 56.3), swinging, [3, 3, 3], 0.05,
+                           alpha=PLANNED)
+    assert verdict.outcome == INCONCLUSIVE and not verdict.beyond_bound
+    assert verdict.bound == pytest.approx(1.95, abs=0.05)
+    assert "standard deviations" in verdict.evidence
+
+
+def night(run_id: int, launches: list[list[float]], verdict: str = "pass",
+          action: str | None = None) -> Point:
+    return Point(run_id, dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+                 + dt.timedelta(days=run_id), None, None, "runner", verdict, launches, action)
+
+
+def history(rng: random.Random, cases: int, nights: int, drift: float,
+            noise: float = 0.01) -> list[list[Point]]:
+    """The history's series of ``cases`` cases over ``nights`` nights of one machine: each night
+    moves every case by the night's drift (log sd ``drift``)."""
+    moves = [math.exp(rng.gauss(0, drift)) for _ in range(nights)]
+    return [[night(n, [[100.0 * (c + 1) * moves[n] * math.exp(rng.gauss(0, noise))] * 2
+                       for _ in range(3)], action="recorded" if n == 0 else None)
+             for n in range(nights)] for c in range(cases)]
+
+
+def test_the_historys_nights_give_the_drift_a_one_run_baseline_lacks() -> None:
+    model = drift_mod.from_history(history(random.Random(5), 3, 5, drift=0.01))
+    assert model is not None and (model.cases, model.runs, model.between_df) == (3, 15, 12)
+    assert model.describe().startswith("drift between runs ")
+    assert "from the history's 5 nights of 3 cases on this machine (12 degrees of freedom)" \
+        in model.describe()
+    # -20% is within the default bound, but far beyond the drift the history measured.
+    slower = launches_at(13.4, 13.5, 13.6)
+    verdict = compare_runs(slower, NIGHT_1, [3], 0.05, alpha=PLANNED, drift=model)
+    assert verdict.level == "history" and verdict.outcome == REGRESSION
+    assert not verdict.beyond_bound
+    assert "from the history's 5 nights of 3 cases" in verdict.evidence
+    assert "the baseline's 1 run" in verdict.evidence
+    same = compare_runs(launches_at(16.7, 16.8, 16.9), NIGHT_1, [3], 0.05, alpha=PLANNED,
+                        drift=model)
+    assert same.level == "history" and same.outcome == PASS
+
+
+def test_the_history_leaves_out_proven_changes_and_starts_again_where_a_baseline_was_recorded(
+        ) -> None:
+    rng = random.Random(6)
+    series = history(rng, 2, 6, drift=0.01)
+    clean = drift_mod.from_history(series)
+    assert clean is not None
+    # A night at half speed that failed, and a level 30% higher recorded anew after an accept:
+    # neither is the machine's drift.
+    case = series[0]
+    case[2] = night(2, [[v * 0.5 for v in launch] for launch in case[2].launches], "regression")
+    for n in range(4, 6):
+        case[n] = night(n, [[v * 1.3 for v in launch] for launch in case[n].launches],
+                        action="updated" if n == 4 else None)
+    model = drift_mod.from_history(series)
+    assert model is not None and math.sqrt(model.between) < 0.03
+    assert (model.runs, model.cases) == (11, 2)  # night 2 of the first case left out
+    assert "from the history's 6 nights of 2 cases" in model.describe()
+    assert drift_mod.from_history([[night(0, [[1.0]])]]) is None  # one night: no drift

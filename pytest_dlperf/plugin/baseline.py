@@ -12,7 +12,9 @@ from ..core.batchsearch import Search
 from ..core.phases import Phases
 from ..core.protocol import Protocol
 from ..core.topology import nearest_difference
+from ..store import history_nights
 from ..store.baselines import EFFICIENCY, THROUGHPUT, Baseline, BaselineError, Change, Metric, Run
+from ..store.history import HistoryError
 from ..verdict import drift
 from ..verdict.drift import Drift
 from .case import Case
@@ -49,18 +51,37 @@ def load(case: Case, fp: dict[str, Any]) -> Baseline | None:
 
 def machine_drift(case: Case, fp: dict[str, Any]) -> dict[str, Drift]:
     """The machine's drift between runs for throughput and scaling efficiency, pooled over
-    every baseline of this machine and device type recorded by two or more runs; read once a
-    session (the store does not change under a judging run)."""
+    every baseline of this machine and device type recorded by two or more runs, else over its
+    history's nights (``history_drift``); read once a session for each machine, device type and
+    protocol (neither store changes under a judging run)."""
     state = case.state
-    key = (fp.get("machine"), str(fp.get("device_type")))
+    device = str(fp.get("device_type"))
+    key = (fp.get("machine"), f"{device}, protocol {fp.get('protocol')}")
     if key not in state.drifts:
         found = {}
         for metric in (THROUGHPUT, EFFICIENCY):
-            model = drift.pooled(state.store.machine_runs(key[0], key[1], metric))
+            model = (drift.pooled(state.store.machine_runs(key[0], device, metric))
+                     or history_drift(case, fp, metric))
             if model is not None:
                 found[metric] = model
         state.drifts[key] = found
     return state.drifts[key]
+
+
+def history_drift(case: Case, fp: dict[str, Any], metric: str) -> Drift | None:
+    """The machine's drift between nights from ``--dlperf-history``: every case of this
+    machine, device type and protocol, every night. None without a history (or one the
+    reporting process did not open), or where it cannot be read: the verdict then takes its
+    default bound, and its message says which."""
+    keeper = case.state.history
+    if keeper is None or keeper.store is None:
+        return None
+    try:
+        return drift.from_history(history_nights.machine_series(keeper.store, fp, metric))
+    except HistoryError:
+        return None
+    finally:
+        keeper.store.close()  # no connection held through the case's training
 
 
 def elsewhere(case: Case, fp: dict[str, Any]) -> Elsewhere:

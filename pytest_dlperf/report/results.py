@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from ..store.baselines import EFFICIENCY
 from ..verdict.record import CaseReport
 from .tables import frameworks_side_by_side
 
@@ -100,6 +101,9 @@ def benchmark_entry(report: CaseReport) -> dict[str, Any]:
             "mfu_peak": report.peak.to_json() if report.peak else None,
             "speedup": report.speedup,
             "scaling_efficiency": report.efficiency,
+            # Each window's, by launch, as the baseline keeps them (None: one device): what
+            # a night's run adds to a baseline with (store.nights).
+            "scaling_efficiency_launches": _launches(report, EFFICIENCY),
             # Where a step's time went: the diagnostic steps after the windows (seconds per
             # step of each phase; docs/phases.md), and the scaling model held against the
             # efficiency (multi-device cases).
@@ -120,6 +124,11 @@ def benchmark_entry(report: CaseReport) -> dict[str, Any]:
             "environment": report.environment,
         },
     }
+
+
+def _launches(report: CaseReport, metric: str) -> list[list[float]] | None:
+    found = report.metrics.get(metric)
+    return found.launches if found is not None else None
 
 
 def change_lines(reports: list[CaseReport]) -> list[str]:

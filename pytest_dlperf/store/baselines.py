@@ -36,8 +36,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -254,14 +254,51 @@ class BaselineStore:
         A per-baseline tolerance is carried over from the file replaced; an unreadable file is
         kept as ``.bak``; with ``only_missing`` an existing file is left alone; with ``keep``
         the new launches are added to the existing file's and the newest ``keep`` kept."""
+        path = self.path_for(baseline.case, baseline.fingerprint)
+        return self._locked(path, lambda: self._update_locked(path, baseline, only_missing, keep,
+                                                              aliases))
+
+    def add_run(self, baseline: Baseline, keep_runs: int) -> Change:
+        """Add ``baseline``'s launches (one run's: a night's) to the case's existing file as one
+        more run, keeping the newest ``keep_runs`` runs, the file's tolerance and its record
+        of the run that recorded it; under the store's lock. Raises ``BaselineError`` where
+        there is no such file, it cannot be read, or its figures cannot be lined up with the
+        run's (one holds a scaling efficiency the other lacks): nothing is written then."""
+        path = self.path_for(baseline.case, baseline.fingerprint)
+        return self._locked(path, lambda: self._add_run_locked(path, baseline, keep_runs))
+
+    def _add_run_locked(self, path: Path, baseline: Baseline, keep_runs: int) -> Change:
+        if not _present(path):
+            raise BaselineError(f"baseline file {path}: not there, so nothing to add to")
+        old = read(path)
+        require(old.fingerprint == baseline.fingerprint, path,
+                "its fingerprint does not match its file name (edited by hand?)")
+        timing = {THROUGHPUT, EFFICIENCY}
+        require(set(old.metrics) & timing == set(baseline.metrics) & timing, path,
+                f"holds {sorted(set(old.metrics) & timing)}, the run "
+                f"{sorted(set(baseline.metrics) & timing)}: its runs cannot be lined up")
+        runs = old.runs
+        if sum(run.launches for run in runs) != old.launch_count:  # they count as one run
+            runs = [Run(old.recorded.get("datetime"), old.recorded.get("commit"),
+                        old.recorded.get("dirty"), old.launch_count)]
+        kept = runs[len(runs) - keep_runs + 1:] if keep_runs > 1 else []
+        keep = sum(run.launches for run in kept) + baseline.launch_count
+        new = replace(old, runs=runs).added(
+            Baseline(baseline.case, baseline.fingerprint, baseline.metrics, old.tolerance,
+                     old.recorded, baseline.runs), keep)
+        write_json_atomic(path, new.to_json())
+        return Change(path, "added", new, old)
+
+    def _locked(self, path: Path, work: Callable[[], Change]) -> Change:
+        """``work`` under the store's lock (a write to ``path``), its failures as
+        ``BaselineError``s naming the file."""
         from filelock import FileLock, Timeout
 
-        path = self.path_for(baseline.case, baseline.fingerprint)
         lock = FileLock(str(self.root / LOCK_NAME), timeout=LOCK_TIMEOUT_S)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             with lock:
-                return self._update_locked(path, baseline, only_missing, keep, aliases)
+                return work()
         except Timeout:  # a TimeoutError, so an OSError: first
             raise BaselineError(
                 f"baseline file {path}: another run has held the lock {lock.lock_file} for "

@@ -352,11 +352,14 @@ class History:
                            sa.func.max(cases.c.unit).label("unit"))
                  .group_by(cases.c.case_key, cases.c.fingerprint_id)
                  .order_by(cases.c.case_key, cases.c.fingerprint_id))
-        with self.engine.connect() as conn:
-            return [{"case_key": r.case_key, "fingerprint_id": r.fingerprint_id,
-                     "runs": int(r.runs), "fingerprint": json.loads(r.fingerprint),
-                     "framework": r.framework, "model": r.model, "unit": r.unit}
-                    for r in conn.execute(query)]
+        try:
+            with self.engine.connect() as conn:
+                rows = list(conn.execute(query))
+        except sa.exc.DBAPIError as exc:
+            raise HistoryError(self._problem(exc)) from None
+        return [{"case_key": r.case_key, "fingerprint_id": r.fingerprint_id,
+                 "runs": int(r.runs), "fingerprint": json.loads(r.fingerprint),
+                 "framework": r.framework, "model": r.model, "unit": r.unit} for r in rows]
 
     def schema_version(self) -> int:
         sa = self._sa

@@ -19,6 +19,14 @@ sigma_launch^2) with ``sum(launches - 1)``. Ten cases of three runs give twenty 
 freedom where one gave two. A one-run baseline is judged by the same pooled drift where other
 cases of the machine give it (weaker than a baseline of several runs, and the message says so).
 
+Where no baseline of the machine holds two runs (a store of one-run baselines, a nightly's
+first nights), its **history** (``--dlperf-history``) may: every night of every case of this
+machine, device type and protocol is a run, and ``from_history`` pools its nights alike
+(``Drift.source`` then says so). A night the verdict called a change (a regression, an
+improvement) is the code's, not the machine's, and is left out; a night that recorded the
+baseline anew (a change a person accepted) starts the case afresh, so a step between levels is
+never read as drift.
+
 What pooling assumes, and the docs say: runs of different cases are alike in how they drift
 (one machine, one device type; a case whose runs drift more than the machine's pooled figure
 is judged too boldly, which its own between-run spread, taken where it is larger, guards
@@ -30,10 +38,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..core.protocol import split
-from .stats import Launches, launch_medians
+from ..store.history_rows import Point
+from .stats import IMPROVEMENT, REGRESSION, Launches, launch_medians
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,9 @@ class Drift:
     launches_per_run: float
     cases: int
     runs: int
+    # Where it was pooled from, as messages say it: "" for the machine's baselines, else the
+    # history's nights ("the history's 12 nights of 3 cases").
+    source: str = ""
 
     @property
     def run_variance(self) -> float:
@@ -60,8 +72,10 @@ class Drift:
         return math.sqrt(self.between)
 
     def describe(self) -> str:
-        return (f"drift between runs {self.spread:.1%} pooled over {self.runs} runs of "
-                f"{self.cases} case{'s' if self.cases != 1 else ''} on this machine "
+        where = (f"from {self.source}" if self.source else
+                 f"pooled over {self.runs} runs of {self.cases} "
+                 f"case{'s' if self.cases != 1 else ''}")
+        return (f"drift between runs {self.spread:.1%} {where} on this machine "
                 f"({self.between_df} degrees of freedom)")
 
 
@@ -99,4 +113,45 @@ def pooled(cases: Iterable[tuple[Launches, Sequence[int]]]) -> Drift | None:
                  launches / n_runs, n_cases, n_runs)
 
 
-__all__ = ["Drift", "case_components", "pooled"]
+def from_history(series: Iterable[Sequence[Point]]) -> Drift | None:
+    """The machine's drift between nights from its history: ``series``, each case's nights
+    (one case and fingerprint, oldest first, a night's launches of one metric), split where a
+    night recorded the baseline anew and without the nights the verdict called a change; the
+    parts of two nights or more pooled as ``pooled`` pools baselines' runs. None where no case
+    has two such nights."""
+    groups: list[tuple[Launches, list[int]]] = []
+    nights: set[object] = set()
+    cases = 0
+    for points in series:
+        parts = [part for part in _levels(points) if len(part) > 1]
+        for part in parts:
+            groups.append(([launch for point in part for launch in point.launches],
+                           [len(point.launches) for point in part]))
+            nights.update(point.run_id if point.run_id is not None else id(point)
+                          for point in part)
+        cases += bool(parts)
+    model = pooled(groups)
+    if model is None:
+        return None
+    return replace(model, cases=cases, source=f"the history's {len(nights)} night"
+                                 f"{'s' if len(nights) != 1 else ''} of {cases} "
+                                 f"case{'s' if cases != 1 else ''}")
+
+
+def _levels(points: Sequence[Point]) -> list[list[Point]]:
+    """A case's nights by the baseline level they were judged against: a new part from each
+    night that recorded the baseline; a night whose verdict was a change left out (not one
+    that recorded: its figures are the level a person accepted)."""
+    parts: list[list[Point]] = [[]]
+    for point in points:
+        if not point.launches or not all(point.launches):
+            continue
+        if point.baseline_recorded:
+            parts.append([])
+        elif point.verdict in (REGRESSION, IMPROVEMENT):
+            continue
+        parts[-1].append(point)
+    return parts
+
+
+__all__ = ["Drift", "case_components", "from_history", "pooled"]

@@ -15,10 +15,24 @@ runs (over the baseline's runs, and once for this run) plus the launches' own no
   give; a one-run baseline is judged so too (weaker: its one run's drift is not averaged out).
 - **By the case's own runs** (``level="runs"``): where the machine has no better estimate, or
   this case's runs drift significantly more than the machine's (``choose_model``).
+- **By the history** (``level="history"``): where no baseline of the machine holds two runs,
+  the drift between nights pooled over every case of its history (``--dlperf-history``;
+  ``drift.from_history``), judged as by the machine's.
 - **One run, nothing pooled** (``level="one-run"``): the drift is unknown. A difference beyond
   the tolerance that could be drift is **inconclusive**, and no extra launch can change that
   (the message says how: add runs with ``--dlperf-update-baselines=add``, or judge head against
   base with ``--dlperf-ab``).
+
+**A drop far beyond the runner's drift fails from any baseline** (``beyond_bound``): a drop
+beyond the tolerance that the level's test leaves unproven is a regression where the launches
+prove it beyond a bound of what runs drift (a one-sided t-test on the log launch medians, as
+``stats.compare``'s, against the ratio ``1 / bound``): ``DRIFT_BOUND`` (1.5x; an unchanged case
+here drifted 1.39x at most) where nothing measured the drift or what was measured is smaller,
+else ``DRIFT_Z`` standard deviations of the difference the level's drift gives between this run
+and the baseline's mean. So -47% fails against a one-night baseline, and against a two-night one
+whose single degree of freedom leaves Student's t at ~64; a drop within the bound stays
+inconclusive. More launches can prove it, so such a verdict is resolvable while its median is
+beyond the bound.
 
 Extra launches help only while this run's launches' noise is the larger term (``resolvable``):
 past that, the drift between runs dominates and more launches of this run cannot shrink it.
@@ -39,14 +53,18 @@ from .drift import Drift, case_components, pooled
 from .stats import (
     ALPHA,
     DOUBT_FACTOR,
+    DRIFT_BOUND,
+    DRIFT_Z,
     INCONCLUSIVE,
     PASS,
+    REGRESSION,
     Launches,
     TTest,
     Verdict,
     compare,
     decide_outcome,
     launch_medians,
+    pooled_t_test,
 )
 
 
@@ -64,7 +82,8 @@ def compare_runs(launches: Launches, baseline: Launches | None, runs: Sequence[i
                  drift: Drift | None = None) -> Verdict:
     """Judge this run's ``launches`` against the ``baseline``'s, whose launches came from
     runs of ``runs`` launches each (oldest first); ``drift``: the machine's drift between
-    runs pooled over its baselines (``drift``), None where no baseline of it has two runs."""
+    runs pooled over its baselines (``drift``), or over its history's nights where no baseline
+    of it has two runs (``drift.from_history``), None where neither gives one."""
     flat = compare(launches, baseline, tolerance, higher_is_better=higher_is_better, alpha=alpha)
     if baseline is None or flat.baseline is None:
         return flat
@@ -74,9 +93,43 @@ def compare_runs(launches: Launches, baseline: Launches | None, runs: Sequence[i
     if good < 1 / DOUBT_FACTOR or good > DOUBT_FACTOR:  # the launches alone can settle it
         return replace(flat, level="launches", baseline_runs=len(sizes), beyond_doubt=True)
     model, level = choose_model(baseline, sizes, drift)
+    judged = (_one_run(flat, good, tolerance) if model is None else
+              _between_runs(launches, baseline, sizes, flat, good, tolerance, alpha, model, level))
+    return beyond_bound(judged, launches, baseline, good, *drift_bound(model, len(sizes)))
+
+
+def drift_bound(model: Drift | None, runs: int) -> tuple[float, str]:
+    """The most this run is taken to drift from the mean of the baseline's ``runs`` runs on an
+    unchanged machine, as a factor, and where it came from: ``DRIFT_BOUND`` ("default") where
+    no drift was measured, or the measured one reads less (one or two degrees of freedom can
+    read far below the machine's drift); else ``DRIFT_Z`` standard deviations of the difference
+    the ``model`` gives ("drift")."""
     if model is None:
-        return _one_run(flat, good, tolerance)
-    return _between_runs(launches, baseline, sizes, flat, good, tolerance, alpha, model, level)
+        return DRIFT_BOUND, "default"
+    measured = math.exp(DRIFT_Z * math.sqrt(model.between * (1 + 1 / runs)))
+    return (measured, "drift") if measured > DRIFT_BOUND else (DRIFT_BOUND, "default")
+
+
+def beyond_bound(verdict: Verdict, launches: Launches, baseline: Launches, good: float,
+                 bound: float, source: str) -> Verdict:
+    """An inconclusive ``verdict`` (worse beyond the tolerance, unproven by its level) is a
+    regression where the launches prove the change worse than ``bound`` (a one-sided pooled
+    t-test of the log launch medians against ``log(bound)``, at the verdict's alpha); else it
+    stays inconclusive, resolvable by more launches while its median is beyond the bound.
+    Beyond ``DOUBT_FACTOR`` the launches judge already (``compare_runs``)."""
+    if verdict.outcome != INCONCLUSIVE or bound >= DOUBT_FACTOR:
+        return verdict
+    test = pooled_t_test([math.log(v) for v in launch_medians(launches)],
+                         [math.log(v) for v in launch_medians(baseline)])
+    p = None
+    if test is not None:  # None: one launch a side
+        shift = math.log(bound) if verdict.higher_is_better else -math.log(bound)
+        moved = replace(test, diff=test.diff + shift)
+        p = moved.p_less if verdict.higher_is_better else moved.p_greater
+    found = replace(verdict, bound=bound, bound_from=source, bound_p=p)
+    if p is not None and p < verdict.alpha:
+        return replace(found, outcome=REGRESSION, beyond_bound=True, resolvable=False)
+    return replace(found, resolvable=verdict.resolvable or good < 1 / bound)
 
 
 def choose_model(baseline: Launches, sizes: list[int], drift: Drift | None
@@ -95,7 +148,7 @@ def choose_model(baseline: Launches, sizes: list[int], drift: Drift | None
         excess = own.between / drift.between if drift.between > 0 else math.inf
         if excess > float(fisher.ppf(0.99, own.between_df, drift.between_df)):
             return own, "runs"
-    return drift, "machine"
+    return drift, "history" if drift.source else "machine"
 
 
 def _one_run(flat: Verdict, good: float, tolerance: float) -> Verdict:
@@ -137,7 +190,8 @@ def _between_runs(launches: Launches, baseline: Launches, sizes: list[int], flat
     return replace(flat, outcome=outcome, p_worse=p_worse, p_better=p_better, ratio_ci=(lo, hi),
                    spread=test.spread, level=level, baseline_runs=runs,
                    resolvable=within / n > drift,
-                   drift=model.describe() if level == "machine" else None)
+                   drift=model.describe() if level != "runs" else None)
 
 
-__all__ = ["DOUBT_FACTOR", "choose_model", "compare_runs", "run_sizes"]
+__all__ = ["DOUBT_FACTOR", "DRIFT_BOUND", "beyond_bound", "choose_model", "compare_runs",
+           "drift_bound", "run_sizes"]
