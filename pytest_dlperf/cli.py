@@ -6,7 +6,7 @@
 - ``history add FILE URL``: append a run the history store could not take when it ran;
 - ``options``: the options reference (flags, environment variables, ini keys);
 - ``nightly run|accept|status``: the nightly gate (A/B against the last good commit, then the
-  baselines and the history; ``nightly.py``);
+  baselines and the history; ``nightly/``);
 - ``slurm start N`` / ``stop`` / ``status`` / ``run -- CMD``: a real Slurm cluster on this
   machine, each node its own network host (root; ``launch/localslurm.py``).
 - ``ray start N`` / ``stop`` / ``status`` / ``run -- CMD``: a real Ray cluster on this machine,
@@ -29,6 +29,7 @@ def _report(args: argparse.Namespace) -> int:
     from .report.tables import (
         AB_HEADER,
         BUSY_HEADER,
+        ab_code_lines,
         ab_rows,
         busy_rows,
         frameworks_side_by_side,
@@ -63,7 +64,7 @@ def _report(args: argparse.Namespace) -> int:
     sides, ab_table = ab_rows(data["benchmarks"])
     if ab_table:
         print(f"\nA/B, head against base ({sides}):\n")
-        print("\n".join(render(ab_table, AB_HEADER)))
+        print("\n".join([*render(ab_table, AB_HEADER), *ab_code_lines(data["benchmarks"])]))
     if pivot is not None:
         header, side_by_side = pivot_rows(pivot)
         print("\nFrameworks side by side:\n")

@@ -6,7 +6,9 @@ protocol and its figures (``protocol``), the step's phases (``phases``), the sea
 largest batch or size that fits (``batchsearch``), a size swept as a case axis and the line
 through its rungs (``sweep``), what else ran on the host (``interference``), the heap allocator
 (``allocator``). How processes are kept: lifelines and per-rank memory limits (``lifeline``,
-``cgroup``), free ports (``ports``), git worktrees for A/B and bisection (``worktrees``). And the
+``cgroup``), free ports (``ports``), git worktrees for A/B and bisection (``worktrees``), what
+an interpreter imports from where and its environment's lock (``installs``), an A/B side's code
+taken from its own tree (``sources``), an environment over another's (``overlay``). And the
 small things every layer uses: name-to-value records (``facts``), sizes and rates (``units``),
 JSON files (``jsonio``).
 

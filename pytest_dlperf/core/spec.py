@@ -119,6 +119,11 @@ class RankSpec:
     # The heap allocator the ranks start under (set by the launcher, checked by the rank);
     # None: whatever the launcher's environment gives.
     allocator: Allocator | None = None
+    # Folders the launcher puts first on the ranks' PYTHONPATH, and the folder it starts them
+    # in (None: pytest's): an A/B side's own tree (``core.sources``; ``python -m`` puts the
+    # working folder first on the path). Launch-only, never in the rank's file.
+    import_paths: list[str] | None = None
+    cwd: str | None = None
 
     def parallel(self, world_size: int) -> Layout:
         """The case's layout on ``world_size`` ranks (plain data parallelism where none)."""
@@ -174,6 +179,38 @@ class RankSpec:
             return cls(**values)
         except (KeyError, TypeError) as exc:
             raise SpecError(f"rank spec: missing or malformed field ({exc})") from None
+
+
+# What only the launcher reads: the file a rank reads leaves it out (``rank_facing``).
+LAUNCH_ONLY = ("import_paths", "cwd")
+
+
+def rank_facing(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec as a rank's file holds it: without what only the launcher reads, and without
+    the fields left empty at their defaults (None, off, none), so that another version's rank
+    side (an A/B base of this plugin's own repository) reads a newer spec wherever the case
+    uses nothing it lacks."""
+    defaults = _defaults()
+    return {key: value for key, value in spec.items()
+            if key not in LAUNCH_ONLY
+            and not (key in defaults and defaults[key] == value and not value)}
+
+
+def _defaults() -> dict[str, Any]:
+    """The JSON of every ``RankSpec`` field that has a default."""
+    from dataclasses import MISSING
+
+    found: dict[str, Any] = {}
+    for f in fields(RankSpec):
+        if f.default is not MISSING:
+            value = f.default
+        elif f.default_factory is not MISSING:
+            value = f.default_factory()
+        else:
+            continue
+        found[f.name] = json.loads(json.dumps(asdict(value) if hasattr(
+            value, "__dataclass_fields__") else value))
+    return found
 
 
 def spec_for(framework: str, workload: Workload, *, protocol: Protocol, device_type: str,

@@ -86,6 +86,16 @@ def dirty(top: Path, paths: list[Path] | None = None, leave_out: Sequence[Path] 
     return names
 
 
+def checkouts(top: Path) -> list[Path]:
+    """Every checkout of the repository at ``top`` (its main worktree and the others, A/B's and
+    bisect's included), as real paths, the deepest first: a path inside one is inside the
+    deepest that holds it."""
+    out = _git(top, "worktree", "list", "--porcelain")
+    found = [Path(line[len("worktree "):]).resolve() for line in out.splitlines()
+             if line.startswith("worktree ")]
+    return sorted(found, key=lambda p: len(p.parts), reverse=True)
+
+
 def first_parent_range(top: Path, good: Commit, bad: Commit) -> list[Commit]:
     """The commits after ``good`` up to ``bad`` (oldest first), along first parents."""
     out = _git(top, "rev-list", "--first-parent", "--reverse", "--format=%H %s",
@@ -103,6 +113,17 @@ def is_ancestor(top: Path, older: Commit, newer: Commit) -> bool:
     done = subprocess.run(["git", "-C", str(top), "merge-base", "--is-ancestor", older.sha,
                            newer.sha], capture_output=True)
     return done.returncode == 0
+
+
+def scratch(top: Path) -> Path:
+    """``<top>/.pytest-dlperf``, the plugin's scratch folder in the repository, ignored by git
+    (its own ``.gitignore``, as pytest's cache folder has)."""
+    folder = top / ".pytest-dlperf"
+    folder.mkdir(parents=True, exist_ok=True)
+    ignore = folder / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("# made by pytest-dlperf: scratch, never committed\n*\n")
+    return folder
 
 
 @dataclass
@@ -123,10 +144,8 @@ class Worktrees:
         path = self.root / commit.sha
         if path.exists():  # a run killed before it removed its worktree
             self._remove(path)
+        scratch(self.top)
         self.root.mkdir(parents=True, exist_ok=True)
-        ignore = self.root.parent / ".gitignore"  # (pytest's own cache does the same)
-        if not ignore.exists():
-            ignore.write_text("# made by pytest-dlperf: scratch, never committed\n*\n")
         _git(self.top, "worktree", "add", "--detach", "--force", str(path), commit.sha)
         self.made[commit.sha] = path
         return path

@@ -4,6 +4,8 @@ interpreter the ranks run under (``--dlperf-python``: OneFlow's Python 3.10 besi
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -27,3 +29,12 @@ def rank_import_path(scratch: Path, package: Path = PACKAGE) -> str:
     if not link.is_symlink():
         link.symlink_to(package, target_is_directory=True)
     return str(linked)
+
+
+def rank_pythonpath(scratch: Path, first: Sequence[str] | None = (),
+                    inherited: str | None = None) -> str:
+    """The ranks' ``PYTHONPATH``: ``first`` (the spec's ``import_paths``: an A/B side's own
+    code, ``core.sources``), then this package (``rank_import_path``), then what pytest's
+    environment had (``inherited``)."""
+    return os.pathsep.join(p for p in (*(first or ()), rank_import_path(scratch), inherited)
+                           if p)

@@ -168,11 +168,13 @@ class LocalLauncher(Launcher):
         # (An agent reads the ranks' interpreter from the environment; rank_command names it.)
         env = worker_environment(topology, tmp_dir, None if ranks_here else spec.get("python"),
                                  free_loopback_port(), nodes_share_host=topology.nodes > 1,
-                                 allocator=spec.get("allocator"))
+                                 allocator=spec.get("allocator"),
+                                 import_paths=spec.get("import_paths"))
         if ranks_here:
             env = one_node_environment(env, topology, meeting.port)
         return Processes(run_dir, out_dir, topology.world_size, timeout_s,
-                         ranks_themselves=ranks_here).start(commands, env)
+                         ranks_themselves=ranks_here).start(commands, env,
+                                                            cwd=spec.get("cwd"))
 
     def collect(self, launch: Processes, timeout_s: float) -> list[dict[str, Any]]:
         """The ranks' files in the run folder (the default result channel)."""
@@ -206,8 +208,10 @@ class LocalLauncher(Launcher):
                                    hosts=str(self.link))]
         env = worker_environment(topology, tmp_dir, spec.get("python"), framework_port,
                                  nodes_share_host=False, worker_host=None,
-                                 allocator=spec.get("allocator"))
-        return Processes(run_dir, out_dir, topology.world_size, timeout_s).start(commands, env)
+                                 allocator=spec.get("allocator"),
+                                 import_paths=spec.get("import_paths"))
+        return Processes(run_dir, out_dir, topology.world_size, timeout_s).start(
+            commands, env, cwd=spec.get("cwd"))
 
 
 def make(environ: dict[str, str]) -> LocalLauncher:

@@ -24,9 +24,10 @@ import psutil
 from ..core.allocator import Allocator
 from ..core.lifeline import tethered
 from ..core.ports import free_loopback_port
+from ..core.spec import rank_facing
 from ..core.topology import Topology
 from ..frameworks import STORE_VARIABLE
-from .importpath import rank_import_path
+from .importpath import rank_pythonpath
 from .results import collect, result_file
 
 # After one agent fails, how long the others get to notice and exit on their own.
@@ -94,7 +95,8 @@ def rank_variables(rank: int) -> dict[str, str]:
 def worker_environment(topology: Topology, tmp_dir: Path, python: str | None,
                        framework_port: int, nodes_share_host: bool,
                        worker_host: str | None = "127.0.0.1",
-                       allocator: Mapping[str, Any] | None = None) -> dict[str, str]:
+                       allocator: Mapping[str, Any] | None = None,
+                       import_paths: Sequence[str] | None = None) -> dict[str, str]:
     """What the agents (and so the ranks) inherit. ``python``: the ranks' interpreter, when not
     the agents' own (torchrun reads ``PYTHON_EXEC``). ``framework_port``: a free port on the
     first node for a framework that runs its own rendezvous beside torchrun's store (OneFlow's
@@ -104,7 +106,8 @@ def worker_environment(topology: Topology, tmp_dir: Path, python: str | None,
     ``worker_host``: the address peers reach this node's ranks at, for a framework that runs
     its own servers (TensorFlow); None: the node's own host name (a real cluster's nodes).
     ``allocator``: the spec's heap allocator (``core.allocator``), set in the environment
-    every process of the launch starts with (None: this process's environment as it is)."""
+    every process of the launch starts with (None: this process's environment as it is).
+    ``import_paths``: the spec's folders first on the ranks' path (an A/B side's own code)."""
     env = dict(os.environ)
     env.pop("PYTHON_EXEC", None)
     if python:
@@ -115,9 +118,9 @@ def worker_environment(topology: Topology, tmp_dir: Path, python: str | None,
         MKL_NUM_THREADS=threads,
         # torchelastic leaves torchelastic_* folders and error files in TMPDIR.
         TMPDIR=str(tmp_dir),
-        # Workers import the very same pytest_dlperf as the plugin.
-        PYTHONPATH=os.pathsep.join(p for p in (rank_import_path(tmp_dir), env.get("PYTHONPATH"))
-                                   if p),
+        # Workers import the very same pytest_dlperf as the plugin (an A/B side's own code
+        # first, where its spec names it).
+        PYTHONPATH=rank_pythonpath(tmp_dir, import_paths, env.get("PYTHONPATH")),
         PYTHONUNBUFFERED="1",
         DLPERF_FRAMEWORK_PORT=str(framework_port),
         DLPERF_NODES_SHARE_HOST="1" if nodes_share_host else "0",
@@ -219,7 +222,7 @@ def prepare(spec: dict[str, Any], run_dir: Path) -> tuple[Path, Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp_dir.mkdir(parents=True, exist_ok=True)
     spec_path = run_dir / "spec.json"
-    spec_path.write_text(json.dumps(spec, sort_keys=True, indent=2))
+    spec_path.write_text(json.dumps(rank_facing(spec), sort_keys=True, indent=2))
     return spec_path, out_dir, tmp_dir
 
 
@@ -254,10 +257,11 @@ class Processes:
     _stopped: bool = False
 
     def start(self, commands: list[list[str]], env: dict[str, str],
-              death_signal: int = signal.SIGKILL) -> Processes:
+              death_signal: int = signal.SIGKILL, cwd: str | None = None) -> Processes:
         """Start the commands, each in a session of its own; each gets ``death_signal`` if
         pytest dies without reaping it (``lifeline``). Whatever started is stopped if another
-        cannot start."""
+        cannot start. ``cwd``: the folder they start in (the spec's, an A/B side's tree; None:
+        pytest's)."""
         self.logs = [self.run_dir / f"launch-{i}.log" for i in range(len(commands))]
         self._deadline = time.monotonic() + self.timeout_s
         # SIGTERM (a CI runner cancelling the job) unwinds like Ctrl-C, so that ``stop`` reaps
@@ -269,7 +273,7 @@ class Processes:
                 with open(log, "wb") as fh:
                     self.procs.append(subprocess.Popen(
                         tethered(command, death_signal), stdout=fh, stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL, env=env, start_new_session=True))
+                        stdin=subprocess.DEVNULL, env=env, start_new_session=True, cwd=cwd))
         except BaseException:
             self.stop()
             raise

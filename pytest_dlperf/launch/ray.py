@@ -43,7 +43,7 @@ from ..core.link import format_rate
 from ..core.topology import Topology
 from ..frameworks import STORE_VARIABLE
 from .base import Launcher, LaunchError
-from .importpath import rank_import_path
+from .importpath import rank_pythonpath
 from .processes import new_run_id
 from .protocol import LauncherProtocol, Rendezvous
 from .raynodes import RayNode, alive_nodes, bundles_for, fit_message
@@ -148,7 +148,8 @@ class RayLauncher(Launcher):
             # rank 0's live progress file would be on its node: the ranks keep none
             sent = {**spec, "progress": None}
             launch.deadline = time.monotonic() + timeout_s
-            launch.runs = [actor.run.remote(sent, self._variables(launch, topology, run_dir, rank),
+            launch.runs = [actor.run.remote(sent, self._variables(launch, topology, run_dir, rank,
+                                                                  spec.get("import_paths")),
                                             rank, timeout_s)
                            for rank, actor in enumerate(launch.actors)]
         except BaseException:
@@ -245,9 +246,9 @@ class RayLauncher(Launcher):
                               f"{str(exc).splitlines()[0][:400]}") from None
 
     def _variables(self, launch: RayLaunch, topology: Topology, run_dir: Path,
-                   rank: int) -> dict[str, str]:
+                   rank: int, import_paths: list[str] | None = None) -> dict[str, str]:
         """What rank ``rank``'s process gets, as torchrun's agent would give it, with rank 0's
-        node as the meeting point."""
+        node as the meeting point (``import_paths``: the spec's, an A/B side's own code)."""
         per_node = topology.devices_per_node
         node, local = divmod(rank, per_node)
         where = launch.where[rank]
@@ -262,8 +263,8 @@ class RayLauncher(Launcher):
             "DLPERF_NODES_SHARE_HOST": "1" if len({w["address"] for w in launch.where})
             < topology.nodes else "0",
             "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "PYTHONUNBUFFERED": "1",
-            "PYTHONPATH": os.pathsep.join(p for p in (rank_import_path(run_dir),
-                                                      os.environ.get("PYTHONPATH")) if p),
+            "PYTHONPATH": rank_pythonpath(run_dir, import_paths,
+                                          os.environ.get("PYTHONPATH")),
         }
         if where.get("interface"):  # gloo and NCCL bind the node's Ray address's interface
             variables["GLOO_SOCKET_IFNAME"] = variables["NCCL_SOCKET_IFNAME"] = \

@@ -68,6 +68,7 @@ class RankHost:
         none), exit status, out-of-memory kill (``--dlperf-memory-limit``) and output's tail."""
         from pytest_dlperf.core.allocator import Allocator
         from pytest_dlperf.core.lifeline import claim, sweep, tethered
+        from pytest_dlperf.core.spec import rank_facing
         from pytest_dlperf.launch.processes import rank_command
 
         # what actors killed without their stop left here (their node's raylet gone, a pytest
@@ -80,7 +81,7 @@ class RankHost:
         out_dir.mkdir()
         tmp_dir.mkdir()
         spec_path = folder / "spec.json"
-        spec_path.write_text(json.dumps(spec, sort_keys=True))
+        spec_path.write_text(json.dumps(rank_facing(spec), sort_keys=True))
         log = folder / "rank.log"
         env = {**os.environ, **variables, "TMPDIR": str(tmp_dir)}
         chosen = Allocator.from_json(spec.get("allocator"))
@@ -96,7 +97,8 @@ class RankHost:
                     self.proc = subprocess.Popen(tethered(command), stdout=out,
                                                  stderr=subprocess.STDOUT,
                                                  stdin=subprocess.DEVNULL, env=env,
-                                                 start_new_session=True)
+                                                 start_new_session=True,
+                                                 cwd=spec.get("cwd"))
             code = self._wait(out_dir / f"rank-{rank}.json", time.monotonic() + timeout_s)
             return {"rank": rank, "exit": code, "result": _read(out_dir / f"rank-{rank}.json"),
                     "oom": _oom(out_dir, rank), "log_tail": _tail(log),

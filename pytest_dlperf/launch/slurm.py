@@ -123,7 +123,8 @@ class SlurmLauncher(Launcher):
         # Slurm nodes are separate hosts, unless the allocation lists one host twice.
         env = worker_environment(topology, tmp_dir, spec.get("python"), meeting.port + 1,
                                  nodes_share_host=len(set(hosts)) < len(hosts), worker_host=None,
-                                 allocator=spec.get("allocator"))
+                                 allocator=spec.get("allocator"),
+                                 import_paths=spec.get("import_paths"))
         # Processes logs its one command (srun) there.
         watch = StepWatch(run_dir / "launch-0.log", str(spec_path))
         watch.start()
@@ -133,7 +134,7 @@ class SlurmLauncher(Launcher):
             # timeouts).
             processes = Processes(run_dir, out_dir, topology.world_size, timeout_s,
                                   wind_down_s=WIND_DOWN_S).start(
-                [command], env, death_signal=signal.SIGTERM)
+                [command], env, death_signal=signal.SIGTERM, cwd=spec.get("cwd"))
         except BaseException:
             watch.stop()
             raise

@@ -20,6 +20,7 @@ from ..report.results import benchmark_entry, change_lines, results_json
 from ..report.tables import (
     AB_HEADER,
     BUSY_HEADER,
+    ab_code_lines,
     ab_rows,
     busy_rows,
     frameworks_side_by_side,
@@ -373,7 +374,7 @@ def _throughput_summary(terminalreporter: Any, state: SessionState) -> None:
     sides, ab_table = ab_rows(benchmarks)
     if ab_table:
         terminalreporter.write_sep("-", f"pytest-dlperf: A/B, head against base ({sides})")
-        for line in text_table(ab_table, AB_HEADER):
+        for line in [*text_table(ab_table, AB_HEADER), *ab_code_lines(benchmarks)]:
             terminalreporter.write_line(line)
     pivot = frameworks_side_by_side(benchmarks)
     if pivot is not None:

@@ -49,10 +49,7 @@ def measure(prepared: Prepared) -> CaseReport:
     case.check_modes()
     launches = Launches(case)
     sized = prepared.sized
-    head_spec = case.spec(prepared.workload, sized, prepared.recipe)
-    sides: Sides = {"head": (cluster, head_spec),
-                    "base": (setup.base_cluster(cluster, case.framework),
-                             setup.base_spec(case.node, head_spec))}
+    sides, codes = _sides(prepared)
     policy = case.policy(None)
     per_round = policy.launches
     most = max(per_round, -(-policy.max_repeats // policy.windows_per_launch))
@@ -76,6 +73,8 @@ def measure(prepared: Prepared) -> CaseReport:
         for _ in range(count):
             pairs.append(_pair(launches, sides, halves, len(pairs), policy.windows_per_launch,
                                envs))
+            for side, code in codes.items():  # each side's ranks ran that side's code
+                setup.check_imports(side, code, envs[side])
         return paired.paired_compare([(b.samples_per_s, h.samples_per_s) for b, h in pairs],
                                      policy.tolerance, alpha=alpha, per_window=halves is not None)
 
@@ -90,12 +89,30 @@ def measure(prepared: Prepared) -> CaseReport:
             verdict = add(extra)
     report = _report(case, version, sized, pairs, verdict, policy.tolerance, envs, launched_at,
                      launches, sides, halves)
+    report = replace(report, ab=Facts({**report.ab, "code": setup.code_facts(
+        codes, {side: spec for side, (_, spec) in sides.items()})}))
     if fitted is not None:
         report = _fitted(report, fitted, case, cluster)
     state.reports.append(report)
     conclude(case.node, paired.decide(report, policy), cluster.launcher,
              state.settings.timeout)
     return report
+
+
+def _sides(prepared: Prepared) -> tuple[Sides, dict[str, Any]]:
+    """Each side's cluster and spec (its code's import paths in it), and where its code comes
+    from (``absetup.AbSetup.side_spec``)."""
+    case = prepared.case
+    setup = case.state.ab
+    assert setup is not None
+    head_spec = case.spec(prepared.workload, prepared.sized, prepared.recipe)
+    clusters = {"head": case.cluster, "base": setup.base_cluster(case.cluster, case.framework)}
+    sides: Sides = {}
+    codes: dict[str, Any] = {}
+    for side, cluster in clusters.items():
+        spec, codes[side] = setup.side_spec(case.node, head_spec, side, cluster)
+        sides[side] = (cluster, spec)
+    return sides, codes
 
 
 # How long the machine is watched before a turns A/B run, for the load another job puts on it.
@@ -197,7 +214,7 @@ def _report(case: Case, version: str, sized: CaseWorkload, pairs: list[tuple[Res
     facts = {
         "base": setup.base, "head": setup.head, "base_revision": setup.revision,
         "base_commit": setup.commit.sha if setup.commit else None,
-        "base_python": setup.python, "mode": "turns" if halves is None else "duet",
+        "base_python": setup.base_python(case.cluster, case.framework), "mode": "turns" if halves is None else "duet",
         "mode_asked": setup.mode,
         "order": "ABBA" if halves is None else "at once, halves swapped ABAB",
         "halves": halves.to_json() if halves is not None else None,

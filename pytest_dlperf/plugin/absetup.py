@@ -1,20 +1,25 @@
-"""The base side of an A/B run (``--dlperf-ab REV``, ``--dlperf-ab-python PATH``), settled
-once a session before anything is collected: REV's commit (a usage error when it is none), a
-worktree of it made on first use and removed at the session's end, and the base side's
-interpreter. How a case runs in A/B mode: ``ab``."""
+"""The base side of an A/B run (``--dlperf-ab REV``, ``--dlperf-ab-python PATH``,
+``--dlperf-ab-build COMMAND``), settled once a session before anything is collected: REV's
+commit (a usage error when it is none), a worktree of it made on first use and removed at the
+session's end, the base side's interpreter (or an overlay environment built from the worktree),
+and where each side's ranks import the tests' repository's code from (``abcode``). How a case
+runs in A/B mode: ``ab``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import shutil
+import tempfile
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..core import worktrees
+from ..core import overlay, sources, worktrees
 from ..core.recipes import RecipeReference
 from ..core.spec import RankSpec
 from ..launch import Cluster
+from .abcode import SidesCode, describe, python_of
 from .outcome import fail
 
 if TYPE_CHECKING:
@@ -28,10 +33,13 @@ class AbSetup:
     revision: str | None
     commit: worktrees.Commit | None
     top: Path | None
-    python: str | None
+    pythons: dict[str, str] | None  # --dlperf-ab-python: "*" in place of pytest's, or by framework
     head: str  # how the head is described: "working tree at <sha>" (+ uncommitted changes)
     trees: worktrees.Worktrees | None = None
     mode: str = "turns"  # --dlperf-ab-mode: "turns", "duet" (``duet``) or "auto" (either)
+    build: str | None = None  # --dlperf-ab-build: the command that builds the base side
+    code: SidesCode | None = None  # where each side's code comes from (made on first use)
+    overlays: dict[str, overlay.Overlay] = field(default_factory=dict)  # by base interpreter
 
     @classmethod
     def open(cls, settings: Settings, rootpath: Path) -> AbSetup | None:
@@ -57,15 +65,17 @@ class AbSetup:
                     worktrees.dirty(top, leave_out=own_files(settings)))
         except worktrees.GitError as exc:
             raise pytest.UsageError(f"pytest-dlperf: --dlperf-ab={settings.ab}: {exc}") from None
-        return cls(settings.ab, commit, top, settings.ab_python, head, mode=settings.ab_mode)
+        return cls(settings.ab, commit, top, settings.ab_python, head, mode=settings.ab_mode,
+                   build=settings.ab_build)
 
     @property
     def base(self) -> str:
         parts = []
         if self.commit is not None:
             parts.append(f"{self.revision} at {self.commit.short} ({self.commit.subject})")
-        if self.python is not None:
-            parts.append(f"ranks under {self.python}")
+        for name, python in (self.pythons or {}).items():
+            parts.append(f"ranks under {python}" if name == "*" else
+                         f"{name} ranks under {python}")
         return ", ".join(parts)
 
     def worktree(self) -> Path | None:
@@ -80,36 +90,138 @@ class AbSetup:
                  f"{exc}")
 
     def close(self) -> None:
+        if self.code is not None:
+            shutil.rmtree(self.code.scratch, ignore_errors=True)
+        for made in self.overlays.values():
+            shutil.rmtree(made.folder, ignore_errors=True)
         if self.trees is not None:
             self.trees.close()
 
-    # -- the base side of one case ----------------------------------------------------------
+    # -- each side of one case --------------------------------------------------------------
 
-    def base_spec(self, node: pytest.Item, spec: RankSpec) -> RankSpec:
-        """The head's spec with the recipe imported from REV's worktree; a case whose test
-        the base lacks fails naming the side."""
-        tree = self.worktree()
+    def side_spec(self, node: pytest.Item, spec: RankSpec, side: str, cluster: Cluster
+                  ) -> tuple[RankSpec, sources.Side | None]:
+        """The head's spec for one side: the base's recipe and adapter imported from REV's
+        worktree; each side's import paths (its tree's code first on its ranks' path) and the
+        mapping its ranks' imports are checked against (None: nothing to map, no REV)."""
+        tree = self.top if side == "head" else self.worktree()
         if tree is None or self.top is None:
-            return spec
+            return spec, None
+        who = f"{side} side ({self.head if side == 'head' else self.base})"
+        if side == "base":
+            spec = self._from_worktree(node, spec, tree)
+        if self.code is None:
+            self.code = SidesCode(self.top, Path(tempfile.mkdtemp(
+                prefix="ab-", dir=worktrees.scratch(self.top))))
+        python = python_of(cluster.pythons, spec.framework)
+        code = self.code.side(side, python, tree, who)
+        problem = self.code.spec_problem(code, python, spec)
+        if problem:
+            fail(f"pytest-dlperf: A/B {who}: {problem}: the plugin's rank side at its commit "
+                 "and the head's pytest side disagree on what a case is; pick a base at or "
+                 "after the change to the rank spec (core/spec.py)")
+        return replace(spec, import_paths=code.import_paths or None,
+                       cwd=self._cwd(tree)), code
+
+    def _cwd(self, tree: Path) -> str | None:
+        """The folder a side's ranks start in: pytest's own, as the side's tree has it, where
+        pytest runs in this checkout and the tree is another (``python -m`` puts the working
+        folder first on the ranks' path: in this plugin's own repository it holds the plugin);
+        None: pytest's."""
+        assert self.top is not None
+        here = Path.cwd().resolve()
+        if tree.resolve() == self.top.resolve() or not here.is_relative_to(self.top.resolve()):
+            return None
+        folder = tree / here.relative_to(self.top.resolve())
+        while not folder.is_dir() and folder != tree:  # a folder the side's commit lacks
+            folder = folder.parent
+        return str(folder)
+
+    def _from_worktree(self, node: pytest.Item, spec: RankSpec, tree: Path) -> RankSpec:
+        """The spec with the recipe's and a user's own adapter's import roots mapped from this
+        checkout into ``tree``; a case whose test the base lacks fails naming the side."""
+        assert self.top is not None
         test = Path(str(node.path)).resolve()
         if test.is_relative_to(self.top) and not (tree / test.relative_to(self.top)).exists():
             fail(f"pytest-dlperf: A/B base side ({self.base}): {test.relative_to(self.top)} "
                  "does not exist there: the test is new in the head, and A/B compares a case "
                  "both sides have (pick a base that has it)")
-        recipe = spec.recipe
-        if recipe is None or recipe.path is None:
-            return spec  # an installed module: the same on both sides
-        root = Path(recipe.path).resolve()
-        if not root.is_relative_to(self.top):
-            return spec
-        return replace(spec, recipe=RecipeReference(recipe.module, recipe.qualname,
-                                                    str(tree / root.relative_to(self.top))))
+        recipe, adapter = spec.recipe, spec.adapter_path
+        if recipe is not None and recipe.path is not None:
+            recipe = RecipeReference(recipe.module, recipe.qualname,
+                                     self._mapped(recipe.path, tree))
+        if adapter is not None:
+            adapter = self._mapped(adapter, tree)
+        return replace(spec, recipe=recipe, adapter_path=adapter)
+
+    def _mapped(self, folder: str, tree: Path) -> str:
+        """``folder`` of this checkout as ``tree``'s (as it is where outside the checkout)."""
+        assert self.top is not None
+        root = Path(folder).resolve()
+        return str(tree / root.relative_to(self.top)) if root.is_relative_to(self.top) \
+            else folder
 
     def base_cluster(self, cluster: Cluster, framework: str) -> Cluster:
-        if self.python is None:
+        """The base side's cluster: its ranks under --dlperf-ab-python, or under the overlay
+        --dlperf-ab-build made from the worktree."""
+        python = self.base_python(cluster, framework)
+        if self.build is not None:
+            python = self._built(python or python_of(cluster.pythons, framework)).python
+        if python is None:
             return cluster
         return Cluster(cluster.topology, cluster.launcher, cluster.work_root, cluster.timeout_s,
-                       {**cluster.pythons, framework: self.python})
+                       {**cluster.pythons, framework: python})
+
+    def base_python(self, cluster: Cluster, framework: str) -> str | None:
+        """The base side's interpreter for ``framework`` where --dlperf-ab-python names one:
+        the framework's own entry, else the stand-in for pytest's interpreter where the head
+        runs the framework under it (None: the head's)."""
+        pythons = self.pythons or {}
+        if framework in pythons:
+            return pythons[framework]
+        return pythons.get("*") if framework not in cluster.pythons else None
+
+    def _built(self, python: str) -> overlay.Overlay:
+        """The overlay of ``python``'s environment with the build command run in REV's
+        worktree (once a session for each interpreter)."""
+        if python not in self.overlays:
+            tree = self.worktree()
+            assert tree is not None and self.build is not None and self.top is not None
+            folder = Path(tempfile.mkdtemp(prefix="ab-env-", dir=worktrees.scratch(self.top)))
+            try:
+                self.overlays[python] = overlay.make(python, folder, self.build, tree)
+            except (overlay.OverlayError, OSError) as exc:
+                shutil.rmtree(folder, ignore_errors=True)
+                fail(f"pytest-dlperf: A/B base side ({self.base}): --dlperf-ab-build could not "
+                     f"build it: {exc}")
+        return self.overlays[python]
+
+    def check_imports(self, side: str, code: sources.Side | None, env: dict[str, Any]
+                      ) -> None:
+        """A side's ranks imported the repository's code from that side's tree."""
+        if code is not None and self.code is not None:
+            who = f"{side} side ({self.head if side == 'head' else self.base})"
+            self.code.check(code, env, who)
+
+    def code_facts(self, codes: dict[str, sources.Side | None],
+                   specs: dict[str, RankSpec]) -> dict[str, Any] | None:
+        """What the A/B facts say of where each side's code came from: its tree, the tests'
+        folder, what came from the tree, what is the same on both sides, how it was built."""
+        if not any(codes.values()) or self.top is None:
+            return None
+        facts: dict[str, Any] = {}
+        for side, code in codes.items():
+            if code is None:
+                continue
+            facts[side] = describe(code, self.top)
+            recipe = specs[side].recipe
+            if recipe is not None and recipe.path is not None and Path(
+                    recipe.path).resolve().is_relative_to(code.tree):
+                tests = Path(recipe.path).resolve().relative_to(code.tree).as_posix()
+                facts[side]["taken"] = [f"{tests}/ (the tests)", *facts[side]["taken"]]
+        if self.overlays and "base" in facts:
+            facts["base"]["built"] = "; ".join(o.describe() for o in self.overlays.values())
+        return facts
 
 
 def own_files(settings: Settings) -> list[Path]:

@@ -317,13 +317,25 @@ OPTIONS: tuple[Option, ...] = (
     Option("ab", "A/B mode: run every selected case alternately on a base side and on this "
            "checkout (the head), pair by pair, and judge head against base from the pairs "
            "(no baseline is read or written). REV is a git revision of the repository holding "
-           "the test files: the base side's recipes and model code come from a worktree of it "
-           "(the plugin's own code is this one on both sides). Default: off.",
+           "the test files: the base side's ranks import that repository's code from a worktree "
+           "of it (the tests' folder, its packages installed editable, and in this plugin's "
+           "own repository the plugin's rank side; the A/B header says what came from where). "
+           "Default: off.",
            _optional(_revision), metavar="REV"),
     Option("ab_python", "A/B mode: the base side's rank interpreter (another framework build or "
-           "version); alone, both sides run this checkout's code under two interpreters; with "
-           "--dlperf-ab, the base side also runs REV's code. Default: the head's.",
-           _optional(_path), metavar="PATH"),
+           "version, another environment): PATH in place of pytest's interpreter (the "
+           "frameworks whose ranks run under it on the head), FRAMEWORK=PATH in place of a "
+           "framework's own --dlperf-python (comma-separated); alone, both sides run this "
+           "checkout's code under two interpreters; with --dlperf-ab, the base side also runs "
+           "REV's code. Default: the head's.",
+           _optional(str), metavar="PATH|FRAMEWORK=PATH"),
+    Option("ab_build", "A/B mode: a shell command that builds the base side in REV's "
+           "worktree (a package with a compiled extension, which a worktree lacks), run there "
+           "under an overlay of the base side's environment (a virtual environment that sees "
+           "every package of it; what the command installs shadows them), whose python the "
+           "base side's ranks then run under; its time is said in the A/B header. E.g. 'pip "
+           "install --no-deps --no-build-isolation -e .'. Only with --dlperf-ab. Default: none.",
+           _optional(str), metavar="COMMAND"),
     Option("ab_mode", "A/B mode: how the two sides share the machine. turns: one launch after "
            "the other, pair by pair (ABBA). duet: both at once on disjoint halves of this host "
            "(its cores, pinned; on GPUs its devices), each window started together on a shared "

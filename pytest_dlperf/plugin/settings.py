@@ -57,7 +57,9 @@ class Settings:
     ray_address: str | None  # --dlperf-launcher ray: the cluster's; None: RAY_ADDRESS
     python: dict[str, str] | None  # framework -> worker interpreter (absolute path)
     ab: str | None  # A/B mode: the base side's git revision
-    ab_python: str | None  # A/B mode: the base side's rank interpreter
+    # A/B mode: the base side's rank interpreters, "*" in place of pytest's, or a framework's
+    ab_python: dict[str, str] | None
+    ab_build: str | None  # A/B mode: the command that builds the base side in its worktree
     # A/B mode: "turns" (one side after the other), "duet" (both at once) or "auto" (duet where
     # the case fits in half the machine)
     ab_mode: str
@@ -146,6 +148,14 @@ def resolve(config: pytest.Config) -> Settings:
     if values["ab_python"] is not None:
         values["ab_python"] = _ab_python(config, values["ab_python"],
                                          bases["ab_python"] or Path.cwd())
+    if values["ab_build"] is not None and values["ab"] is None:
+        raise pytest.UsageError(f"pytest-dlperf: {source_of(config, 'ab_build')} builds the "
+                                "base side in a worktree of its revision: give --dlperf-ab REV "
+                                "with it")
+    if values["ab_build"] is not None and not values["ab_build"].strip():
+        raise pytest.UsageError(f"pytest-dlperf: {source_of(config, 'ab_build')} is empty: give "
+                                "the command that builds the base side (e.g. 'pip install "
+                                "--no-deps --no-build-isolation -e .')")
     if values["ab_mode"] != "turns" and values["ab"] is None and values["ab_python"] is None:
         raise pytest.UsageError(f"pytest-dlperf: {source_of(config, 'ab_mode')} is a way to run "
                                 "an A/B comparison: give --dlperf-ab REV and/or "
@@ -154,19 +164,29 @@ def resolve(config: pytest.Config) -> Settings:
     return Settings(protocol=proto, **values)
 
 
-def _ab_python(config: pytest.Config, raw: str, base: Path) -> str:
-    """The base side's interpreter: an existing executable that runs Python."""
+def _ab_python(config: pytest.Config, raw: str, base: Path) -> dict[str, str]:
+    """The base side's interpreters: ``PATH`` in place of pytest's (``"*"``: every framework
+    whose ranks run under it on the head), ``FRAMEWORK=PATH`` for a framework's own; each an
+    existing executable that runs Python."""
     _, source, _ = _raw(config, next(o for o in OPTIONS if o.name == "ab_python"))
-    path = Path(raw).expanduser()
-    path = path if path.is_absolute() else base / path
-    if not path.is_file() or not os.access(path, os.X_OK):
-        problem = "does not exist" if not path.exists() else "is not an executable file"
-        raise pytest.UsageError(f"pytest-dlperf: bad value for {source}: {path} {problem}; "
-                                "give the path of the base side's python executable")
-    unfit = _interpreter_problem(path)
-    if unfit:
-        raise pytest.UsageError(f"pytest-dlperf: bad value for {source}: {path} {unfit}")
-    return str(path)
+    found: dict[str, str] = {}
+    for entry in (e.strip() for e in raw.split(",") if e.strip()):
+        name, sep, value = entry.partition("=")
+        key, value = (name, value) if sep and name.isidentifier() else ("*", entry)
+        path = Path(value).expanduser()
+        path = path if path.is_absolute() else base / path
+        if not path.is_file() or not os.access(path, os.X_OK):
+            problem = "does not exist" if not path.exists() else "is not an executable file"
+            raise pytest.UsageError(f"pytest-dlperf: bad value for {source}: {path} {problem}; "
+                                    "give the path of the base side's python executable")
+        unfit = _interpreter_problem(path)
+        if unfit:
+            raise pytest.UsageError(f"pytest-dlperf: bad value for {source}: {path} {unfit}")
+        found[key] = str(path)
+    if not found:
+        raise pytest.UsageError(f"pytest-dlperf: bad value for {source}: empty; give the base "
+                                "side's python executable (PATH, or FRAMEWORK=PATH)")
+    return found
 
 
 def _check_outputs(config: pytest.Config, values: dict[str, Any]) -> None:

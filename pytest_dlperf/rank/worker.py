@@ -24,6 +24,7 @@ from typing import Any
 from .. import frameworks
 from ..core import allocator
 from ..core.cgroup import apply_limit
+from ..core.installs import imported
 from ..core.jsonio import write_json_atomic
 from ..core.lifeline import die_with_parent, expected_parent
 from ..core.recipes import load_recipe
@@ -101,8 +102,10 @@ def run(spec: RankSpec | dict[str, Any], dist: DistEnv) -> dict[str, Any]:
             duet.wait("end")
         local, phases = after_windows(trainer, spec, dist)
         # The rank's interpreter, which the fingerprint records (not pytest's: OneFlow's ranks
-        # run under their own), and the heap it ran on.
-        environment = {"python": platform.python_version(), **trainer.environment(), **heap}
+        # run under their own), the heap it ran on, and where its own code came from (what an
+        # A/B side's ranks really ran: ``core.sources`` checks it).
+        environment = {"python": platform.python_version(), **trainer.environment(), **heap,
+                       "imports": imported()}
     finally:
         trainer.close()
         if live is not None:

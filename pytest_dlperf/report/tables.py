@@ -249,3 +249,22 @@ def ab_rows(benchmarks: list[dict[str, Any]]) -> tuple[str, list[list[str]]]:
              if "base" in efficiency and "head" in efficiency else "-"),
             ab["outcome"], phase_ratios(ab.get("phases"))])
     return base, table
+
+
+def ab_code_lines(benchmarks: list[dict[str, Any]]) -> list[str]:
+    """Under the A/B table: where each side's ranks imported the tests' repository's code from
+    (``ab.code``), and what is the same on both sides; each line once."""
+    lines: list[str] = []
+    for bench in benchmarks:
+        code = (bench["extra_info"].get("ab") or {}).get("code") or {}
+        for side in ("base", "head"):
+            facts = code.get(side)
+            if not facts:
+                continue
+            taken = "; ".join(facts.get("taken") or []) or "nothing of the repository"
+            built = f"; {facts['built']}" if facts.get("built") else ""
+            lines.append(f"{side}'s code, from {facts['tree']}: {taken}{built}")
+        same = {line for side in ("base", "head") for line in (code.get(side) or {}).get(
+            "same", [])}
+        lines += [f"the same on both sides: {line}" for line in sorted(same)]
+    return list(dict.fromkeys(lines))
