@@ -28,18 +28,26 @@ or 1% more each night from ``--start`` (a creep: 1 - 0.99^(t - start + 1)). Each
   (``ab_power.trial``: rounds of 3 pairs up to 6, then 12 for a one-sided slowdown);
 - **baselines**: a run drawn from the runs pool of the condition (quiet runs: every quiet run,
   with replacement; beside the hog: the hog runs, whose launches the plugin calls machine busy),
-  scaled by ``1 - slowdown(t)``, judged against night 0's run (``baseline_runs.judge``);
+  scaled by ``1 - slowdown(t)``, judged against the runner's baselines (``baseline_runs.judge``,
+  the plugin's verdict: a one-run baseline judged by the default drift bound): night 0's run,
+  then each night that passed and was judged (not busy) with a pass or an inconclusive verdict
+  adds its run, scaled by its own night's slowdown, the newest ``--keep-runs`` kept
+  (``store.nights.add_night``, as ``dlperf nightly`` calls it; ``--keep-runs 1``: night 0's
+  run alone, as before the rolling window);
 - **history**: the night's median (a busy night is not judged, so not in the history) appended
   to the series since night 0, whose change points fail the night when the newest is a step for
   the worse of at least 1% (``verdict.changepoints``: nothing re-records the baseline here, so
   no step is accepted).
 
-A night fails when any judge proves a slowdown; a night that passes moves the last good commit to
-its code. A night that fails with nothing changed (a false alarm) is what a person looks at and
+A night fails when any judge proves a slowdown; it passes only on a judgement (A/B or the
+baselines passed it, as ``nightly.judges`` has it: else it is not judged), and a night that passes
+moves the last good commit to its code and adds its run to the baseline (the rolling window of
+``--keep-runs`` nights). A night that fails with nothing changed (a false alarm) is what a person looks at and
 accepts (``dlperf nightly accept``): the last good commit and the anchor move to its code, and the
 next night records the baseline anew (a quiet, recordable run; else the night after), which
 accepts the history's steps before it, as ``dlperf nightly`` does after an accept. So each false
-alarm costs one night and one look, not every night after it. Reported: the share of unchanged nights that fail (false alarms), a step's nights until
+alarm costs one night and one look, not every night after it. Reported: the share of unchanged
+nights that fail (false alarms) and that no judge could judge, a step's nights until
 caught (caught the night it lands, within 10), a creep's (within 10 nights of its start), which
 judge caught it first, and a night's wall time (the A/B pairs taken and the baseline run's
 launches, at their measured wall times).
@@ -66,9 +74,11 @@ sys.path.insert(0, str(HERE))
 import ab_power  # noqa: E402
 import baseline_runs  # noqa: E402
 
+from pytest_dlperf.store.nights import ADDED, KEEP_NIGHTS  # noqa: E402
 from pytest_dlperf.verdict import changepoints  # noqa: E402
-from pytest_dlperf.verdict.stats import REGRESSION  # noqa: E402
+from pytest_dlperf.verdict.stats import IMPROVEMENT, PASS, REGRESSION  # noqa: E402
 
+JUDGED = (PASS, IMPROVEMENT)  # what passes a case (nightly.judges)
 KINDS = ("unchanged", "step 10%", "creep 1%/night")
 
 
@@ -96,6 +106,15 @@ def run_median(run: dict[str, Any], case: str, level: float) -> float:
                  * (1 - level))
 
 
+def slowed(run: dict[str, Any], case: str, level: float) -> dict[str, Any]:
+    """``run`` with ``case``'s figures as code ``level`` slower would have read them."""
+    if not level:
+        return run
+    launches = [{**one, "samples_per_s": [v * (1 - level) for v in one["samples_per_s"]]}
+                for one in run["cases"][case]]
+    return {**run, "cases": {**run["cases"], case: launches}}
+
+
 def series(rng: random.Random, kind: str, condition: str, pools: dict[str, Any],
            args: argparse.Namespace) -> list[dict[str, Any]]:
     """One series of nights: per night (from night 1) which judges failed it, and its wall."""
@@ -106,8 +125,10 @@ def series(rng: random.Random, kind: str, condition: str, pools: dict[str, Any],
     cases = [str(w) for w in runs["widths"]]
     pairs = pools["ab"]["pool"][f"{args.mode} {condition}"]
     case = rng.choice(cases)
-    first, first_level = rng.choice(kept), 0.0  # the baseline's run and its code's slowdown
-    medians = [run_median(first, case, 0.0)]
+    # The baseline's runs, oldest first, each with its code's slowdown: night 0's, then the
+    # nights that passed (the rolling window).
+    base = [(rng.choice(kept), 0.0)]
+    medians = [run_median(base[0][0], case, 0.0)]
     accepted_at = 0  # the newest night that recorded the baseline (the history's acceptance)
     good, good_night = 0.0, 0  # the last good commit's slowdown, and its night
     anchor, anchor_night = 0.0, 0  # the anchor's (night 0, or the last accepted change)
@@ -134,13 +155,14 @@ def series(rng: random.Random, kind: str, condition: str, pools: dict[str, Any],
                 and baseline_runs.recordable([run], args.planned, args.unstable_cv)):
             # the night after a person's accept records the baselines anew (when the run is
             # one a recording run keeps), and the history takes every step before it as accepted
-            first, first_level, rerecord = run, level, False
+            base, rerecord = [(run, level)], False
             medians.append(run_median(run, case, level))
             accepted_at = len(medians) - 1
             taken = args.planned
+            outcome, busy = "recorded", False  # the night's run is the baseline already
         else:
             outcome, taken, busy = baseline_runs.judge(
-                case, [first], run, 1 - (1 - level) / (1 - first_level), runs, None, args)
+                case, [slowed(r, case, at) for r, at in base], run, level, runs, None, args)
             if not busy:
                 if outcome == REGRESSION:
                     failed.append("baselines")
@@ -148,8 +170,14 @@ def series(rng: random.Random, kind: str, condition: str, pools: dict[str, Any],
                 if history_fails(medians, accepted_at):
                     failed.append("history")
         wall = ab_wall + sum(one["wall_s"] for one in run["cases"][case][:taken])
-        nights.append({"night": night, "failed": failed, "wall_s": wall, "level": level})
-        if not failed:
+        # A night passes only on a judgement (nightly.judges): A/B or the baselines passed it
+        passed = not failed and (ab in JUDGED or anchored in JUDGED
+                                 or (not busy and outcome in (*JUDGED, "recorded")))
+        nights.append({"night": night, "failed": failed, "wall_s": wall, "level": level,
+                       "judged": passed or bool(failed)})
+        if passed and not busy and outcome in ADDED:  # the nightly adds the night's run
+            base = (base + [(run, level)])[-args.keep_runs:]
+        if passed:
             good, good_night = level, night
         elif level == 0:
             # A false alarm: a person looks, finds nothing changed and accepts tonight's commit
@@ -176,7 +204,8 @@ def report(pools: dict[str, Any], args: argparse.Namespace) -> None:
           f"{sum(r['hog'] for r in pools['runs']['runs'])} beside a hog")
     print(f"{args.series} series a cell of {args.nights} nights, the change from night "
           f"{args.start}; A/B in {args.mode}, tolerance {args.tolerance:.0%}; A/B against the "
-          f"anchor: {'yes' if args.anchor else 'no'}\n")
+          f"anchor: {'yes' if args.anchor else 'no'}; baselines keep the newest "
+          f"{args.keep_runs} night(s)\n")
     print("| machine | change | false alarms a night | caught the night it lands | within 10 "
           "nights | nights to catch (median) | caught first by | wall a night |")
     print("|---|---|---|---|---|---|---|---|")
@@ -187,10 +216,11 @@ def report(pools: dict[str, Any], args: argparse.Namespace) -> None:
             if kind == "unchanged":
                 judged = [n for s in made for n in s]
                 alarms = sum(bool(n["failed"]) for n in judged) / len(judged)
+                unjudged = sum(not n["judged"] for n in judged) / len(judged)
                 by = {j: sum(j in n["failed"] for n in judged) / len(judged)
                       for j in ("A/B", "A/B since the anchor", "baselines", "history")}
-                print(f"| {condition} | {kind} | {alarms:.2%} | - | - | - | "
-                      + ", ".join(f"{j} {v:.2%}" for j, v in by.items())
+                print(f"| {condition} | {kind} | {alarms:.2%} (not judged {unjudged:.1%}) | - "
+                      "| - | - | " + ", ".join(f"{j} {v:.2%}" for j, v in by.items())
                       + f" | {statistics.fmean(walls):.0f} s |")
                 continue
             found = [caught(s, args.start) for s in made]
@@ -234,6 +264,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=53)
     parser.add_argument("--no-anchor", dest="anchor", action="store_false",
                         help="judge without A/B against the anchor (night 0's commit)")
+    parser.add_argument("--keep-runs", type=int, default=KEEP_NIGHTS,
+                        help="the newest nights' runs the baselines keep (1: night 0's alone)")
     args = parser.parse_args()
     pools = {
         "ab": (json.loads(args.ab_pool.read_text()) if args.ab_pool

@@ -19,7 +19,8 @@ SLOW = "20 * width"
 
 ADAPTER = '''\
 """A framework adapter of a team's own: a one-hidden-layer MLP in NumPy, data parallel through
-the job's store, its step in the four standard phases."""
+the job's store, its step in the four standard phases; its products through ``np.matmul`` (a
+framework op a package can wrap, as an upgrade that slows one would)."""
 
 import json
 
@@ -63,8 +64,8 @@ class MlpTrainer(Eager):
         return self.inputs, self.targets
 
     def forward(self, x, y):
-        hidden = np.maximum(x @ self.weights[0], 0.0)
-        logits = hidden @ self.weights[1]
+        hidden = np.maximum(np.matmul(x, self.weights[0]), 0.0)
+        logits = np.matmul(hidden, self.weights[1])
         p = np.exp(logits - logits.max(axis=1, keepdims=True))
         p /= p.sum(axis=1, keepdims=True)
         self.saved = (x, y, hidden, p)
@@ -75,8 +76,8 @@ class MlpTrainer(Eager):
         x, y, hidden, p = self.saved
         p[np.arange(len(y)), y] -= 1.0
         p /= len(y)
-        back = (p @ self.weights[1].T) * (hidden > 0)
-        grads = [x.T @ back, hidden.T @ p]
+        back = np.matmul(p, self.weights[1].T) * (hidden > 0)
+        grads = [np.matmul(x.T, back), np.matmul(hidden.T, p)]
         if self.dist.world_size > 1:  # every rank steps with the mean gradient
             every = exchange(self.dist, f"grad/{self.steps}",
                              json.dumps([g.tolist() for g in grads]))
