@@ -107,18 +107,19 @@ def _case_line(case: str, ab: dict[str, Any]) -> str:
 def against_ends(commit: Commit, runs: list[dict[str, Any]], ends: dict[str, Level]) -> Probe:
     """A probe of ``commit`` from the results of its runs so far (oldest first), each hunted
     case (``ends``: its slow end) judged against both ends over its pooled pairs: slow where any
-    is slow, not slow where every one is, else inconclusive with a guess (slow where any
-    undecided case is nearer the slow end) and how likely it is."""
+    is slow, not slow where every one is, else inconclusive with a guess (the end the odds of
+    its undecided cases favour) and how likely it is."""
     last = runs[-1]
     busy = {u.get("case") for u in last.get("dlperf_not_judged") or []
             if u.get("outcome") == MACHINE_BUSY}
-    lines, sides, odds, nearer, most = [], [], 1.0, NOT_SLOW, 0
+    lines, sides, odds, most = [], [], 1.0, 0
     for case, slow in ends.items():
         if case in busy:
             return Probe(commit, BUSY, [f"{case}: not judged, {MACHINE_BUSY}"], 0)
         facts = facts_of(runs, case)
         if not facts:
-            return Probe(commit, BROKEN, [f"{case}: did not run at this commit"], 0)
+            return Probe(commit, BROKEN, [f"{case}: did not run at this commit",
+                                          *last.get("dlperf_output_tail", [])], 0)
         level, pairs = level_of(facts)
         most = max(most, pairs)
         verdict = judge(level, slow) if level is not None else None
@@ -129,10 +130,12 @@ def against_ends(commit: Commit, runs: list[dict[str, Any]], ends: dict[str, Lev
         sides.append(verdict.side if verdict else INCONCLUSIVE)
         if verdict is None or verdict.side == INCONCLUSIVE:  # (a decided one is sure)
             odds *= verdict.good_odds if verdict else 0.5
-            nearer = SLOW if verdict is None or verdict.nearer == SLOW else nearer
     outcome = (SLOW if SLOW in sides else NOT_SLOW if all(s == NOT_SLOW for s in sides)
                else INCONCLUSIVE)
-    guess = (nearer, odds if nearer == NOT_SLOW else 1 - odds) if outcome == INCONCLUSIVE else None
+    # the guess is the end the odds favour (every undecided case at the good end, or not),
+    # sure by as much as they favour it
+    guess = ((NOT_SLOW, odds) if odds >= 0.5 else (SLOW, 1 - odds)) \
+        if outcome == INCONCLUSIVE else None
     duet = any((b["extra_info"].get("ab") or {}).get("mode") == "duet"
                for b in last.get("benchmarks", []))
     return Probe(commit, outcome, lines, most, guess=guess, more=2 * most if duet else most)
@@ -190,6 +193,10 @@ class Bisection:
                 tail = (done.stdout + done.stderr).strip().splitlines()[-15:]
                 return Probe(commit, BROKEN, [f"pytest exited {done.returncode}", *tail], 0)
             results: dict[str, Any] = json.loads(out.read_text())
+            if done.returncode == 1:  # why a case that did not run failed (a side refused)
+                results["dlperf_output_tail"] = [
+                    line for line in (done.stdout + done.stderr).strip().splitlines()
+                    if "pytest-dlperf:" in line][-6:]
             return results
 
     def in_tree(self, arg: str, tree: Path) -> str:

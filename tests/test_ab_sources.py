@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,8 @@ from pytest_dlperf.core import overlay, sources, worktrees
 from pytest_dlperf.core.installs import probe_command
 from pytest_dlperf.launch.importpath import PACKAGE
 
-pytestmark = pytest.mark.alone("its A/B verdicts judge two sides' timings")
+# (its A/B runs judge two sides' timings: marked alone, each; the rest judge none)
+ALONE = pytest.mark.alone("its A/B verdicts judge two sides' timings")
 
 SRC_LAYOUT = """\
 [build-system]
@@ -109,6 +111,7 @@ def run_pytest(python: str, repo: Path, *args: str, timeout: float = 600
                           text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
 
 
+@ALONE
 def test_a_slower_commit_of_the_teams_own_package_fails_ab_and_the_header_says_so(
         tmp_path: Path, team_env: str) -> None:
     """The issue's case: a src-layout package installed editable, a commit that widens its
@@ -144,6 +147,7 @@ def test_a_slower_commit_of_the_teams_own_package_fails_ab_and_the_header_says_s
     assert not tree.exists()  # the worktree went with the session
 
 
+@ALONE
 def test_a_built_extension_the_worktree_lacks_is_refused_or_built_with_ab_build(
         tmp_path: Path, team_env: str) -> None:
     """A package whose compiled extension is built into the checkout (ignored by git): the
@@ -162,10 +166,12 @@ def test_a_built_extension_the_worktree_lacks_is_refused_or_built_with_ab_build(
     commit(repo, "the team's model with a compiled part")
     install_editable(team_env, repo)
     assert list((repo / "src" / "mymodel").glob("_fast*.so"))
-    refused = run_pytest(team_env, repo, "tests/perf", *AB, "--dlperf-ab", "HEAD")
+    refused = run_pytest(team_env, repo, "tests/perf", *AB, "--dlperf-ab", "HEAD",
+                         "--dlperf-json", "refused.json")
     assert "built files this side's tree lacks (_fast." in refused.stdout, refused.stdout[-3000:]
     assert "build it with --dlperf-ab-build" in refused.stdout
-    assert "[1n1d-fp32] (A/B base side" not in refused.stdout  # refused before any launch
+    # refused before any launch: no figure of the case
+    assert json.loads((repo / "refused.json").read_text())["benchmarks"] == []
 
     built = run_pytest(team_env, repo, "tests/perf", *AB, "--dlperf-ab", "HEAD",
                        "--dlperf-launches", "2", "--dlperf-max-repeats", "6",
@@ -249,3 +255,71 @@ def test_every_backends_editable_install_is_taken_from_the_sides_tree(tmp_path: 
             assert side.expected[name] == str(Path(where[1]).resolve().parent)
         finally:
             trees.close()
+
+
+def test_a_rank_side_that_imported_from_another_tree_fails_the_case(tmp_path: Path) -> None:
+    """The check of what a side's ranks imported: a module from elsewhere than its tree fails
+    the case naming it; from within the mapped folder passes; a rank side from before the
+    report (this plugin's own, at an old commit) is not checked."""
+    from pytest_dlperf.plugin.abcode import SidesCode
+
+    code = SidesCode(tmp_path, tmp_path / "scratch")
+    mapped = tmp_path / "tree" / "src" / "mymodel"
+    side = sources.Side(tmp_path / "tree", expected={"mymodel": str(mapped)})
+    with pytest.raises(pytest.fail.Exception, match=(
+            rf"A/B base side \(x\): its ranks imported mymodel from /elsewhere/mymodel "
+            rf"\(expected {mapped}\)")):
+        code.check(side, {"imports": {"mymodel": "/elsewhere/mymodel"}}, "base side (x)")
+    code.check(side, {"imports": {"mymodel": str(mapped / "layers.py")}}, "base side (x)")
+    code.check(side, {"framework_version": "1.0"}, "base side (x)")
+
+
+def test_a_base_whose_rank_side_cannot_read_the_heads_spec_is_refused_by_name(
+        tmp_path: Path) -> None:
+    """This plugin's own repository at another commit, whose rank spec lacks a field the head
+    writes (the plugin's package, its RankSpec without ``phase_steps``, as before phases
+    were): a case that uses the field is refused naming it; one that leaves it at its default
+    (the file a rank reads leaves such fields out) is read alike."""
+    from dataclasses import replace
+
+    from pytest_dlperf.core.protocol import Protocol
+    from pytest_dlperf.core.spec import OptimizerSpec, RankSpec
+    from pytest_dlperf.plugin.abcode import SidesCode
+
+    tree = tmp_path / "old"
+    shutil.copytree(PACKAGE, tree / "pytest_dlperf",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    spec_py = tree / "pytest_dlperf" / "core" / "spec.py"
+    field = "    phase_steps: int = 0\n"
+    assert field in spec_py.read_text(), "RankSpec.phase_steps changed: update this test"
+    spec_py.write_text(spec_py.read_text().replace(field, ""))
+    side = sources.Side(tree, import_paths=[str(tree)],
+                        expected={"pytest_dlperf": str(tree / "pytest_dlperf")})
+    assert side.plugin_mapped
+    spec = RankSpec(framework="torch", model="mlp", protocol=Protocol(5, 10, 3), batch_size=8,
+                    optimizer=OptimizerSpec(lr=0.1))
+    code = SidesCode(tmp_path, tmp_path / "scratch")
+    assert code.spec_problem(side, sys.executable, spec) is None
+    problem = code.spec_problem(side, sys.executable, replace(spec, phase_steps=3))
+    assert problem is not None and "cannot read the head's spec" in problem
+    assert "phase_steps" in problem, problem
+
+
+def test_an_ab_python_that_names_no_interpreter_for_the_case_is_refused(
+        tmp_path: Path) -> None:
+    """--dlperf-ab-python FRAMEWORK=PATH for another framework than the case's, and no REV: its
+    base side would be the head itself, which would pass whatever changed; refused by name."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    write_package(repo, 4)
+    commit(repo, "the team's model")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DLPERF_")}
+    env["PYTHONPATH"] = str(repo / "src")
+    done = subprocess.run([sys.executable, "-m", "pytest", "tests/perf", *AB,
+                           f"--dlperf-ab-python=oneflow={sys.executable}"], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    assert ("mymodel.adapter's ranks would run the head's code under the head's interpreter"
+            in done.stdout), done.stdout[-3000:]
+    assert "--dlperf-ab-python names none for them" in done.stdout

@@ -47,8 +47,10 @@ def report(leave_out: str = "") -> dict[str, Any]:
     """This interpreter's path entries and its distributions installed from a folder."""
     cwd = os.getcwd()
     paths = [p for p in sys.path if p and p not in (leave_out, cwd) and os.path.isdir(p)]
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.exec_prefix,
+                                               getattr(sys, "base_prefix", sys.prefix))}
     return {"python": sys.executable, "sys_path": list(dict.fromkeys(paths)),
-            "from_folders": from_folders()}
+            "prefixes": sorted(prefixes), "from_folders": from_folders()}
 
 
 def _folder_of(dist: Any) -> tuple[str, bool] | None:
@@ -166,11 +168,18 @@ def _installed_roots() -> tuple[str, ...]:
     return tuple(os.path.realpath(r) + os.sep for r in roots)
 
 
+# The modules an A/B side's ranks must say where they imported from, wherever that was (an
+# installed copy included): set by the launcher (``launch.processes.on_side``).
+EXPECTED_VARIABLE = "DLPERF_EXPECTED_IMPORTS"
+
+
 def imported() -> dict[str, str]:
     """The top-level modules this process imported from a folder of its own (neither the
-    standard library nor site-packages), by their real locations (a package's folder, a
-    module's file): in a rank, what an A/B side really ran."""
+    standard library nor site-packages), and those ``EXPECTED_VARIABLE`` names wherever they
+    came from, by their real locations (a package's folder, a module's file): in a rank, what
+    an A/B side really ran."""
     roots = _installed_roots()
+    named = set(filter(None, os.environ.get(EXPECTED_VARIABLE, "").split(",")))
     found: dict[str, str] = {}
     for name, module in list(sys.modules.items()):
         if "." in name:
@@ -184,7 +193,8 @@ def imported() -> dict[str, str]:
         if not where or not os.path.isabs(where):
             continue
         real = os.path.realpath(where)
-        if real.startswith(roots) or "site-packages" in real or "dist-packages" in real:
+        if name not in named and (real.startswith(roots) or "site-packages" in real
+                                  or "dist-packages" in real):
             continue
         found[name] = real
     return dict(sorted(found.items()))
@@ -200,12 +210,17 @@ def lock() -> dict[str, Any]:
     import site
     from importlib import metadata
 
-    packages: dict[str, dict[str, str]] = {}
+    packages: dict[str, dict[str, Any]] = {}
     for dist in metadata.distributions():
         name = str(dist.metadata["Name"]).lower().replace("_", "-")
         record = dist.read_text("RECORD") or ""
         packages[name] = {"version": dist.version,
                           "build": hashlib.sha256(record.encode()).hexdigest()[:16]}
+        origin = _folder_of(dist)
+        if origin is not None and origin[1]:  # editable: its code is a checkout's, not this
+            packages[name]["editable"] = origin[0]  # environment's (and the .pth it owns)
+            packages[name]["pth"] = sorted(Path(str(f)).name for f in dist.files or ()
+                                           if str(f).endswith(".pth"))
     pth: dict[str, str] = {}
     for folder in dict.fromkeys([*site.getsitepackages(), sysconfig.get_paths()["purelib"]]):
         if os.path.isdir(folder):
@@ -213,9 +228,23 @@ def lock() -> dict[str, Any]:
                 if name.endswith(".pth"):
                     with open(os.path.join(folder, name), "rb") as f:
                         pth[name] = hashlib.sha256(f.read()).hexdigest()[:16]
-    return {"python": sys.executable, "prefix": sys.prefix,
+    return {"python": sys.executable, "prefix": sys.prefix, "version": sys.version,
             "venv": sys.prefix != getattr(sys, "base_prefix", sys.prefix),
+            "system_site_packages": _sees_system_site(),
             "packages": dict(sorted(packages.items())), "pth": pth}
+
+
+def _sees_system_site() -> bool:
+    """Whether this virtual environment also sees the system's packages
+    (``include-system-site-packages``): a copy of it would not keep those."""
+    cfg = os.path.join(sys.prefix, "pyvenv.cfg")
+    try:
+        with open(cfg) as f:
+            return any(line.split("=", 1)[0].strip() == "include-system-site-packages"
+                       and line.split("=", 1)[1].strip().lower() == "true"
+                       for line in f if "=" in line)
+    except OSError:
+        return False
 
 
 def lock_command(python: str, plugin_root: str) -> list[str]:
@@ -229,6 +258,9 @@ def lock_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """What differs from environment ``old`` to ``new`` (two ``lock``\\ s), a line each:
     packages added, removed, at another version or another build, ``.pth`` files."""
     lines = []
+    if old.get("version") and new.get("version") and old["version"] != new["version"]:
+        lines.append(f"Python: {old['version'].split()[0]} -> {new['version'].split()[0]} "
+                     "(the interpreter itself)")
     before, after = old.get("packages", {}), new.get("packages", {})
     for name in sorted(set(before) | set(after)):
         was, now = before.get(name), after.get(name)

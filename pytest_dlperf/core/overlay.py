@@ -31,9 +31,10 @@ class Overlay:
     python: str
     seconds: float  # making the environment and running the command, together
     command: str
+    over: str = ""  # the interpreter whose environment it overlays
 
     def describe(self) -> str:
-        return (f"built by `{self.command}` in an overlay of the head's environment "
+        return (f"built by `{self.command}` in an overlay of {self.over or 'the'}'s environment "
                 f"({self.seconds:.1f} s)")
 
 
@@ -70,4 +71,4 @@ def make(python: str, folder: Path, command: str, cwd: Path, timeout_s: float = 
         tail = (built.stdout + built.stderr).strip().splitlines()[-12:]
         raise OverlayError(f"`{command}` exited {built.returncode} in {cwd}:\n"
                            + "\n".join(tail))
-    return Overlay(folder, overlay, time.monotonic() - started, command)
+    return Overlay(folder, overlay, time.monotonic() - started, command, python)

@@ -61,15 +61,23 @@ class Side:
 class Checkouts:
     """The repository's checkouts (``worktrees.checkouts``): which one holds a path."""
 
-    def __init__(self, roots: Sequence[Path]) -> None:
+    def __init__(self, roots: Sequence[Path], environments: Sequence[Path] = ()) -> None:
         self.roots = sorted((Path(r).resolve() for r in roots), key=lambda p: len(p.parts),
                             reverse=True)
+        self.environments = [Path(p).resolve() for p in environments]
+
+    def outside(self, environments: Sequence[Path]) -> Checkouts:
+        """The same checkouts, paths inside ``environments`` (interpreters' own folders) not
+        counted as the repository's."""
+        return Checkouts(self.roots, [*self.environments, *environments])
 
     def where(self, path: str | Path) -> tuple[Path, Path] | None:
         """(checkout, path relative to it) for a path of the repository's code inside one, the
         deepest; else None: outside them, or an environment that lives in a checkout (a
         project's ``.venv``, the plugin's own scratch: installed code, not the repository's)."""
         real = Path(os.path.realpath(path))
+        if any(real.is_relative_to(env) for env in self.environments):
+            return None
         for root in self.roots:
             if real.is_relative_to(root):
                 relative = real.relative_to(root)
@@ -80,14 +88,15 @@ class Checkouts:
 
 
 def _installed(root: Path, relative: Path) -> bool:
-    """Whether ``relative`` (in checkout ``root``) is in an environment, not the code."""
+    """Whether ``relative`` (in checkout ``root``) is in an environment, not the code: the
+    plugin's scratch, site-packages, a virtual environment's or a conda environment's folder."""
     parts = relative.parts
     if parts[:1] == (".pytest-dlperf",) or {"site-packages", "dist-packages"} & set(parts):
         return True
     folder = root
     for part in parts[:-1]:
         folder = folder / part
-        if (folder / "pyvenv.cfg").exists():
+        if (folder / "pyvenv.cfg").exists() or (folder / "conda-meta").is_dir():
             return True
     return False
 
@@ -99,6 +108,9 @@ def map_side(report: dict[str, Any], checkouts: Checkouts, tree: Path, links: Pa
     ``plugin``: the plugin's package pytest runs (mapped where the repository holds it)."""
     tree = tree.resolve()
     side = Side(tree)
+    # an interpreter's own folders (a conda or pixi environment kept in the repository): not
+    # the repository's code
+    checkouts = checkouts.outside([Path(p) for p in report.get("prefixes", [])])
     moved: list[tuple[Path, Path]] = []  # (a folder on the head's path, the tree's same)
     for entry in report.get("sys_path", []):
         found = checkouts.where(entry)

@@ -124,6 +124,7 @@ class RankSpec:
     # working folder first on the path). Launch-only, never in the rank's file.
     import_paths: list[str] | None = None
     cwd: str | None = None
+    expected_imports: list[str] | None = None  # modules the ranks say where they came from
 
     def parallel(self, world_size: int) -> Layout:
         """The case's layout on ``world_size`` ranks (plain data parallelism where none)."""
@@ -182,7 +183,7 @@ class RankSpec:
 
 
 # What only the launcher reads: the file a rank reads leaves it out (``rank_facing``).
-LAUNCH_ONLY = ("import_paths", "cwd")
+LAUNCH_ONLY = ("import_paths", "cwd", "expected_imports")
 
 
 def rank_facing(spec: dict[str, Any]) -> dict[str, Any]:

@@ -96,6 +96,13 @@ def checkouts(top: Path) -> list[Path]:
     return sorted(found, key=lambda p: len(p.parts), reverse=True)
 
 
+def is_linked(top: Path) -> bool:
+    """Whether the checkout at ``top`` is a linked worktree (``git worktree add``: a bisect
+    probe's, an A/B base's), not the repository's main one."""
+    return Path(_git(top, "rev-parse", "--absolute-git-dir")) != Path(
+        _git(top, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+
+
 def first_parent_range(top: Path, good: Commit, bad: Commit) -> list[Commit]:
     """The commits after ``good`` up to ``bad`` (oldest first), along first parents."""
     out = _git(top, "rev-list", "--first-parent", "--reverse", "--format=%H %s",

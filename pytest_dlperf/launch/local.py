@@ -36,6 +36,7 @@ from .processes import (
     Processes,
     agent_command,
     new_run_id,
+    on_side,
     one_node_environment,
     prepare,
     rank_command,
@@ -154,27 +155,25 @@ class LocalLauncher(Launcher):
             return self._start_on_hosts(spec, topology, run_dir, meeting, timeout_s)
         spec_path, out_dir, tmp_dir = prepare(spec, run_dir)
         ranks_here = topology.nodes == 1  # the ranks themselves, no agents
+        # Every local node has this host's address.
+        # (An agent reads the ranks' interpreter from the environment; rank_command names it.)
+        env = worker_environment(topology, tmp_dir, None if ranks_here else spec.get("python"),
+                                 free_loopback_port(), nodes_share_host=topology.nodes > 1,
+                                 allocator=spec.get("allocator"))
         if ranks_here:
+            env = one_node_environment(env, topology, meeting.port)
             commands = [rank_command(spec.get("python"), spec_path, out_dir, rank_variables(rank))
                         for rank in range(topology.world_size)]
         else:
             commands = [agent_command(topology, meeting.endpoint, meeting.run_id, spec_path,
                                       out_dir, timeout_s) for _ in range(topology.nodes)]
+        commands = [on_side(command, spec, env) for command in commands]
         if netns.available():
             kind = "rank" if ranks_here else "agent"
             logs = [run_dir / f"{kind}-{i}.log" for i in range(len(commands))]
             commands = [netns.wrap(commands, logs, run_dir / "netns-plan.json")]
-        # Every local node has this host's address.
-        # (An agent reads the ranks' interpreter from the environment; rank_command names it.)
-        env = worker_environment(topology, tmp_dir, None if ranks_here else spec.get("python"),
-                                 free_loopback_port(), nodes_share_host=topology.nodes > 1,
-                                 allocator=spec.get("allocator"),
-                                 import_paths=spec.get("import_paths"))
-        if ranks_here:
-            env = one_node_environment(env, topology, meeting.port)
         return Processes(run_dir, out_dir, topology.world_size, timeout_s,
-                         ranks_themselves=ranks_here).start(commands, env,
-                                                            cwd=spec.get("cwd"))
+                         ranks_themselves=ranks_here).start(commands, env)
 
     def collect(self, launch: Processes, timeout_s: float) -> list[dict[str, Any]]:
         """The ranks' files in the run folder (the default result channel)."""
@@ -189,6 +188,9 @@ class LocalLauncher(Launcher):
         spec_path, out_dir, tmp_dir = prepare(spec, run_dir)
         addresses = self._addresses(topology.nodes)
         framework_port = random.choice([p for p in range(20000, 32768) if p != meeting.port])
+        env = worker_environment(topology, tmp_dir, spec.get("python"), framework_port,
+                                 nodes_share_host=False, worker_host=None,
+                                 allocator=spec.get("allocator"))
         commands = []
         for address in addresses:
             # Gloo binds the address the host name resolves to unless told an interface: the
@@ -198,7 +200,7 @@ class LocalLauncher(Launcher):
             agent = agent_command(topology, meeting.endpoint, meeting.run_id, spec_path,
                                   out_dir, timeout_s, local_addr=address,
                                   is_host=address == meeting.host)
-            commands.append(["env", *here, *agent])
+            commands.append(["env", *here, *on_side(agent, spec, env)])
         if self.hosts_how == "root":
             commands = [host.command(command)
                         for host, command in zip(self.hosts(topology.nodes), commands)]
@@ -206,12 +208,7 @@ class LocalLauncher(Launcher):
             logs = [run_dir / f"agent-{i}.log" for i in range(len(commands))]
             commands = [netns.wrap(commands, logs, run_dir / "netns-plan.json",
                                    hosts=str(self.link))]
-        env = worker_environment(topology, tmp_dir, spec.get("python"), framework_port,
-                                 nodes_share_host=False, worker_host=None,
-                                 allocator=spec.get("allocator"),
-                                 import_paths=spec.get("import_paths"))
-        return Processes(run_dir, out_dir, topology.world_size, timeout_s).start(
-            commands, env, cwd=spec.get("cwd"))
+        return Processes(run_dir, out_dir, topology.world_size, timeout_s).start(commands, env)
 
 
 def make(environ: dict[str, str]) -> LocalLauncher:

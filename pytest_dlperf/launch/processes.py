@@ -22,6 +22,7 @@ from typing import Any
 import psutil
 
 from ..core.allocator import Allocator
+from ..core.installs import EXPECTED_VARIABLE
 from ..core.lifeline import tethered
 from ..core.ports import free_loopback_port
 from ..core.spec import rank_facing
@@ -72,6 +73,25 @@ def rank_command(python: str | None, spec_path: Path, out_dir: Path,
             str(out_dir)]
 
 
+def on_side(command: list[str], spec: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
+    """``command`` (a rank's or an agent's) started in an A/B side's own tree: the spec's
+    launch-only ``import_paths`` first on its ``PYTHONPATH``, its ``cwd`` as its working
+    folder, the modules its ranks must say where they imported from (``expected_imports``),
+    for that process and what it starts alone (the launcher's own helpers, the network
+    namespace's process and the lifeline's shim, run pytest's plugin)."""
+    paths, cwd = spec.get("import_paths") or [], spec.get("cwd")
+    expected = spec.get("expected_imports") or []
+    if not paths and not cwd and not expected:
+        return command
+    prefix = ["env", *(["-C", str(cwd)] if cwd else [])]
+    if expected:
+        prefix.append(f"{EXPECTED_VARIABLE}={','.join(expected)}")
+    if paths:
+        prefix.append("PYTHONPATH=" + os.pathsep.join(
+            p for p in (*paths, env.get("PYTHONPATH")) if p))
+    return [*prefix, *command]
+
+
 def one_node_environment(env: dict[str, str], topology: Topology,
                          port: int | None = None) -> dict[str, str]:
     """``env`` (``worker_environment``'s) with what torchrun's agent gives the ranks of a
@@ -95,8 +115,7 @@ def rank_variables(rank: int) -> dict[str, str]:
 def worker_environment(topology: Topology, tmp_dir: Path, python: str | None,
                        framework_port: int, nodes_share_host: bool,
                        worker_host: str | None = "127.0.0.1",
-                       allocator: Mapping[str, Any] | None = None,
-                       import_paths: Sequence[str] | None = None) -> dict[str, str]:
+                       allocator: Mapping[str, Any] | None = None) -> dict[str, str]:
     """What the agents (and so the ranks) inherit. ``python``: the ranks' interpreter, when not
     the agents' own (torchrun reads ``PYTHON_EXEC``). ``framework_port``: a free port on the
     first node for a framework that runs its own rendezvous beside torchrun's store (OneFlow's
@@ -106,8 +125,7 @@ def worker_environment(topology: Topology, tmp_dir: Path, python: str | None,
     ``worker_host``: the address peers reach this node's ranks at, for a framework that runs
     its own servers (TensorFlow); None: the node's own host name (a real cluster's nodes).
     ``allocator``: the spec's heap allocator (``core.allocator``), set in the environment
-    every process of the launch starts with (None: this process's environment as it is).
-    ``import_paths``: the spec's folders first on the ranks' path (an A/B side's own code)."""
+    every process of the launch starts with (None: this process's environment as it is)."""
     env = dict(os.environ)
     env.pop("PYTHON_EXEC", None)
     if python:
@@ -119,8 +137,8 @@ def worker_environment(topology: Topology, tmp_dir: Path, python: str | None,
         # torchelastic leaves torchelastic_* folders and error files in TMPDIR.
         TMPDIR=str(tmp_dir),
         # Workers import the very same pytest_dlperf as the plugin (an A/B side's own code
-        # first, where its spec names it).
-        PYTHONPATH=rank_pythonpath(tmp_dir, import_paths, env.get("PYTHONPATH")),
+        # before it: ``on_side``).
+        PYTHONPATH=rank_pythonpath(tmp_dir, (), env.get("PYTHONPATH")),
         PYTHONUNBUFFERED="1",
         DLPERF_FRAMEWORK_PORT=str(framework_port),
         DLPERF_NODES_SHARE_HOST="1" if nodes_share_host else "0",
@@ -257,11 +275,10 @@ class Processes:
     _stopped: bool = False
 
     def start(self, commands: list[list[str]], env: dict[str, str],
-              death_signal: int = signal.SIGKILL, cwd: str | None = None) -> Processes:
+              death_signal: int = signal.SIGKILL) -> Processes:
         """Start the commands, each in a session of its own; each gets ``death_signal`` if
         pytest dies without reaping it (``lifeline``). Whatever started is stopped if another
-        cannot start. ``cwd``: the folder they start in (the spec's, an A/B side's tree; None:
-        pytest's)."""
+        cannot start."""
         self.logs = [self.run_dir / f"launch-{i}.log" for i in range(len(commands))]
         self._deadline = time.monotonic() + self.timeout_s
         # SIGTERM (a CI runner cancelling the job) unwinds like Ctrl-C, so that ``stop`` reaps
@@ -273,7 +290,7 @@ class Processes:
                 with open(log, "wb") as fh:
                     self.procs.append(subprocess.Popen(
                         tethered(command, death_signal), stdout=fh, stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL, env=env, start_new_session=True, cwd=cwd))
+                        stdin=subprocess.DEVNULL, env=env, start_new_session=True))
         except BaseException:
             self.stop()
             raise

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import interference
+from ..core.installs import EXPECTED_VARIABLE
 from ..core.link import format_rate
 from ..core.topology import Topology
 from ..frameworks import STORE_VARIABLE
@@ -149,7 +150,7 @@ class RayLauncher(Launcher):
             sent = {**spec, "progress": None}
             launch.deadline = time.monotonic() + timeout_s
             launch.runs = [actor.run.remote(sent, self._variables(launch, topology, run_dir, rank,
-                                                                  spec.get("import_paths")),
+                                                                  spec),
                                             rank, timeout_s)
                            for rank, actor in enumerate(launch.actors)]
         except BaseException:
@@ -246,9 +247,11 @@ class RayLauncher(Launcher):
                               f"{str(exc).splitlines()[0][:400]}") from None
 
     def _variables(self, launch: RayLaunch, topology: Topology, run_dir: Path,
-                   rank: int, import_paths: list[str] | None = None) -> dict[str, str]:
+                   rank: int, spec: dict[str, Any] | None = None) -> dict[str, str]:
         """What rank ``rank``'s process gets, as torchrun's agent would give it, with rank 0's
-        node as the meeting point (``import_paths``: the spec's, an A/B side's own code)."""
+        node as the meeting point (``spec``: its launch-only ``import_paths`` and
+        ``expected_imports``, an A/B side's own code)."""
+        spec = spec or {}
         per_node = topology.devices_per_node
         node, local = divmod(rank, per_node)
         where = launch.where[rank]
@@ -263,7 +266,8 @@ class RayLauncher(Launcher):
             "DLPERF_NODES_SHARE_HOST": "1" if len({w["address"] for w in launch.where})
             < topology.nodes else "0",
             "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "PYTHONUNBUFFERED": "1",
-            "PYTHONPATH": rank_pythonpath(run_dir, import_paths,
+            EXPECTED_VARIABLE: ",".join(spec.get("expected_imports") or []),
+            "PYTHONPATH": rank_pythonpath(run_dir, spec.get("import_paths"),
                                           os.environ.get("PYTHONPATH")),
         }
         if where.get("interface"):  # gloo and NCCL bind the node's Ray address's interface

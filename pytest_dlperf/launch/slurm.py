@@ -31,7 +31,14 @@ from typing import Any
 from ..core.lifeline import tethered
 from ..core.topology import Topology
 from .base import Launcher, LaunchError
-from .processes import Processes, agent_command, new_run_id, prepare, worker_environment
+from .processes import (
+    Processes,
+    agent_command,
+    new_run_id,
+    on_side,
+    prepare,
+    worker_environment,
+)
 from .protocol import LauncherProtocol, Rendezvous
 
 # How long srun gets to end its step by itself once every rank's result is in (its tasks' own
@@ -111,20 +118,20 @@ class SlurmLauncher(Launcher):
               meeting: Rendezvous, timeout_s: float) -> SlurmStep:
         spec_path, out_dir, tmp_dir = prepare(spec, run_dir)
         hosts = self.allocation.hostnames()[: topology.nodes]
+        # Slurm nodes are separate hosts, unless the allocation lists one host twice.
+        env = worker_environment(topology, tmp_dir, spec.get("python"), meeting.port + 1,
+                                 nodes_share_host=len(set(hosts)) < len(hosts), worker_host=None,
+                                 allocator=spec.get("allocator"))
+        agent = on_side(agent_command(topology, meeting.endpoint, meeting.run_id, spec_path,
+                                      out_dir, timeout_s, local_addr=None), spec, env)
         command = [
             "srun", f"--nodes={topology.nodes}", f"--ntasks={topology.nodes}",
             "--ntasks-per-node=1", f"--nodelist={','.join(hosts)}", "--kill-on-bad-exit=1",
             "--export=ALL",
             # On each node the agent tells its ranks its pid (they end with it); Slurm's step,
             # not a parent-death signal, ends the agent.
-            *tethered(agent_command(topology, meeting.endpoint, meeting.run_id, spec_path,
-                                    out_dir, timeout_s, local_addr=None), parent=-1),
+            *tethered(agent, parent=-1),
         ]
-        # Slurm nodes are separate hosts, unless the allocation lists one host twice.
-        env = worker_environment(topology, tmp_dir, spec.get("python"), meeting.port + 1,
-                                 nodes_share_host=len(set(hosts)) < len(hosts), worker_host=None,
-                                 allocator=spec.get("allocator"),
-                                 import_paths=spec.get("import_paths"))
         # Processes logs its one command (srun) there.
         watch = StepWatch(run_dir / "launch-0.log", str(spec_path))
         watch.start()
@@ -134,7 +141,7 @@ class SlurmLauncher(Launcher):
             # timeouts).
             processes = Processes(run_dir, out_dir, topology.world_size, timeout_s,
                                   wind_down_s=WIND_DOWN_S).start(
-                [command], env, death_signal=signal.SIGTERM, cwd=spec.get("cwd"))
+                [command], env, death_signal=signal.SIGTERM)
         except BaseException:
             watch.stop()
             raise

@@ -91,7 +91,8 @@ def main(action: str, pytest_args: list[str], *, revision: str = "HEAD", bisect:
                       history=os.environ.get("DLPERF_NIGHTLY_HISTORY")
                       or str(folder / "history.db"),
                       out=Path(os.environ.get("DLPERF_NIGHTLY_OUT", "nightly-results")).resolve(),
-                      pytest_args=args, bisect=bisect)
+                      pytest_args=args, bisect=bisect,
+                      ab_build=os.environ.get("DLPERF_NIGHTLY_AB_BUILD", ""))
         return run_night(night)
     except (NightlyError, GitError) as exc:
         print(f"error: {exc}", file=sys.stderr)

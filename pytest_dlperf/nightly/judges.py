@@ -136,10 +136,13 @@ def _baseline_case(info: dict[str, Any], seen: dict[str, list[str]]) -> None:
                                   f"({history['runs']} nights)")
 
 
-def verdict_of(judges: dict[str, dict[str, Any]]) -> tuple[str, list[str]]:
+def verdict_of(judges: dict[str, dict[str, Any]], known: set[str] | None = None
+               ) -> tuple[str, list[str]]:
     """The night, and the cases no judge could judge: failed where a judge proved a slowdown;
     an error where a session did not run; passed only where every case was passed by a judge
-    or recorded tonight; else not judged."""
+    or recorded tonight as a new case (``known``: the last good night's cases, whose baseline
+    recorded anew means its fingerprint changed; None: every recorded case is new); else not
+    judged."""
     if any(j.get("outcome") in (SLOW, FAILED) for j in judges.values()):
         return FAILED, []
     if any(j.get("outcome") == ERROR for j in judges.values()):
@@ -147,8 +150,9 @@ def verdict_of(judges: dict[str, dict[str, Any]]) -> tuple[str, list[str]]:
     if any(j.get("outcome") == FAILED_TO_RUN for j in judges.values()):
         return NOT_JUDGED, []
     cases = {c for j in judges.values() for c in j.get("cases", [])}
-    covered = {c for j in judges.values() for c in (*j.get("passed", []),
-                                                      *j.get("recorded", []))}
+    covered = {c for j in judges.values() for c in j.get("passed", [])}
+    covered |= {c for j in judges.values() for c in j.get("recorded", [])
+                if known is None or c not in known}
     unjudged = sorted(cases - covered)
     if not cases or unjudged:
         return NOT_JUDGED, unjudged

@@ -15,7 +15,6 @@ from ..core.worktrees import GitError
 from ..store.nights import KEEP_NIGHTS, add_night
 from . import environments as envs
 from .judges import (
-    ERROR,
     FAILED,
     NOT_JUDGED,
     PASSED,
@@ -42,12 +41,14 @@ class Night:
     pytest_args: list[str]
     python: str = sys.executable
     bisect: bool = False
+    ab_build: str = ""  # --dlperf-ab-build for the A/B sessions and bisect alone
     commit: worktrees.Commit | None = None
     environment: dict[str, Any] | None = None  # tonight's (``environments.keep``'s record)
     judges: dict[str, dict[str, Any]] = field(default_factory=dict)
     unjudged: list[str] = field(default_factory=list)
     bisected: list[str] = field(default_factory=list)
     added: list[str] = field(default_factory=list)  # tonight's run added to the baselines
+    frameworks: list[str] = field(default_factory=list)  # versions changed since last good
     anchor: str = ""  # the night a creep is measured from, where tonight A/Bs against it
     rerecord: str = ""  # who accepted a change, where tonight records the baselines anew
 
@@ -75,7 +76,8 @@ class Night:
             args += ["--dlperf-ab-python", python]
             said.append(f"environment `{against['environment']['digest']}`")
         elif changed:
-            why = (against.get("environment") or {}).get("why_not_kept", "it was not kept")
+            why = (against.get("environment") or {}).get(
+                "why_not_kept", "its kept copy is gone from the store")
             notes.append(f"the environment changed ({len(changed)} package(s)), and that "
                          f"night's is not there to run: {why}; not compared")
         if not args:
@@ -84,7 +86,9 @@ class Night:
                 "tonight's commit and environment are that night's: nothing changed to "
                 "compare"]}
             return
-        code, data = self.pytest([*args, "--dlperf-ab-mode", "auto"], self.out / results)
+        built = ["--dlperf-ab-build", self.ab_build] if self.ab_build else []
+        code, data = self.pytest([*args, "--dlperf-ab-mode", "auto", *built],
+                                 self.out / results)
         found = judge_ab(data, code, " and ".join(said))
         self.judges[judge] = {**found, "changed": changed, "lines": [*notes, *found["lines"]]}
 
@@ -93,7 +97,7 @@ class Night:
         then = (night.get("environment") or {}).get("lock")
         if then is None or self.environment is None:
             return []
-        return envs.changes(then, self.environment["lock"])
+        return envs.changes(then, self.environment["lock"], self.top)
 
     def baselines(self, rerecord: bool = False) -> dict[str, Any] | None:
         """The baselines and history session: records the missing baselines, or (the night
@@ -137,7 +141,12 @@ def run_night(night: Night) -> int:
         night.ab(anchor, ANCHORED, "ab-anchor.json")
     night.rerecord = (state.get("rerecord") or {}).get("how", "")
     data = night.baselines(rerecord=bool(night.rerecord))
-    outcome, night.unjudged = verdict_of(night.judges)
+    # A baseline recorded tonight starts a case's record on night 1, after an accept, or for a
+    # case the last good night did not have; else it was recorded anew because its fingerprint
+    # changed (a framework's version, the accelerator stack), and no judge saw that change.
+    known = None if last_good is None or night.rerecord else last_good.get("cases")
+    outcome, night.unjudged = verdict_of(night.judges, set(known) if known else None)
+    night.frameworks = _framework_changes(last_good, framework_versions(data))
     ab_judge = night.judges.get("A/B", {})
     if (outcome == FAILED and night.bisect and last_good is not None
             and ab_judge.get("outcome") == SLOW and last_good["commit"] != night.commit.sha):
@@ -154,7 +163,7 @@ def _environment(night: Night) -> dict[str, Any]:
     assert night.commit is not None
     try:
         lock = envs.lock_of(night.python)
-        night.environment = envs.keep(night.folder, lock)
+        night.environment = envs.keep(night.folder, lock, night.top)
     except (envs.EnvironmentProblem, OSError, ValueError) as exc:
         night.environment = {"digest": None, "why_not_kept": str(exc)}
     return {"commit": night.commit.sha, "environment": night.environment}
@@ -164,23 +173,32 @@ def _record(night: Night, state: dict[str, Any], tonight: dict[str, Any], outcom
             data: dict[str, Any] | None) -> None:
     """The night in the state; where it passed, the last good night (and, on night 1, the
     anchor) move to it; only the environments the state names stay kept."""
-    record = {"commit": tonight["commit"], "at": now(), "outcome": outcome,
+    cases = sorted({c for judge in night.judges.values() for c in judge.get("cases", [])})
+    record = {"commit": tonight["commit"], "at": now(), "outcome": outcome, "cases": cases,
               "environment": (night.environment or {}).get("digest"),
               "judges": {k: v["outcome"] for k, v in night.judges.items()},
               **({"unjudged": night.unjudged} if night.unjudged else {})}
     state.setdefault("nights", []).append(record)
     state["last_night"] = {**tonight, "at": record["at"]}
-    if night.rerecord and outcome != ERROR:
+    if night.rerecord and outcome == PASSED:
         del state["rerecord"]  # recorded: from tomorrow the baselines judge again
     if outcome == PASSED:
         state["last_good"] = {**tonight, "at": record["at"], "how": "the last night that passed",
-                              "framework_versions": framework_versions(data)}
+                              "framework_versions": framework_versions(data), "cases": cases}
         # the runner's baselines learn its drift between nights from every night that passed
         night.added = add_night(night.store, data or {}, KEEP_NIGHTS)
         if state.get("anchor") is None:  # night 1: what later nights' creep is measured from
             state["anchor"] = {**state["last_good"], "how": "night 1"}
-    envs.prune(night.folder, {(state.get(k) or {}).get("environment", {}).get("digest") or ""
-                              for k in ("last_good", "anchor", "last_night")})
+    envs.prune(night.folder, {((state.get(k) or {}).get("environment") or {}).get("digest")
+                              or "" for k in ("last_good", "anchor", "last_night")})
+
+
+def _framework_changes(last_good: dict[str, Any] | None, tonight: dict[str, str]) -> list[str]:
+    """Each framework whose version the ranks reported differently from the last good night's
+    (an interpreter of --dlperf-python is not locked: this is what says it changed)."""
+    before = (last_good or {}).get("framework_versions") or {}
+    return [f"{name} {before[name]} -> {version}" for name, version in sorted(tonight.items())
+            if name in before and before[name] != version]
 
 
 def framework_versions(data: dict[str, Any] | None) -> dict[str, str]:
@@ -210,6 +228,9 @@ def summary(night: Night, last_good: dict[str, Any] | None, outcome: str) -> str
     if changed:
         lines.append(f"Environment: {len(changed)} change(s) since the last good night: "
                      f"{'; '.join(changed[:8])}" + (" ..." if len(changed) > 8 else "") + ".")
+    if night.frameworks:
+        lines.append(f"Frameworks: {'; '.join(night.frameworks)} (as the ranks reported them; "
+                     "a case whose baseline was recorded anew for it was judged by A/B alone).")
     if ANCHORED in night.judges:
         lines.append(f"Anchor: `{night.anchor[:10]}` (night 1 or the last accepted change: what "
                      "a creep is measured from).")
@@ -272,9 +293,10 @@ def _bisect(night: Night, good: str) -> None:
         night.bisected = [f"the range holds one commit: {night.commit.short} "
                           f"{night.commit.subject}"]
         return
+    built = ["--dlperf-ab-build", night.ab_build] if night.ab_build else []
     done = subprocess.run([night.python, "-m", "pytest_dlperf", "bisect", good,
                            night.commit.sha, "--", *night.pytest_args,
-                           "--dlperf-ab-mode", "auto"],  # A/B's mode as the night's
+                           "--dlperf-ab-mode", "auto", *built],  # A/B's mode as the night's
                           cwd=night.top, capture_output=True, text=True)
     night.bisected = done.stdout.strip().splitlines()[-12:] or [f"bisect exited "
                                                                 f"{done.returncode}"]

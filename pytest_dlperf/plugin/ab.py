@@ -106,7 +106,7 @@ def _sides(prepared: Prepared) -> tuple[Sides, dict[str, Any]]:
     setup = case.state.ab
     assert setup is not None
     head_spec = case.spec(prepared.workload, prepared.sized, prepared.recipe)
-    clusters = {"head": case.cluster, "base": setup.base_cluster(case.cluster, case.framework)}
+    clusters = setup.clusters(case.cluster, case.framework)
     sides: Sides = {}
     codes: dict[str, Any] = {}
     for side, cluster in clusters.items():

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..core import overlay, sources, worktrees
+from ..core import lifeline, overlay, sources, worktrees
 from ..core.recipes import RecipeReference
 from ..core.spec import RankSpec
 from ..launch import Cluster
+from ..launch.importpath import PACKAGE
 from .abcode import SidesCode, describe, python_of
 from .outcome import fail
 
@@ -94,6 +95,7 @@ class AbSetup:
             shutil.rmtree(self.code.scratch, ignore_errors=True)
         for made in self.overlays.values():
             shutil.rmtree(made.folder, ignore_errors=True)
+        self.overlays.clear()
         if self.trees is not None:
             self.trees.close()
 
@@ -111,17 +113,30 @@ class AbSetup:
         if side == "base":
             spec = self._from_worktree(node, spec, tree)
         if self.code is None:
-            self.code = SidesCode(self.top, Path(tempfile.mkdtemp(
-                prefix="ab-", dir=worktrees.scratch(self.top))))
+            scratch = worktrees.scratch(self.top)
+            lifeline.sweep(scratch, "ab-*")  # what a run killed too hard to clean up left
+            self.code = SidesCode(self.top, Path(tempfile.mkdtemp(prefix="ab-", dir=scratch)))
+            lifeline.claim(self.code.scratch)
         python = python_of(cluster.pythons, spec.framework)
-        code = self.code.side(side, python, tree, who)
+        code = self.code.side(side, python, tree, who, self._plugin())
         problem = self.code.spec_problem(code, python, spec)
         if problem:
             fail(f"pytest-dlperf: A/B {who}: {problem}: the plugin's rank side at its commit "
                  "and the head's pytest side disagree on what a case is; pick a base at or "
                  "after the change to the rank spec (core/spec.py)")
-        return replace(spec, import_paths=code.import_paths or None,
-                       cwd=self._cwd(tree)), code
+        return replace(spec, import_paths=code.import_paths or None, cwd=self._cwd(tree),
+                       expected_imports=sorted(code.expected) or None), code
+
+    def _plugin(self) -> Path:
+        """The plugin the ranks import: from pytest's folder where it holds the package (``python
+        -m`` puts it first: this plugin's own repository, even with the plugin installed as a
+        copy), else the one pytest runs."""
+        here = Path.cwd().resolve()
+        local = here / sources.PLUGIN
+        if self.top is not None and here.is_relative_to(self.top.resolve()) and (
+                local / "__init__.py").exists():
+            return local
+        return PACKAGE
 
     def _cwd(self, tree: Path) -> str | None:
         """The folder a side's ranks start in: pytest's own, as the side's tree has it, where
@@ -161,16 +176,28 @@ class AbSetup:
         return str(tree / root.relative_to(self.top)) if root.is_relative_to(self.top) \
             else folder
 
-    def base_cluster(self, cluster: Cluster, framework: str) -> Cluster:
-        """The base side's cluster: its ranks under --dlperf-ab-python, or under the overlay
-        --dlperf-ab-build made from the worktree."""
+    def clusters(self, cluster: Cluster, framework: str) -> dict[str, Cluster]:
+        """Each side's cluster: the base's ranks under --dlperf-ab-python, or under the overlay
+        --dlperf-ab-build made from the worktree; the head's under such an overlay too where
+        pytest runs in a linked worktree (a bisect probe's), whose built files the checkout
+        the editable installs name has and it lacks. A base side that would be the head itself
+        fails the case."""
         python = self.base_python(cluster, framework)
-        if self.build is not None:
-            python = self._built(python or python_of(cluster.pythons, framework)).python
-        if python is None:
-            return cluster
-        return Cluster(cluster.topology, cluster.launcher, cluster.work_root, cluster.timeout_s,
-                       {**cluster.pythons, framework: python})
+        sides = {"head": cluster, "base": cluster}
+        if self.build is not None and self.top is not None:
+            head_python = python_of(cluster.pythons, framework)
+            python = self._built(python or head_python, "base").python
+            if worktrees.is_linked(self.top):
+                sides["head"] = _under(cluster, framework, self._built(head_python,
+                                                                       "head").python)
+        elif self.commit is None and python in (None, python_of(cluster.pythons, framework)):
+            fail(f"pytest-dlperf: A/B base side ({self.base}): {framework}'s ranks would run "
+                 f"the head's code under the head's interpreter "
+                 f"({python_of(cluster.pythons, framework)}): --dlperf-ab-python names none "
+                 f"for them (give PATH, in place of pytest's interpreter, or {framework}=PATH)")
+        if python is not None:
+            sides["base"] = _under(cluster, framework, python)
+        return sides
 
     def base_python(self, cluster: Cluster, framework: str) -> str | None:
         """The base side's interpreter for ``framework`` where --dlperf-ab-python names one:
@@ -181,20 +208,24 @@ class AbSetup:
             return pythons[framework]
         return pythons.get("*") if framework not in cluster.pythons else None
 
-    def _built(self, python: str) -> overlay.Overlay:
-        """The overlay of ``python``'s environment with the build command run in REV's
-        worktree (once a session for each interpreter)."""
-        if python not in self.overlays:
-            tree = self.worktree()
+    def _built(self, python: str, side: str) -> overlay.Overlay:
+        """The overlay of ``python``'s environment with the build command run in the side's
+        tree (REV's worktree; the head's: pytest's checkout), once a session each."""
+        key = f"{side}:{python}"
+        if key not in self.overlays:
+            tree = self.worktree() if side == "base" else self.top
             assert tree is not None and self.build is not None and self.top is not None
-            folder = Path(tempfile.mkdtemp(prefix="ab-env-", dir=worktrees.scratch(self.top)))
+            scratch = worktrees.scratch(self.top)
+            lifeline.sweep(scratch, "ab-env-*")  # what a killed run left
+            folder = Path(tempfile.mkdtemp(prefix="ab-env-", dir=scratch))
+            lifeline.claim(folder)
             try:
-                self.overlays[python] = overlay.make(python, folder, self.build, tree)
+                self.overlays[key] = overlay.make(python, folder, self.build, tree)
             except (overlay.OverlayError, OSError) as exc:
                 shutil.rmtree(folder, ignore_errors=True)
-                fail(f"pytest-dlperf: A/B base side ({self.base}): --dlperf-ab-build could not "
-                     f"build it: {exc}")
-        return self.overlays[python]
+                fail(f"pytest-dlperf: A/B {side} side ({self.base if side == 'base' else self.head})"
+                     f": --dlperf-ab-build could not build it: {exc}")
+        return self.overlays[key]
 
     def check_imports(self, side: str, code: sources.Side | None, env: dict[str, Any]
                       ) -> None:
@@ -243,3 +274,9 @@ def uncommitted(changed: list[str], named: int = 3) -> str:
     more = f" and {len(changed) - named} more" if len(changed) > named else ""
     return (f" with {len(changed)} uncommitted change(s): {', '.join(changed[:named])}"
             f"{more}")
+
+
+def _under(cluster: Cluster, framework: str, python: str) -> Cluster:
+    """``cluster`` with ``framework``'s ranks under ``python``."""
+    return Cluster(cluster.topology, cluster.launcher, cluster.work_root, cluster.timeout_s,
+                   {**cluster.pythons, framework: python})

@@ -145,7 +145,9 @@ def recorded(environment: dict[str, Any], protocol: Protocol, batch_search: Sear
         "datetime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "commit": commit.get("id"),
         "dirty": commit.get("dirty"),
-        "environment": environment,
+        # (not where the ranks imported their code from: paths of this checkout and user, a
+        # committed baseline's churn; the results file keeps them)
+        "environment": {k: v for k, v in environment.items() if k != "imports"},
         "protocol": protocol.to_json(),
     }
 
