@@ -335,6 +335,14 @@ def test_a_3x_slower_head_fails_while_cpu_hogs_run_on_both_cores(
     if mode == "duet":
         assert set(ab["halves"]) == {"A", "B"}
         assert [p["base_half"] for p in ab["pairs"]][:2] == ["A", "B"]
+        # issue 74: a side's threads (one, on its core) against a case run alone (two) said
+        # under the table, so its figures are not read against the baselines' table
+        cores = len(os.sched_getaffinity(0))
+        half = cores // 2
+        assert ab["threads"] == {"per_rank": half, "asked": cores, "cores_a_side": half}
+        result.stdout.fnmatch_lines([f"threads: in duet each side had {half} core(s), so both "
+                                     f"ran {half} thread(s) a rank, not the {cores} a case run "
+                                     "alone takes*"])
     else:  # both sides at the threads the hogs leave room for, and the run says so
         assert ab["threads"]["per_rank"] == 1 and ab["threads"]["others_share"] > 0.5
         result.stdout.fnmatch_lines(["*other processes used *% of this host's * cores when the "

@@ -116,3 +116,42 @@ def test_another_size_retreats_by_its_precision_and_names_itself() -> None:
     with pytest.raises(BatchSearchError, match=r"found \d+, but the measurement ran out of "
                                                r"memory at vocab=\d+, \d+, \d+, \d+, \d+ "):
         retreating.retreat(1.0, "oom")
+
+
+def test_a_spent_budget_stops_the_search_at_the_largest_value_that_fitted() -> None:
+    """Issue 74: nothing capped a search (InsightFace's class search under a 3G limit: 263 s of
+    probes, 19.5 minutes with its measurements). Each probe here takes 1 s: after 5 s the
+    search stops where it stands, the largest fit found and the smallest failure said."""
+    calls: list[int] = []
+    found = search(memory(37, calls), 4, budget_s=5.0)
+    assert calls == [4, 8, 16, 32, 64]  # doubling, then the budget (5 probes, 5 s)
+    assert (found.found, found.budget_spent, found.unsettled) == (32, True, 64)
+    record = found.to_json()
+    assert (record["budget_s"], record["budget_spent"], record["unsettled"]) == (5.0, True, 64)
+    # a budget the search does not reach changes nothing
+    assert search(memory(37, []), 4, budget_s=100.0).found == 37
+    # a budget spent before any value fitted does not stop it (it has nothing to give yet):
+    # it halves to the first fit, 2, and stops there
+    going: list[int] = []
+    halved = search(memory(3, going), 64, budget_s=1.0)
+    assert going == [64, 32, 16, 8, 4, 2]
+    assert (halved.found, halved.budget_spent, halved.unsettled) == (2, True, 4)
+
+
+def test_the_notes_under_the_table_say_what_a_search_found_and_how() -> None:
+    from pytest_dlperf.report.tables import search_notes
+
+    spent = search(memory(37, []), 4, budget_s=5.0).to_json()
+    settled = search(memory(3000, []), 1000, size="classes",
+                     precision=1 / 64).to_json()
+    settled["probes"].append({"value": 3000, "fits": False, "seconds": 9.0, "message": "oom",
+                              "stage": "measurement, rerun"})
+    notes = search_notes([{"extra_info": {"case": "t[1n1d]", "batch_search": spent}},
+                          {"extra_info": {"case": "t[1n2d]", "size_search": settled}}])
+    assert notes[0] == ("pytest-dlperf: t[1n1d]: --dlperf-batch-size max found batch 32 in 5 "
+                        "probe(s), 5 s; the search's budget (5 s, --dlperf-search-budget) ran "
+                        "out: the largest that fitted, 64 did not")
+    assert notes[1].startswith(f"pytest-dlperf: t[1n2d]: --dlperf-size classes=max found "
+                               f"classes {settled['found']:,} in ")
+    assert notes[1].endswith("; 1 launch(es) ran out of memory there and ran again, the "
+                             "launches that fitted kept")

@@ -38,6 +38,10 @@ def test_the_message_names_what_was_measured_the_launch_the_retries_and_why() ->
             "--dlperf-busy-threshold 25%); retried twice; the baseline never shared this "
             "interference, so the case is not judged.") in text
     assert "REGRESSION" not in text
+    # what to do: a quieter machine, A/B, or (issue 74) ranks on fewer cores than the other
+    # job leaves them, a case of its own
+    assert "(--dlperf-ab)" in text and "taskset -c 0 pytest" in text
+    assert "a case of their own, with a baseline of their own" in text
     recording = busy.message("t.py::test_a", HOGGED, "launch 1/1", 1, 0.25, recording=True)
     assert "; retried once; nothing was recorded: " in recording
     gpus = Interference(5.0, 8, 0.01, 0.0, 0.1, (GpuProcess(4242, 5000.0),))

@@ -105,3 +105,76 @@ def test_a_case_without_mfu_says_why() -> None:
     assert used.missing == ("the peak FLOP/s of this CPU in fp32 is not known: give it with "
                             "--dlperf-peak-flops")
     assert pytest_flops.utilization(counted, 100.0, "float16", {}, None, 1e9).missing is None
+
+
+def test_a_cpu_peak_belongs_to_a_core_and_a_rank_has_its_threads() -> None:
+    """Issue 74: --dlperf-peak-flops 80G read MFU 79.5% on a 1n2d case (one thread a rank) and
+    failed the 1n1d case (two threads) at 151.8%: a CPU rank's peak is a core's times its
+    threads, so the same rank speed per thread reads the same MFU on both."""
+    counted = mfu.FlopsCount(1e6, "workload")
+    one, two = (pytest_flops.utilization(counted, 63_600.0 * threads, "float32", {}, None,
+                                         80e9, device_type="cpu", threads=threads)
+                for threads in (1, 2))
+    assert one.mfu == pytest.approx(two.mfu) == pytest.approx(0.795)
+    assert (one.peak.flops_per_s, two.peak.flops_per_s) == (80e9, 160e9)
+    assert two.peak.to_json()["per_core_flops_per_s"] == 80e9 and two.peak.to_json()["cores"] == 2
+    # a GPU's peak is the device's, whatever the threads of its rank's host process
+    gpu = pytest_flops.utilization(counted, 1e4, "float32", {}, None, 80e9, threads=2)
+    assert gpu.peak.flops_per_s == 80e9 and gpu.peak.per_core is None
+
+
+def test_without_a_peak_a_cpu_case_takes_a_measured_gemm_rate_and_says_so() -> None:
+    counted = mfu.FlopsCount(1e6, "workload")
+    rates = {"fp32": 50e9, "bf16": 200e9, "library": "torch 2.x", "n": 1024,
+             "date": "2026-12-06"}
+    fp32 = pytest_flops.utilization(counted, 40_000.0, "float32", {}, None, None,
+                                    device_type="cpu", threads=2, gemm=lambda: rates)
+    assert fp32.mfu == pytest.approx(0.4) and fp32.peak.device == mfu.MEASURED
+    assert "not the hardware's peak" in fp32.peak.source and "2026-12-06" in fp32.peak.source
+    amp = pytest_flops.utilization(counted, 40_000.0, "bfloat16", {}, None, None,
+                                   device_type="cpu", threads=2, gemm=lambda: rates)
+    assert amp.peak.precision == "bf16" and amp.mfu == pytest.approx(0.1)
+    # a measured rate is no ceiling: a model above it is shown, not failed
+    above = pytest_flops.utilization(counted, 120_000.0, "float32", {}, None, None,
+                                     device_type="cpu", threads=1, gemm=lambda: rates)
+    assert above.mfu == pytest.approx(2.4)
+    # nothing measured in the precision: missing, naming the flag
+    none = pytest_flops.utilization(counted, 1.0, "float32", {}, None, None,
+                                    device_type="cpu", threads=1, gemm=lambda: None)
+    assert none.mfu is None and "--dlperf-peak-flops" in (none.missing or "")
+    # the notes under the table say what each CPU case's MFU was taken against
+    bench = {"extra_info": {"case": "t[1n1d-fp32]", "mfu": 0.4,
+                            "mfu_peak": fp32.peak.to_json(), "mfu_missing": None}}
+    from pytest_dlperf.report.tables import mfu_notes
+    assert mfu_notes([bench]) == [
+        "pytest-dlperf: MFU of t[1n1d-fp32] against 50.0 GFLOP/s a core at fp32 x 2 thread(s) "
+        "a rank, a dense GEMM measured here (torch 2.x, 1024x1024 matrices, one thread, "
+        "2026-12-06; not the hardware's peak)"]
+
+
+class _Cache:
+    """pytest's cache as the plugin uses it: get and set of JSON values."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, object] = {}
+
+    def get(self, key: str, default: object) -> object:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: object) -> None:
+        self.values[key] = value
+
+
+def test_the_gemm_rate_is_measured_once_per_machine_and_cpu() -> None:
+    cache = _Cache()
+    first = pytest_flops.measured_gemm(cache, "m1", "Some CPU")
+    assert first is not None and first["fp32"] > 1e8 and first["bf16"] > 0
+    assert first["library"].startswith("torch ") and first["n"] == 1024
+    kept = cache.values[pytest_flops.GEMM_CACHE_KEY]
+    assert list(kept) == ["m1|Some CPU"]
+    # kept: asked again, the same figures without measuring (a measurement never repeats one)
+    assert pytest_flops.measured_gemm(cache, "m1", "Some CPU") == first
+    # another machine, or another CPU under the machine's name, is measured for itself
+    other = pytest_flops.measured_gemm(cache, "m1", "Another CPU")
+    assert other is not None and sorted(cache.values[pytest_flops.GEMM_CACHE_KEY]) == [
+        "m1|Another CPU", "m1|Some CPU"]

@@ -227,6 +227,7 @@ def test_modules_and_functions_are_short_enough_to_read() -> None:
 
 def test_library_modules_have_no_main_block_but_the_process_entry_points() -> None:
     entries = {"pytest_dlperf/rank/worker.py", "pytest_dlperf/rank/flops.py",
+               "pytest_dlperf/rank/gemm.py",
                "pytest_dlperf/launch/netns.py", "pytest_dlperf/launch/userhosts.py",
                "pytest_dlperf/__main__.py",
                "pytest_dlperf/report/__main__.py"}

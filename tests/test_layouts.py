@@ -81,6 +81,9 @@ def test_the_learning_rate_scales_with_the_replicas_global_batch() -> None:
              r"dp .*; rw \(row-wise"),
     ("emb2-tw-cw", "an emb term takes one option, emb2-<option>, and 'emb2-tw-cw' has tw, cw"),
     ("emb2-abc", "unknown emb option 'abc'"),
+    # issue 74: read as 'emb2-', '', '' (x joins terms), it said only "cannot read 'emb2-'"
+    ("emb2-xx", "'x' joins a layout's terms, so it was read as 'emb2-', '', '', and 'emb2-' is "
+                "no term: an option cannot contain an x"),
     ("pfc2-r0", r"the sample ratio 0 is outside \(0, 1\]; a sample ratio r<ratio>"),
     ("pfc2-r1.5", r"the sample ratio 1.5 is outside \(0, 1\]"),
     ("pfc2-half", r"unknown pfc option 'half' \(a sample ratio r<ratio> in \(0, 1\]"),
@@ -167,9 +170,13 @@ def test_a_layout_that_cannot_run_anywhere_is_a_usage_error(
     text = PERF if not marker else PERF.replace('@pytest.mark.layouts("dp", "fsdp", "tp2")',
                                                 marker)
     pytester.makepyfile(test_models=text)
-    result = pytester.runpytest("--collect-only", "-q", "--devices-per-node", "2", *args)
+    # Not --collect-only: a run that was to measure, refused before it did (issue 74: the
+    # refusal left an empty results file behind)
+    result = pytester.runpytest("-q", "--devices-per-node", "2", "--dlperf-json", "out.json",
+                                *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([says])
+    assert not (pytester.path / "out.json").exists()
 
 
 def test_a_layout_the_workload_or_adapter_cannot_run_skips_saying_why(

@@ -45,3 +45,21 @@ def test_the_old_command_spellings_are_accounted_for() -> None:
     works and which is gone."""
     assert "python -m pytest_dlperf.report" in README
     assert "python -m pytest_dlperf.history" in README
+
+
+def test_every_extra_a_user_installs_is_in_the_readmes_install_list_and_the_install_page(
+        ) -> None:
+    """Issue 74: the README's install list had no `[ray]` (its launcher needs it)."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    # test and docs are this repository's own (scripts/setup, scripts/check-docs)
+    offered = set(project["optional-dependencies"]) - {"test", "docs"}
+    block = README[README.index("```bash", README.index("## Install")):]
+    block = block[:block.index("```", 7)]
+    listed = {e.strip() for extras in re.findall(r"\[([a-z,-]+)\]", block)
+              for e in extras.split(",")}
+    assert offered <= listed, f"extras missing from the README's install list: {offered - listed}"
+    page = (ROOT / "docs" / "install.md").read_text(encoding="utf-8")
+    rows = set(re.findall(r"^\| `([a-z-]+)` \|", page, re.M))
+    assert offered <= rows, f"extras missing from docs/install.md's table: {offered - rows}"

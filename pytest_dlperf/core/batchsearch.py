@@ -24,6 +24,11 @@ MAX_BATCH = 1 << 16
 MAX_RETREATS = 4
 
 
+# The search's time budget by default (--dlperf-search-budget): once a value has fitted and the
+# probes have taken this long, the search stops with the largest value that fitted, saying so.
+# InsightFace's class search under a 3G limit took 263 s of probes (2026-12-06).
+DEFAULT_BUDGET_S = 600.0
+
 BATCH = "batch_size"
 # A size other than the batch is found to within this share of its value.
 PRECISION = 1 / 64
@@ -71,6 +76,11 @@ class Search:
     capped: bool = False  # every probe fitted up to the cap
     size: str = BATCH  # what was searched: the batch, or a size of the workload
     precision: float = 0.0  # found to within this share of its value (0: exactly)
+    budget_s: float | None = None  # the probes' time budget; None: none
+    # the budget ran out before the search settled: ``found`` is the largest value that fitted,
+    # and ``unsettled`` the smallest that did not (None: every probe fitted)
+    budget_spent: bool = False
+    unsettled: int | None = None
 
     @property
     def seconds(self) -> float:
@@ -96,6 +106,11 @@ class Search:
         self.found = max(1, self.found - self.step(tried[0]) * 2 ** (len(tried) - 1))
         return self.found
 
+    def missed(self, seconds: float, message: str) -> None:
+        """A launch of the measurement at ``found`` ran out of memory after others had fitted
+        there: recorded, and run again at the same value (the launches that fitted kept)."""
+        self.probes.append(Probe(self.found, False, seconds, message, stage="measurement, rerun"))
+
     @property
     def record_key(self) -> str:
         """Where a results entry and a baseline's record keep it: the batch's search as ever,
@@ -106,35 +121,60 @@ class Search:
         key = "batch" if self.size == BATCH else "value"
         return {"found": self.found, "start": self.start, "seeded": self.seeded,
                 "capped": self.capped, "seconds": round(self.seconds, 3),
+                "budget_s": self.budget_s, "budget_spent": self.budget_spent,
+                "unsettled": self.unsettled,
                 **({} if self.size == BATCH else {"size": self.size,
                                                   "precision": self.precision}),
                 "probes": [p.to_json(key) for p in self.probes]}
 
 
+class _BudgetSpent(Exception):
+    """The probes took the search's budget, and a value has fitted."""
+
+
 def search(fits: Callable[[int], Probe], start: int, *, seeded: bool = False,
-           cap: int | None = None, size: str = BATCH, precision: float | None = None
-           ) -> Search:
+           cap: int | None = None, size: str = BATCH, precision: float | None = None,
+           budget_s: float | None = None) -> Search:
     """The largest value ``v`` of ``size`` with ``fits(v)`` and not ``fits(v + step)``, assuming
     memory grows with it (``step``: 1 for the batch, ``precision`` of ``v`` for another size).
     From ``start``: while it fits, double (from a seed, an earlier run's answer, try one step
     more first: if nothing changed, two probes settle it); once a value does not fit, halve
-    until one does; then bisect between the largest fit and the smallest failure."""
+    until one does; then bisect between the largest fit and the smallest failure.
+    ``budget_s``: once a value has fitted and the probes have taken this long, stop with the
+    largest value that fitted (``budget_spent``; until one fits the search goes on)."""
     if start < 1:
         raise ValueError(f"the search starts from a value of at least 1, got {start}")
     if precision is None:
         precision = 0.0 if size == BATCH else PRECISION
     if cap is None:
         cap = MAX_BATCH if size == BATCH else MAX_SIZE
-    result = Search(found=0, start=start, seeded=seeded, size=size, precision=precision)
+    result = Search(found=0, start=start, seeded=seeded, size=size, precision=precision,
+                    budget_s=budget_s)
     tried: dict[int, bool] = {}
 
     def probe(batch: int) -> bool:
         if batch not in tried:
+            fitted = [v for v, ok in tried.items() if ok]
+            if budget_s is not None and fitted and result.seconds >= budget_s:
+                result.found, result.budget_spent = max(fitted), True
+                failed = [v for v, ok in tried.items() if not ok and v > result.found]
+                result.unsettled = min(failed) if failed else None
+                raise _BudgetSpent
             outcome = fits(batch)
             result.probes.append(outcome)
             tried[batch] = outcome.fits
         return tried[batch]
 
+    try:
+        return _settle(result, probe, start, cap, seeded)
+    except _BudgetSpent:
+        return result
+
+
+def _settle(result: Search, probe: Callable[[int], bool], start: int, cap: int,
+            seeded: bool) -> Search:
+    """``search``'s probes in order: up (or down) to a fit and a failure, then between them."""
+    size = result.size
     start = min(start, cap)
     if probe(start):
         low, high = start, None

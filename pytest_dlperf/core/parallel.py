@@ -313,6 +313,11 @@ def parse_layout(text: str) -> LayoutSpelling:
     options: list[tuple[str, str]] = []
     for term in text.split("x"):
         match = _TERM.match(term)
+        if not match and (not term or term.endswith("-")) and "-" in text:
+            terms = ", ".join(repr(t) for t in text.split("x"))
+            raise LayoutError(f"layout {text!r}: 'x' joins a layout's terms, so it was read as "
+                              f"{terms}, and {term!r} is no term: an option cannot contain an "
+                              f"x; {_syntax()}")
         if not match:
             raise LayoutError(f"layout {text!r}: cannot read {term!r}; {_syntax()}")
         kind, digits, spelled = match.groups()

@@ -266,7 +266,8 @@ class Parts:
       TensorFlow's, which refuses it).
     - ``loss``: ``loss(outputs, targets) -> scalar``; default: cross-entropy of class logits
       against integer labels (``[B, C]`` against ``[B]``, or a language model's ``[B, T, V]``
-      against ``[B, T]``: the mean over every token).
+      against ``[B, T]``: the mean over every token; of a library model's output object, its
+      ``loss`` where the model computed one, else its ``logits``).
 
     Under a layout beyond data parallelism (``ctx.layout``), the recipe returns the whole,
     unsharded model and says how to cut it, a plan by kind in ``plans``; the adapter shards it:

@@ -269,12 +269,44 @@ def by_kind(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def cross_entropy(outputs: Any, targets: Any) -> Any:
     """The default loss: cross-entropy of class logits against integer labels, ``[B, C]``
     against ``[B]`` (or ``[B, C, ...]`` against ``[B, ...]``), and of a language model's
-    ``[B, T, V]`` logits against ``[B, T]`` tokens, the mean over every token."""
+    ``[B, T, V]`` logits against ``[B, T]`` tokens, the mean over every token. A library
+    model's output object (Hugging Face's ``ModelOutput``, any object or mapping with these
+    fields): the ``loss`` the model computed (from ``labels`` it was given), else its
+    ``logits``. Anything else is refused naming its type and the fix."""
+    from torch import Tensor
     from torch.nn import functional
 
+    if not isinstance(outputs, Tensor):
+        read: Any = _library_output(outputs, Tensor)
+        if read.dim() == 0:  # the loss the model computed
+            return read
+        outputs = read
     if outputs.dim() == 3 and targets.dim() == 2 and outputs.shape[:2] == targets.shape:
         return functional.cross_entropy(outputs.flatten(0, 1), targets.flatten())
     return functional.cross_entropy(outputs, targets)
+
+
+def _library_output(outputs: Any, tensor: Any) -> Any:
+    """The tensor the default loss reads from a model's non-tensor output: its ``loss`` (a
+    scalar the model computed), else its ``logits``."""
+    def field(name: str) -> Any:
+        if isinstance(outputs, dict):
+            return outputs.get(name)
+        return getattr(outputs, name, None)
+
+    loss, logits = field("loss"), field("logits")
+    if isinstance(loss, tensor) and loss.dim() == 0:
+        return loss
+    if isinstance(logits, tensor):
+        return logits
+    kind = type(outputs)
+    raise TypeError(
+        f"the default loss (cross-entropy of logits against integer labels) cannot read the "
+        f"model's output, a {kind.__module__}.{kind.__qualname__}: it takes a tensor of "
+        f"logits, or an object or mapping with a `logits` tensor or a scalar `loss` (as "
+        f"Hugging Face models return). Give the recipe's Parts a loss of your own, "
+        f"Parts(..., loss=my_loss) with `def my_loss(outputs, targets)` returning a scalar "
+        f"tensor (docs/own-model.md, \"A library's model\")")
 
 
 def compile_unavailable(device_type: str) -> str | None:

@@ -62,6 +62,23 @@ class Night:
         data = json.loads(results.read_text()) if results.exists() else None
         return done.returncode, data
 
+    def check(self) -> None:
+        """pytest's arguments, collected before anything is written or kept: a usage error
+        (pytest's exit 4) or a selection of no test (5) is bad input, said as pytest said it
+        (``NightlyError``: exit 2, nothing written). A test file that fails to import is
+        tonight's code, not input: the night runs and says so."""
+        command = [self.python, "-m", "pytest", *self.pytest_args, "-p", "no:cacheprovider",
+                   "--rootdir", str(self.top), "--collect-only", "-q"]
+        done = subprocess.run(command, cwd=self.top, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL)
+        if done.returncode not in (4, 5):
+            return
+        said = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+        what = "a usage error" if done.returncode == 4 else "they select no test"
+        raise NightlyError(f"pytest refused tonight's arguments ({what}, exit "
+                           f"{done.returncode}); nothing was run or written:\n  "
+                           + "\n  ".join(said[-8:]))
+
     def ab(self, against: dict[str, Any], judge: str, results: str) -> None:
         """A/B of tonight against a good night: the base side at its commit where tonight's
         differs, under its kept environment where tonight's differs (the packages named)."""
@@ -129,6 +146,7 @@ def run_night(night: Night) -> int:
                            f"({exc}): the nightly keeps the last good commit of their "
                            "repository") from exc
     state = load_state(night.folder)
+    night.check()
     last_good, anchor = state.get("last_good"), state.get("anchor")
     night.out.mkdir(parents=True, exist_ok=True)
     tonight = _environment(night)

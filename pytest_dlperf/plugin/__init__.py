@@ -24,14 +24,14 @@ from ..report.tables import (
     ab_rows,
     busy_rows,
     frameworks_side_by_side,
-    mfu_notes,
     pivot_rows,
     rows,
+    table_notes,
     text_table,
 )
 from ..store.baselines import BaselineStore
 from ..verdict.busy import MACHINE_BUSY, summary_line
-from . import hooks, layouts, options
+from . import hooks, layouts, optin, options
 from . import settings as settings_mod
 from . import sweep as sweeps
 from .live import LiveLine
@@ -107,7 +107,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[STATE] = SessionState(
         settings, store, config.rootpath,
         commit_info=lambda: config.hook.pytest_dlperf_commit_info(config=config),
-        launchers=LauncherHooks.of(config, settings_mod.source_of(config, "launcher")))
+        launchers=LauncherHooks.of(config, settings_mod.source_of(config, "launcher")),
+        cache=getattr(config, "cache", None))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -266,6 +267,7 @@ def amp(request: pytest.FixtureRequest) -> Precision:
         pytest.skip("AMP on this CPU would time bf16 emulation (no avx512_bf16 or amx_bf16 "
                     "among its flags; BERT-base's bf16 step ran ~20x slower than fp32 on one): "
                     "--dlperf-precisions fp32,amp runs it anyway")
+    optin.amp_case(request, state, name)
     return Precision(name, state.device_type)
 
 
@@ -274,6 +276,7 @@ def layout(request: pytest.FixtureRequest, cluster: Cluster) -> Layout:
     """How this case's ranks share the work (``pytest_dlperf.core.parallel.Layout``): its
     data-parallel, FSDP, tensor- and pipeline-parallel degrees on the case's ranks."""
     spelling = getattr(request, "param", None)
+    optin.layout_case(request, request.config.stash[STATE], spelling)
     if spelling is None:
         return Layout(dp=cluster.world_size)
     return layouts.resolved(request.node.nodeid, spelling, cluster.world_size)
@@ -321,6 +324,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session.config.stash.get(STATE, None)
     if state is None or not state.is_reporter or _under_xdist(session.config):
         return
+    if session.exitstatus == pytest.ExitCode.USAGE_ERROR:
+        return  # refused before anything ran: a usage error writes nothing
     if state.settings.json is not None:
         unjudged = [case.to_json() for case in session.config.stash.get(NOT_JUDGED, [])]
         write_json_atomic(state.settings.json, results_json(
@@ -332,9 +337,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    hint = config.stash.get(MULTINODE_HINT, None)
-    if hint is not None:
-        terminalreporter.write_line(hint, yellow=True)
+    for hint in (config.stash.get(MULTINODE_HINT, None), optin.summary_line(config)):
+        if hint is not None:
+            terminalreporter.write_line(hint, yellow=True)
     state = config.stash.get(STATE, None)
     if state is not None and state.reports:
         _throughput_summary(terminalreporter, state)
@@ -363,7 +368,7 @@ def _throughput_summary(terminalreporter: Any, state: SessionState) -> None:
     benchmarks = [benchmark_entry(r) for r in state.reports]
     for line in text_table(rows(benchmarks)):
         terminalreporter.write_line(line)
-    for line in mfu_notes(benchmarks):
+    for line in table_notes(benchmarks):
         terminalreporter.write_line(line)
     network = next((r.network for r in state.reports if r.network), None)
     if network:  # so nobody takes a bridge's figure for a data-centre NIC

@@ -229,6 +229,12 @@ def _report(case: Case, version: str, sized: CaseWorkload, pairs: list[tuple[Res
                         if ref} if devices > 1 else None),
         "phases": _phases_facts(base, head),
     }
+    if halves is not None and case.cluster.device_type == "cpu":
+        # each side's ranks on half the cores: fewer threads than the case's own run (the
+        # baselines' table), said under the A/B table so the two figures are not compared
+        facts["threads"] = {"per_rank": max(1, len(halves.cpus[0]) // devices),
+                            "asked": case.cluster.topology.threads_per_worker,
+                            "cores_a_side": len(halves.cpus[0])}
     speedup = head.median / references["head"] if references["head"] else None
     fp = case.fingerprint(case.cluster.topology, version, env, sized, None)
     return CaseReport(

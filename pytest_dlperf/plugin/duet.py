@@ -105,7 +105,7 @@ def base_half(launch: int) -> int:
 class _Quiet(Launches):
     """The base side's launches: no live progress line (the head's shows the duet's)."""
 
-    def watch(self, label: str) -> Any:
+    def watch(self, label: str, windows: bool = True) -> Any:
         return None
 
 

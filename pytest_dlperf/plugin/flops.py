@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from ..verdict.mfu import (
     FlopsCount,
     ImpossibleMFU,
     Peak,
+    cpu_peak,
     math_precision,
     model_flops_utilization,
     peak_for,
@@ -135,10 +136,12 @@ class Utilization:
 
 def utilization(flops: FlopsCount, per_device_rate: float, amp_dtype: str,
                 environment: dict[str, Any], device_name: str | None,
-                peak_override: float | None) -> Utilization:
+                peak_override: float | None, *, device_type: str = "cuda", threads: int = 1,
+                gemm: Callable[[], dict[str, Any] | None] = lambda: None) -> Utilization:
     """``per_device_rate`` is the throughput per device in the workload's units (tokens/s of a
-    language model: the FLOPs of a unit multiply it). An MFU above 100% fails the case naming
-    the peak, never shown as a figure."""
+    language model: the FLOPs of a unit multiply it). An MFU above a stated peak fails the case
+    naming the peak, never shown as a figure. On a CPU the peak is a core's (the override's,
+    else ``gemm()``'s measured rate) times the rank's ``threads``."""
     per_unit = flops.per_unit
     if per_unit is None:
         unused = (f"; --dlperf-peak-flops {peak_override:g} is not used without them"
@@ -147,7 +150,15 @@ def utilization(flops: FlopsCount, per_device_rate: float, amp_dtype: str,
         return Utilization(missing=f"its FLOPs per sample are unknown ({why}){unused}")
     achieved = per_unit * per_device_rate
     precision = math_precision(amp_dtype, environment)
-    peak = peak_for(device_name, precision, peak_override)
+    if device_type == "cpu":
+        peak = cpu_peak(precision, threads, peak_override,
+                        None if peak_override is not None else gemm())
+        if peak is None:
+            return Utilization(achieved, missing=(
+                f"no dense GEMM rate in {precision} could be measured on this CPU: give a "
+                f"core's peak FLOP/s with --dlperf-peak-flops"))
+    else:
+        peak = peak_for(device_name, precision, peak_override)
     if peak is None:
         return Utilization(achieved, missing=f"the peak FLOP/s of {device_name or 'this CPU'} "
                            f"in {precision} is not known: give it with --dlperf-peak-flops")
@@ -156,3 +167,47 @@ def utilization(flops: FlopsCount, per_device_rate: float, amp_dtype: str,
     except ImpossibleMFU as exc:
         fail(f"pytest-dlperf: {exc}")
     return Utilization(achieved, peak, mfu)
+
+
+# pytest's cache key of the measured GEMM rates (``.pytest_cache``): one entry per machine and
+# CPU, measured once there.
+GEMM_CACHE_KEY = "pytest-dlperf/cpu-gemm"
+
+
+def measured_gemm(cache: Any, machine: str, cpu_model: str,
+                  timeout_s: float = 120.0) -> dict[str, Any] | None:
+    """A core's dense GEMM rates on this machine (``rank.gemm``), from pytest's ``cache``
+    (None: ``-p no:cacheprovider``, measured each session) where this machine and CPU measured
+    them before, else measured now in a subprocess of pytest's interpreter and kept there.
+    None where the measurement failed."""
+    import datetime
+
+    key = f"{machine}|{cpu_model}"
+    kept = cache.get(GEMM_CACHE_KEY, {}) if cache is not None else {}
+    if isinstance(kept, dict) and isinstance(kept.get(key), dict):
+        return dict(kept[key])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+           "OPENBLAS_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    try:
+        done = subprocess.run([sys.executable, "-m", "pytest_dlperf.rank.gemm"],
+                              capture_output=True, text=True, timeout=timeout_s, env=env,
+                              stdin=subprocess.DEVNULL)
+        rates = json.loads(done.stdout.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, ValueError, IndexError):
+        return None
+    rates["date"] = datetime.date.today().isoformat()
+    if cache is not None:
+        cache.set(GEMM_CACHE_KEY, {**(kept if isinstance(kept, dict) else {}), key: rates})
+    return dict(rates)
+
+
+def session_gemm(state: Any) -> dict[str, Any] | None:
+    """A core's measured dense GEMM rates (MFU's peak on a CPU), once a session (``state``: the
+    session's ``SessionState``, whose ``gemm`` keeps them)."""
+    kept: list[dict[str, Any] | None] = state.gemm
+    if not kept:
+        kept.append(measured_gemm(state.cache, state.settings.machine,
+                                  state.hardware.cpu_model))
+    return kept[0]

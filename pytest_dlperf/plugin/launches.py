@@ -8,6 +8,7 @@ interference is run again, and ``MachineBusy`` is raised when it stays."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -72,12 +73,15 @@ class Launches:
     retry_busy: bool = False
 
     def measure(self, spec: RankSpec, windows: list[int], *, at_the_edge: bool = False,
-                done: int = 0, planned: int | None = None) -> tuple[Result, dict[str, Any]]:
+                done: int = 0, planned: int | None = None,
+                missed: Callable[[float, str], None] | None = None
+                ) -> tuple[Result, dict[str, Any]]:
         """One launch per entry of ``windows``, each timing that many windows.
         ``at_the_edge``: the batch is one a search found; running out of memory raises
         ``OutOfMemoryAtTheEdge`` (the caller steps down) instead of failing the case.
         ``done``: these launches come after that many; ``planned``: the run's launches (those
-        beyond them are extra, for an inconclusive verdict)."""
+        beyond them are extra, for an inconclusive verdict). ``missed(seconds, message)``: a
+        launch at the edge that ran out of memory after others fitted, and ran again."""
         result: Result | None = None
         env: dict[str, Any] = {}
         planned = planned or len(windows)
@@ -93,8 +97,19 @@ class Launches:
             label = (f"launch {number}/{planned}" if number <= planned
                      else f"extra launch {number - planned} (inconclusive after {planned})")
             try:
-                one, env = self.run(self.case.cluster, launched, at_the_edge=at_the_edge,
-                                    label=label)
+                try:
+                    one, env = self.run(self.case.cluster, launched, at_the_edge=at_the_edge,
+                                        label=label)
+                except OutOfMemoryAtTheEdge as edge:
+                    if result is None:  # no launch fitted at this value: the caller steps down
+                        raise
+                    # Launches fitted here before it: memory at the edge moves launch to launch
+                    # (InsightFace's two ranks: 3.60-3.71 GB at one size), so they are kept and
+                    # this one runs again, once; out of memory again, the caller steps down.
+                    if missed is not None:
+                        missed(edge.seconds, edge.message)
+                    one, env = self.run(self.case.cluster, launched, at_the_edge=at_the_edge,
+                                        label=f"{label}, again (out of memory at the edge)")
             except MachineBusy as stayed:  # the launches before it measured too
                 if result is not None and stayed.measured is not None:
                     stayed.measured = result.extended(stayed.measured)
@@ -103,14 +118,20 @@ class Launches:
         assert result is not None, "at least one launch"
         return result, env
 
-    def watch(self, label: str) -> Watch | None:
+    def watch(self, label: str, windows: bool = True) -> Watch | None:
         """Live progress of one launch (``live.LiveLine``), labelled with this case; None
-        where nothing is shown (-q): the ranks then write no progress at all."""
+        where nothing is shown (-q): the ranks then write no progress at all. ``windows``
+        False: a probe's (no window figure shown)."""
         live = self.case.state.live
         if live is None or live.mode is None:
             return None
         name = self.case.node.name
-        return lambda path: live.watch(path, name, label)
+        return lambda path: live.watch(path, name, label, windows)
+
+    def _note(self, label: str, text: str) -> None:
+        live = self.case.state.live
+        if live is not None:
+            live.note(self.case.node.name, label, text)
 
     def run(self, cluster: Cluster, spec: RankSpec, *, at_the_edge: bool = False,
             label: str = "launch", who: str = "") -> tuple[Result, dict[str, Any]]:
@@ -178,19 +199,24 @@ class Launches:
             spec = spec_at(value)
             spec = replace(spec, protocol=probe_protocol, phase_steps=min(1, spec.phase_steps))
             started = time.perf_counter()
+            shown = f"{label} probe {value}"
             try:
-                case.cluster.run(spec, self.watch(f"{label} probe {value}"))
+                case.cluster.run(spec, self.watch(shown, windows=False))
             except LaunchError as exc:
                 seconds = time.perf_counter() - started
                 if exc.kind != "out_of_memory":
                     fail(f"pytest-dlperf: {case.id}: the {label} search's probe at "
                          f"{what(size, value)} failed, and not for lack of memory, on "
                          f"{case.cluster.topology.id}: {exc}")
+                self._note(shown, f"out of memory ({seconds:.0f} s)")
                 return Probe(value, False, seconds, _first_line(exc))
-            return Probe(value, True, time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            self._note(shown, f"fits ({seconds:.0f} s)")
+            return Probe(value, True, seconds)
 
         try:
-            return search(fits, seed or start, seeded=seed is not None, size=size)
+            return search(fits, seed or start, seeded=seed is not None, size=size,
+                          budget_s=case.state.settings.search_budget)
         except BatchSearchError as exc:
             fail(f"pytest-dlperf: {case.id}: {search_flag(size)}: {exc} (on "
                  f"{case.cluster.topology.id}; --dlperf-memory-limit "

@@ -37,13 +37,15 @@ class LiveLine:
         self._column = 0
 
     @contextmanager
-    def watch(self, path: Path, case: str, label: str) -> Iterator[None]:
-        """Follow ``path`` (rank 0's events) for the duration of one launch."""
+    def watch(self, path: Path, case: str, label: str, windows: bool = True) -> Iterator[None]:
+        """Follow ``path`` (rank 0's events) for the duration of one launch. ``windows``
+        False (a memory search's probe, whose figure is no measurement and which may yet run
+        out of memory after its window): no window's figure is shown."""
         if self.mode is None:
             yield
             return
         stop = threading.Event()
-        follower = threading.Thread(target=self._follow, args=(path, case, label, stop),
+        follower = threading.Thread(target=self._follow, args=(path, case, label, stop, windows),
                                     name="dlperf-progress", daemon=True)
         # pytest captures the test's output; the test is waiting on its ranks (other processes,
         # writing to their own logs), so the terminal is lent to the progress meanwhile.
@@ -58,7 +60,13 @@ class LiveLine:
                 follower.join()
                 self._erase()
 
-    def _follow(self, path: Path, case: str, label: str, stop: threading.Event) -> None:
+    def note(self, case: str, label: str, text: str) -> None:
+        """A plain line where lines are written (a CI log): a probe's outcome."""
+        if self.mode == "lines":
+            self._line(f"pytest-dlperf: {case} {label}: {text}")
+
+    def _follow(self, path: Path, case: str, label: str, stop: threading.Event,
+                windows: bool = True) -> None:
         offset, partial = 0, ""
         while True:
             ended = stop.wait(POLL_S)
@@ -76,10 +84,12 @@ class LiveLine:
                     event = json.loads(line)
                 except ValueError:
                     continue
-                if self.mode == "lines" and event.get("phase") == "window":
+                window = event.get("phase") == "window"
+                if self.mode == "lines" and window and windows:
                     self._line(f"pytest-dlperf: {case} {label}: {describe(event)}")
                 elif self.mode == "terminal":
-                    self._show(case, label, describe(event))
+                    self._show(case, label, describe(event) if windows or not window
+                               else "a step at this size")
             if ended:
                 return
 

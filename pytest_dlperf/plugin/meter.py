@@ -36,7 +36,7 @@ from . import ab, phases
 from . import baseline as baselines
 from . import sweep as sweeps
 from .case import Case, Prepared, prepare
-from .flops import Utilization, flops_key, flops_per_sample, utilization
+from .flops import Utilization, flops_key, flops_per_sample, session_gemm, utilization
 from .history import Judged
 from .launches import Launches, MachineBusy, OutOfMemoryAtTheEdge
 from .outcome import (
@@ -199,7 +199,8 @@ class ThroughputMeter:
             try:
                 result, env = launches.measure(spec, [policy.windows_per_launch] * first,
                                                at_the_edge=search is not None or swept,
-                                               planned=policy.launches)
+                                               planned=policy.launches,
+                                               missed=search.missed if search else None)
                 return Measured(result, env, replace(spec, count_flops=False), sized,
                                 launched_at)
             except OutOfMemoryAtTheEdge as edge:
@@ -378,8 +379,11 @@ class ThroughputMeter:
         gpus = self.state.hardware.gpus
         device = gpus[0] if self.cluster.device_type == "cuda" and gpus else None
         per_device = result.median / self.cluster.world_size
+        threads = measured.environment.get("threads") or self.cluster.topology.threads_per_worker
         return utilization(flops, per_device, self.amp.dtype, measured.environment, device,
-                           self.state.settings.peak_flops)
+                           self.state.settings.peak_flops, device_type=self.cluster.device_type,
+                           threads=int(threads),
+                           gemm=lambda: session_gemm(self.state))
 
 
 def at_value(sized: CaseWorkload, size: str, value: int) -> CaseWorkload:

@@ -15,6 +15,7 @@ import pytest
 
 from .. import frameworks
 from ..core import allocator as allocator_mod
+from ..core import batchsearch
 from ..core import protocol as protocol_mod
 from ..core.units import parse_flops, parse_size
 from ..core.workload import COMPILERS
@@ -147,6 +148,12 @@ OPTIONS: tuple[Option, ...] = (
            "found), then measured, the fingerprint saying max (docs/sweeps.md). One size may be "
            "max at a time; batch_size=... is --dlperf-batch-size. Default: each workload's.",
            _optional(parse_sizes), metavar="NAME=COUNT|max", repeatable=True),
+    Option("search_budget", "seconds the probes of a --dlperf-batch-size max or "
+           "--dlperf-size NAME=max search may take: once a value has fitted and the probes "
+           "have taken this long, the search stops with the largest value that fitted and "
+           "says so (the smallest that did not, if any). Default: "
+           f"{batchsearch.DEFAULT_BUDGET_S:g}.", _positive_float, batchsearch.DEFAULT_BUDGET_S,
+           metavar="SECONDS"),
     Option("memory_limit", "memory each rank may use, enforced by the OS on its processes: a "
            "memory cgroup of its own (v2, else v1), else an address-space limit. A rank that "
            "goes over fails as out of memory; with --dlperf-batch-size max it bounds the "
@@ -180,9 +187,12 @@ OPTIONS: tuple[Option, ...] = (
            "docs/resources.md. Default: glibc.",
            allocator_mod.parse, allocator_mod.Allocator(), metavar="NAME"),
     Option("peak_flops", "the device's dense peak FLOP/s for the precision the cases compute "
-           "in (989.4T), for MFU on a device the built-in table lacks (every CPU, a GPU newer "
-           "than this release); it replaces the table's figure. Default: the table's, by NVML "
-           "device name.", _optional(parse_flops), metavar="FLOPS"),
+           "in (989.4T), for MFU on a GPU the built-in table lacks (one newer than this "
+           "release); it replaces the table's figure. On a CPU, one core's peak: a rank's is it "
+           "times the threads the rank computes with (a 1n1d rank on two cores has twice a "
+           "1n2d rank's). Default: the table's, by NVML device name; on a CPU, a dense GEMM's "
+           "rate on one core measured once per machine (kept in pytest's cache) and said as "
+           "measured, not as the hardware's peak.", _optional(parse_flops), metavar="FLOPS"),
     Option("launches", "separate launches per case (each a fresh start of the case's "
            "processes and its own warm-up); the windows (--dlperf-repeats) are split over them, "
            "and the verdict compares launch medians, so a run samples the between-run spread "
@@ -216,7 +226,8 @@ OPTIONS: tuple[Option, ...] = (
            "comma-separated: fp32, amp. Default: both; where a CPU has no bf16 instructions "
            "(avx512_bf16, amx_bf16) the AMP cases skip saying so, since they would time the "
            "emulation (BERT-base's bf16 step ran ~20x slower than its fp32 step on such a CPU); "
-           "naming amp here runs them anyway.",
+           "and on a CPU the scaling ladder's (multinode tests') AMP cases skip, opt-in "
+           "(minutes a case). Naming amp here runs them anyway.",
            _optional(_subset("fp32", "amp")), metavar="LIST"),
     Option("compilers", "the compiler axis of tests that take the `compiler` fixture, "
            "comma-separated: eager, compiled ("
@@ -231,7 +242,8 @@ OPTIONS: tuple[Option, ...] = (
            "optional degree, a term without one taking the ranks the others leave: dp, fsdp, "
            "tp, pp, fsdp2xtp2, pp2-gpipe-mb8 (docs/layouts.md). Overrides the test's "
            "@pytest.mark.layouts(...). A layout runs on the topologies whose ranks its "
-           "degrees divide. Default: the marker's, else dp.",
+           "degrees divide. Default: the marker's, else dp; on a CPU the scaling ladder "
+           "(multinode tests) runs dp alone, its other layouts opt-in by naming them here.",
            _optional(parse_layouts), metavar="LIST"),
     Option("sweep", "run every test that takes the `sweep` fixture at each rung of a size of "
            "its workload, a case per rung (ids such as test_wide_deep[1n1d-fp32-vocab200k]), "

@@ -25,6 +25,7 @@ class Settings:
     batch_size: int | str | None  # None: each workload's own; "max": searched for
     size: dict[str, int | str] | None  # size -> a count or "max"; None: each workload's
     memory_limit: int | None  # bytes per rank
+    search_budget: float  # seconds a max search's probes may take once a value fitted
     tolerance: float
     memory_tolerance: float
     straggler_threshold: float

@@ -1,6 +1,7 @@
 """What runs inside a training rank: the worker process (``worker``: ``python -m
 pytest_dlperf.rank.worker SPEC.json OUT_DIR``), the timing of its windows (``timing``), its
-memory (``memory``), its progress events (``progress``), FLOP counting (``flops``), the
+memory (``memory``), its progress events (``progress``), FLOP counting (``flops``), a core's dense GEMM rate
+(``gemm``, MFU's peak on a CPU where none is given), the
 diagnostic steps cut into phases after the windows (``phases``) and duet A/B's barrier before
 each window (``barrier``).
 

@@ -104,17 +104,77 @@ def busy_rows(unjudged: list[dict[str, Any]]) -> list[list[str]]:
 
 
 def mfu_notes(benchmarks: list[dict[str, Any]]) -> list[str]:
-    """Why cases have no MFU, a line per reason naming its cases (three, then a count)."""
+    """Why cases have no MFU, a line per reason naming its cases (three, then a count); and
+    what a CPU case's MFU was taken against (a core's peak x the rank's threads), a line per
+    peak."""
     by_reason: dict[str, list[str]] = {}
+    by_peak: dict[str, list[str]] = {}
     for bench in benchmarks:
         info = bench["extra_info"]
         if info.get("mfu_missing"):
             by_reason.setdefault(info["mfu_missing"], []).append(info["case"])
+        peak = info.get("mfu_peak") or {}
+        if info.get("mfu") is not None and peak.get("per_core_flops_per_s"):
+            how = (f"{peak['per_core_flops_per_s'] / 1e9:,.1f} GFLOP/s a core at "
+                   f"{peak['precision']} x {peak['cores']} thread(s) a rank, "
+                   + (f"a dense GEMM measured here ({peak['measured']}; not the hardware's "
+                      "peak)" if peak.get("measured") else "--dlperf-peak-flops's"))
+            by_peak.setdefault(how, []).append(info["case"])
     lines = []
     for why, cases in by_reason.items():
-        named = ", ".join(cases[:3]) + (f" and {len(cases) - 3} more" if len(cases) > 3 else "")
-        lines.append(f"pytest-dlperf: no MFU for {named}: {why}")
+        lines.append(f"pytest-dlperf: no MFU for {_named(cases)}: {why}")
+    for how, cases in by_peak.items():
+        lines.append(f"pytest-dlperf: MFU of {_named(cases)} against {how}")
     return lines
+
+
+def search_notes(benchmarks: list[dict[str, Any]]) -> list[str]:
+    """Under the table, what each ``max`` search found: the value (a size's is in no column),
+    its probes and their time, where the budget cut it short, and a measurement that ran out
+    of memory at the value found (stepped down, or a launch run again)."""
+    lines = []
+    for bench in benchmarks:
+        info = bench["extra_info"]
+        for key in ("batch_search", "size_search"):
+            found = info.get(key)
+            if not found:
+                continue
+            size = found.get("size", "batch_size")
+            name = "batch" if size == "batch_size" else size
+            flag = ("--dlperf-batch-size max" if size == "batch_size"
+                    else f"--dlperf-size {size}=max")
+            probes = [p for p in found.get("probes", []) if p.get("stage") == "probe"]
+            key_of = "batch" if size == "batch_size" else "value"
+            text = (f"pytest-dlperf: {info['case']}: {flag} found {name} {found['found']:,} "
+                    f"in {len(probes)} probe(s), {found.get('seconds', 0):.0f} s"
+                    + (" (from an earlier run's value)" if found.get("seeded") else ""))
+            if found.get("capped"):
+                text += "; every probe fitted up to the search's cap"
+            if found.get("budget_spent"):
+                unsettled = found.get("unsettled")
+                text += (f"; the search's budget ({found['budget_s']:g} s, "
+                         f"--dlperf-search-budget) ran out: the largest that fitted"
+                         + (f", {unsettled:,} did not" if unsettled else ""))
+            stepped = [p[key_of] for p in found.get("probes", [])
+                       if p.get("stage") == "measurement"]
+            rerun = [p for p in found.get("probes", []) if p.get("stage") == "measurement, rerun"]
+            if stepped:
+                text += (f"; measured at {found['found']:,} after running out of memory at "
+                         f"{', '.join(f'{v:,}' for v in stepped)}")
+            if rerun:
+                text += (f"; {len(rerun)} launch(es) ran out of memory there and ran again, "
+                         "the launches that fitted kept")
+            lines.append(text)
+    return lines
+
+
+def table_notes(benchmarks: list[dict[str, Any]]) -> list[str]:
+    """The lines under the throughput table: MFU's, then the searches'."""
+    return [*mfu_notes(benchmarks), *search_notes(benchmarks)]
+
+
+def _named(cases: list[str]) -> str:
+    return ", ".join(cases[:3]) + (f" and {len(cases) - 3} more" if len(cases) > 3 else "")
 
 
 def frameworks_side_by_side(benchmarks: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -267,4 +327,12 @@ def ab_code_lines(benchmarks: list[dict[str, Any]]) -> list[str]:
         same = {line for side in ("base", "head") for line in (code.get(side) or {}).get(
             "same", [])}
         lines += [f"the same on both sides: {line}" for line in sorted(same)]
+        threads = (bench["extra_info"].get("ab") or {}).get("threads") or {}
+        if threads.get("per_rank") and threads["per_rank"] != threads.get("asked"):
+            how = (f"in duet each side had {threads['cores_a_side']} core(s)"
+                   if threads.get("cores_a_side") else "the host was busy when it began")
+            lines.append(
+                f"threads: {how}, so both ran {threads['per_rank']} thread(s) a rank, not the "
+                f"{threads['asked']} a case run alone takes: the A/B figures compare head with "
+                f"base, not with the baselines' or another run's table")
     return list(dict.fromkeys(lines))

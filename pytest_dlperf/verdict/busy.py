@@ -56,8 +56,12 @@ def message(case: str, seen: Interference, label: str, retries: int, threshold: 
             "the baseline never shared this interference, so the case is not judged")
     return (f"pytest-dlperf: MACHINE BUSY, {case} not judged: {describe(seen)}, during "
             f"{label} (above --dlperf-busy-threshold {threshold:.0%}); {_times(retries)}; "
-            f"{then}. Run it again on a quieter machine, or compare head against base "
-            "side by side (--dlperf-ab), where both sides share the machine")
+            f"{then}. Run it again on a quieter machine; or compare head against base "
+            "side by side (--dlperf-ab), where both sides share the machine; or, beside a job "
+            "you cannot stop, give the ranks fewer cores than it leaves (taskset -c 0 pytest "
+            "...: a rank computes with as many threads as the cores pytest may use, and ranks "
+            "whose threads wait on another job's run many times slower; fewer threads are a "
+            "case of their own, with a baseline of their own)")
 
 
 def summary_line(count: int) -> str:

@@ -31,25 +31,41 @@ _DTYPE_PRECISION = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 
 
 OVERRIDE = "--dlperf-peak-flops"
+# A CPU's peak where none is given: a dense GEMM's rate measured on it (``rank.gemm``).
+MEASURED = "measured GEMM"
 
 
 @dataclass(frozen=True)
 class Peak:
-    device: str  # the device name it was found for, or "--dlperf-peak-flops"
+    device: str  # the device name it was found for, "--dlperf-peak-flops" or MEASURED
     precision: str  # "bf16" | "fp16" | "tf32" | "fp32"
-    flops_per_s: float
+    flops_per_s: float  # a device's (a CPU rank's: per_core x cores)
+    # On a CPU the peak belongs to a core: a rank's is a core's times the threads it computes
+    # with (a 1n1d rank on two cores has twice a 1n2d rank's).
+    per_core: float | None = None
+    cores: int | None = None
+    measured: str | None = None  # MEASURED's: how (the library, the matrices, the date)
 
     @property
     def source(self) -> str:
         """Where the figure came from, in words a user can act on."""
+        per_rank = (f" ({self.per_core:.4g} FLOP/s a core x {self.cores} thread(s) a rank)"
+                    if self.per_core is not None else "")
         if self.device == OVERRIDE:
-            return OVERRIDE
+            return OVERRIDE + per_rank
+        if self.device == MEASURED:
+            return (f"a dense GEMM measured on this CPU ({self.measured}){per_rank}, a rate "
+                    f"of its math library, not the hardware's peak")
         return (f"pytest-dlperf's table of dense peaks (pytest_dlperf.verdict.mfu.PEAK_FLOPS) "
                 f"for {self.device!r}")
 
     def to_json(self) -> dict[str, Any]:
+        extra = ({} if self.per_core is None else
+                 {"per_core_flops_per_s": self.per_core, "cores": self.cores,
+                  "measured": self.measured})
         return {"device": self.device, "precision": self.precision,
-                "flops_per_s": self.flops_per_s}
+                "flops_per_s": self.flops_per_s, **extra}
+
 
 
 def math_precision(amp_dtype: str, environment: dict[str, Any]) -> str:
@@ -76,6 +92,23 @@ def peak_for(device_name: str | None, precision: str,
             value = peaks.get(precision)
             return Peak(device_name, precision, value) if value is not None else None
     return None
+
+
+def cpu_peak(precision: str, threads: int, override: float | None,
+             measured: dict[str, Any] | None) -> Peak | None:
+    """A CPU rank's peak at ``precision``: ``override`` (``--dlperf-peak-flops``, a core's on a
+    CPU) or the measured GEMM rate of a core (``measured``: ``rank.gemm``'s), times the
+    ``threads`` the rank computes with. None: neither (the measurement lacks the precision)."""
+    threads = max(1, threads)
+    if override is not None:
+        return Peak(OVERRIDE, precision, override * threads, override, threads)
+    rate = (measured or {}).get(precision)
+    if not rate:
+        return None
+    assert measured is not None
+    how = (f"{measured.get('library')}, {measured.get('n')}x{measured.get('n')} matrices, "
+           f"one thread, {measured.get('date', 'this session')}")
+    return Peak(MEASURED, precision, float(rate) * threads, float(rate), threads, how)
 
 
 @dataclass(frozen=True)
@@ -111,7 +144,7 @@ def model_flops_utilization(achieved_flops_per_s: float, peak: Peak, flops: Flop
     """Achieved FLOP/s per device over the peak; an ``ImpossibleMFU`` naming the peak, its
     source and precision where that is above 1 (torchtitan users were shown 152% and 563%)."""
     mfu = achieved_flops_per_s / peak.flops_per_s
-    if mfu <= 1.0:
+    if mfu <= 1.0 or peak.device == MEASURED:  # a measured rate is no ceiling: shown as it is
         return mfu
     unit = flops.unit
     per = unit[:-1] if unit.endswith("s") else unit
