@@ -107,14 +107,21 @@ class WideTrainer(Eager):
     def __init__(self, spec, dist, recipe):
         parts = recipe(spec.context(dist.rank, dist.world_size, dist.local_rank, "cpu"))
         self.weight, self.inputs, self.dist = parts.model, parts.inputs, dist
-        self.grow_after = int(os.environ.get("GROW_AFTER", "0"))
+        self.grow_after, self.grow_by = int(os.environ.get("GROW_AFTER", "0")), 1
+        once = os.environ.get("GROW_ONCE")  # FILE:N: the Nth trainer built grows (one launch)
+        if once:
+            path, nth = once.rsplit(":", 1)
+            built = int(open(path).read() or 0) + 1 if os.path.exists(path) else 1
+            open(path, "w").write(str(built))
+            if built == int(nth):  # beyond the diagnostic step's two more (PHASE_EXTRA)
+                self.grow_after, self.grow_by = 3, 3
         self.calls, self._loss = 0, float("nan")
 
     def step(self, extra=0):
         self.calls += extra == 0  # training steps: GROW_AFTER counts these
         x = self.inputs
         if self.calls > self.grow_after > 0:
-            x = np.concatenate([x, x[:1]])
+            x = np.concatenate([x, x[:self.grow_by]])
         if extra:
             x = np.concatenate([x] + [x[:1]] * extra)
         if os.environ.get("SHARED_BATCH"):  # a rank holds its share of the batch's memory
@@ -287,6 +294,31 @@ def test_batch_size_max_finds_the_largest_batch_under_a_memory_limit(
     assert searched["found"] == second["batch_size"] == found - 1
     again.stdout.fnmatch_lines([f"*test_wide*max={found - 1}*"])
     monkeypatch.delenv("GROW_AFTER")
+
+    # Issue 74: a measurement's later launch out of memory at the found batch, where the
+    # earlier one fitted, ran every launch again one batch down (InsightFace: 19.5 minutes).
+    # Now it runs again at the same batch, the launches that fitted kept. Trainers built: the
+    # probes at found and found + 1, launch 1, launch 2 (grows once: out of memory), launch 2
+    # again, launch 3.
+    monkeypatch.setenv("GROW_ONCE", f"{pytester.path / 'built.txt'}:4")
+    kept = pytester.runpytest_subprocess(
+        *SHORT, "--devices-per-node", "1", "--dlperf-memory-limit", "1G", "--dlperf-steps", "2",
+        "--dlperf-launches", "3", "--dlperf-repeats", "3", "--dlperf-max-repeats", "3",
+        "--dlperf-tolerance", "0.5",  # what is checked is the launches, not the speed
+        "-k", "test_wide and not plus", "--dlperf-batch-size", "max", "--dlperf-json",
+        "3.json", timeout=600)
+    kept.assert_outcomes(passed=1)
+    third = benches(pytester.path / "3.json")["test_wide"]
+    assert [(p["batch"], p["fits"], p["stage"]) for p in third["batch_search"]["probes"]] == [
+        (found, True, "probe"), (found + 1, False, "probe"),
+        (found, False, "measurement, rerun")]
+    assert third["batch_size"] == found and len(third["samples_per_s_launches"]) == 3
+    assert (pytester.path / "built.txt").read_text() == "6"  # no launch beyond the rerun
+    kept.stdout.fnmatch_lines([f"pytest-dlperf: *test_wide: --dlperf-batch-size max found "
+                               f"batch {found} in 2 probe(s), * (from an earlier run's value); "
+                               "1 launch(es) ran out of memory there and ran again, the "
+                               "launches that fitted kept"])
+    monkeypatch.delenv("GROW_ONCE")
 
     # Checked apart from the search: the found batch trains, one more runs out of memory
     # (and is reported as such, with the batch).
