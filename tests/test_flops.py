@@ -4,6 +4,7 @@ device), against figures worked out by hand; and the peak table's lookup by NVML
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -152,29 +153,21 @@ def test_without_a_peak_a_cpu_case_takes_a_measured_gemm_rate_and_says_so() -> N
         "2026-12-06; not the hardware's peak)"]
 
 
-class _Cache:
-    """pytest's cache as the plugin uses it: get and set of JSON values."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, object] = {}
-
-    def get(self, key: str, default: object) -> object:
-        return self.values.get(key, default)
-
-    def set(self, key: str, value: object) -> None:
-        self.values[key] = value
-
-
-def test_the_gemm_rate_is_measured_once_per_machine_and_cpu() -> None:
-    cache = _Cache()
-    first = pytest_flops.measured_gemm(cache, "m1", "Some CPU")
+def test_the_gemm_rate_is_measured_once_per_machine_and_cpu(tmp_path: Path) -> None:
+    kept = tmp_path / "cache" / "cpu-gemm.json"
+    first = pytest_flops.measured_gemm(kept, "m1", "Some CPU")
     assert first is not None and first["fp32"] > 1e8 and first["bf16"] > 0
     assert first["library"].startswith("torch ") and first["n"] == 1024
-    kept = cache.values[pytest_flops.GEMM_CACHE_KEY]
-    assert list(kept) == ["m1|Some CPU"]
+    assert list(json.loads(kept.read_text())) == ["m1|Some CPU"]
     # kept: asked again, the same figures without measuring (a measurement never repeats one)
-    assert pytest_flops.measured_gemm(cache, "m1", "Some CPU") == first
+    assert pytest_flops.measured_gemm(kept, "m1", "Some CPU") == first
     # another machine, or another CPU under the machine's name, is measured for itself
-    other = pytest_flops.measured_gemm(cache, "m1", "Another CPU")
-    assert other is not None and sorted(cache.values[pytest_flops.GEMM_CACHE_KEY]) == [
+    other = pytest_flops.measured_gemm(kept, "m1", "Another CPU")
+    assert other is not None and sorted(json.loads(kept.read_text())) == [
         "m1|Another CPU", "m1|Some CPU"]
+    # an unreadable file is measured again and written anew
+    kept.write_text("{not json")
+    assert pytest_flops.measured_gemm(kept, "m1", "Some CPU") is not None
+    assert list(json.loads(kept.read_text())) == ["m1|Some CPU"]
+    # where it lives: the user's cache folder, shared by every session on the machine
+    assert pytest_flops.gemm_cache().parts[-2:] == ("pytest-dlperf", "cpu-gemm.json")

@@ -107,8 +107,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[STATE] = SessionState(
         settings, store, config.rootpath,
         commit_info=lambda: config.hook.pytest_dlperf_commit_info(config=config),
-        launchers=LauncherHooks.of(config, settings_mod.source_of(config, "launcher")),
-        cache=getattr(config, "cache", None))
+        launchers=LauncherHooks.of(config, settings_mod.source_of(config, "launcher")))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

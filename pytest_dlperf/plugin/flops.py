@@ -169,22 +169,31 @@ def utilization(flops: FlopsCount, per_device_rate: float, amp_dtype: str,
     return Utilization(achieved, peak, mfu)
 
 
-# pytest's cache key of the measured GEMM rates (``.pytest_cache``): one entry per machine and
-# CPU, measured once there.
-GEMM_CACHE_KEY = "pytest-dlperf/cpu-gemm"
+def gemm_cache() -> Path:
+    """Where a machine's measured GEMM rates are kept: the user's cache folder
+    (``$XDG_CACHE_HOME``, else ``~/.cache``), so every project and session on the machine
+    shares one measurement (``-p no:cacheprovider`` too)."""
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root) / "pytest-dlperf" / "cpu-gemm.json"
 
 
-def measured_gemm(cache: Any, machine: str, cpu_model: str,
+def measured_gemm(path: Path | None, machine: str, cpu_model: str,
                   timeout_s: float = 120.0) -> dict[str, Any] | None:
-    """A core's dense GEMM rates on this machine (``rank.gemm``), from pytest's ``cache``
-    (None: ``-p no:cacheprovider``, measured each session) where this machine and CPU measured
-    them before, else measured now in a subprocess of pytest's interpreter and kept there.
-    None where the measurement failed."""
+    """A core's dense GEMM rates on this machine (``rank.gemm``), from ``path`` (None: kept
+    nowhere) where this machine and CPU measured them before, else measured now in a
+    subprocess of pytest's interpreter and kept there. None where the measurement failed."""
     import datetime
 
+    from ..core.jsonio import write_json_atomic
+
     key = f"{machine}|{cpu_model}"
-    kept = cache.get(GEMM_CACHE_KEY, {}) if cache is not None else {}
-    if isinstance(kept, dict) and isinstance(kept.get(key), dict):
+    try:
+        kept = json.loads(path.read_text()) if path is not None and path.exists() else {}
+    except (OSError, ValueError):
+        kept = {}  # unreadable: measured again and written anew
+    if not isinstance(kept, dict):
+        kept = {}
+    if isinstance(kept.get(key), dict):
         return dict(kept[key])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "OPENBLAS_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
@@ -198,8 +207,11 @@ def measured_gemm(cache: Any, machine: str, cpu_model: str,
     except (subprocess.TimeoutExpired, ValueError, IndexError):
         return None
     rates["date"] = datetime.date.today().isoformat()
-    if cache is not None:
-        cache.set(GEMM_CACHE_KEY, {**(kept if isinstance(kept, dict) else {}), key: rates})
+    if path is not None:
+        try:
+            write_json_atomic(path, {**kept, key: rates})
+        except OSError:
+            pass  # a read-only home: measured again next session
     return dict(rates)
 
 
@@ -208,6 +220,6 @@ def session_gemm(state: Any) -> dict[str, Any] | None:
     session's ``SessionState``, whose ``gemm`` keeps them)."""
     kept: list[dict[str, Any] | None] = state.gemm
     if not kept:
-        kept.append(measured_gemm(state.cache, state.settings.machine,
+        kept.append(measured_gemm(gemm_cache(), state.settings.machine,
                                   state.hardware.cpu_model))
     return kept[0]

@@ -106,8 +106,6 @@ class SessionState:
     # Each sweep's rungs as they ran, by the test's id without its rung (plugin.sweep).
     sweeps: dict[str, SweepRecord] = field(default_factory=dict)
     sizes_used: set[str] = field(default_factory=set)  # --dlperf-size's, by a case's workload
-    # pytest's cache (None under -p no:cacheprovider): where a CPU's measured GEMM rate is kept.
-    cache: Any = None
     gemm: list[dict[str, Any] | None] = field(default_factory=list)  # measured, once
     _commit: dict[str, Any] | None = None
     _started: SessionSetup | None = None
