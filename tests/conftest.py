@@ -337,3 +337,17 @@ def nothing_of_the_nodes_network_left() -> Iterator[None]:
         time.sleep(1)  # a fabric being made names its parts in its record just after
         new = left()
     assert not any(new.values()), f"left on this machine by the test suite: {new}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_cache_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One user cache folder for every session the suite starts (pytester gives each test a HOME
+    of its own, and its ~/.cache with it): a CPU's dense GEMM rate (MFU's peak, plugin/flops.py)
+    is measured once a worker, not once a test, and no test's folder gains a cache file."""
+    before = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+    yield
+    if before is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = before

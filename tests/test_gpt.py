@@ -221,7 +221,9 @@ def test_the_small_gpt_trains_on_the_cpu_in_tokens_per_second(pytester: pytest.P
         "benchmarks"])
     assert info["flops_source"] == "workload"
     assert info["flops_per_sample"] == 64 * 5_546_496
-    assert info["mfu"] is None  # a CPU: no peak
+    # a CPU: against a core's measured GEMM rate times the rank's threads (issue 74)
+    assert info["mfu"] > 0 and info["mfu_peak"]["device"] == "measured GEMM"
+    assert info["mfu_peak"]["cores"] == info["environment"]["threads"]
 
 
 @pytest.mark.usefixtures("subprocess_env")
@@ -232,5 +234,6 @@ def test_an_mfu_above_100_percent_fails_the_case_naming_the_peak(
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*pytest-dlperf: MFU *% is above 100%: * FLOP/s per device achieved (5.546e+06 FLOP "
-        "per token (workload) x * tokens/s per device) against a peak of 1e+06 FLOP/s at fp32 "
-        "from --dlperf-peak-flops.*give the device's dense fp32 peak with --dlperf-peak-flops*"])
+        "per token (workload) x * tokens/s per device) against a peak of * FLOP/s at fp32 "
+        "from --dlperf-peak-flops (1e+06 FLOP/s a core x * thread(s) a rank).*give a core's "
+        "dense fp32 peak with --dlperf-peak-flops*"])

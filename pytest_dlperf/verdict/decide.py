@@ -16,6 +16,7 @@ from . import phases, position, superlinear, unstable
 from .changepoints import Step
 from .drift import Drift
 from .levels import compare_runs
+from .mfu import MEASURED
 from .record import CaseReport, efficiencies
 from .stats import (
     IMPROVEMENT,
@@ -235,7 +236,8 @@ def without_baseline(report: CaseReport, policy: Policy) -> Decision:
     elif refused:
         decision.failure = unrecorded_message(report, policy.unstable_cv)
     elif policy.min_mfu is not None:
-        if report.mfu is None:
+        # a measured GEMM rate is no hardware peak: a floor is held against a stated one only
+        if report.mfu is None or (report.peak is not None and report.peak.device == MEASURED):
             decision.warnings.append(min_mfu_unknown(report, policy.min_mfu))
         elif report.mfu < policy.min_mfu:
             decision.failure = min_mfu_message(report, policy.min_mfu)
@@ -362,8 +364,11 @@ def min_mfu_unknown(report: CaseReport, minimum: float) -> str:
     if report.flops is None or report.flops.per_sample is None:
         why = (f"its FLOPs per sample are unknown ({report.flops.problem})"
                if report.flops is not None else "its FLOPs per sample are unknown")
+    elif report.peak is not None and report.peak.device == MEASURED:
+        why = ("this CPU's MFU is taken against a dense GEMM measured on it, not the hardware's "
+               "peak; give a core's peak FLOP/s with --dlperf-peak-flops to hold a floor")
     else:
-        why = ("this device's peak FLOP/s is unknown (CPUs and GPUs outside the built-in table); "
+        why = ("this device's peak FLOP/s is unknown (GPUs outside the built-in table); "
                "give it with --dlperf-peak-flops")
     return (f"pytest-dlperf: {report.case}: min_mfu {minimum:.1%} (@pytest.mark.dlperf) is not "
             f"checked: {why}")

@@ -155,4 +155,5 @@ def model_flops_utilization(achieved_flops_per_s: float, peak: Peak, flops: Flop
         f"{peak.precision} from {peak.source}. No device computes above its dense peak, so "
         f"the peak is wrong for this device and precision (a sparsity figure, another card's, "
         f"the TF32 figure for {peak.precision} math?) or the workload's FLOPs per sample are: "
-        f"give the device's dense {peak.precision} peak with {OVERRIDE}")
+        f"give {'a core' if peak.per_core is not None else 'the device'}'s dense "
+        f"{peak.precision} peak with {OVERRIDE}")
