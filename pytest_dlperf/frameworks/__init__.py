@@ -71,6 +71,26 @@ class Trainer(Protocol):
     def close(self) -> None:
         """Tear the process group down."""
 
+    # -- optional: ``_step.OnRuntime`` (every built-in trainer's base) and, for a user's own
+    # adapter's trainer, ``_contract.UserTrainer`` answer each with "none"
+
+    @property
+    def local_step(self) -> Callable[[], None] | None:
+        """The straggler check's step: forward and backward on this rank alone, no collective
+        and no update (None: the trainer has none, or not under this layout)."""
+
+    def local_synchronize(self) -> None:
+        """Wait for ``local_step``'s work (default: ``synchronize``)."""
+
+    def phase_plan(self) -> PhasePlan | None:
+        """The step cut into phases for the diagnostic steps (None: it cannot be cut)."""
+
+    def reset_peak_memory(self) -> None:
+        """Start the device's peak-memory counters afresh (CUDA; default: nothing to reset)."""
+
+    def peak_memory(self) -> dict[str, int]:
+        """The device's peak-memory counters since the reset (default: none)."""
+
 
 @dataclass
 class PhasePlan:

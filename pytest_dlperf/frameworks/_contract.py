@@ -8,7 +8,8 @@ docs/adding-a-framework.md (``amp_unavailable``, ``compile_unavailable``, ``eage
 layout kinds it runs are the strategies it registers (``core/strategies.py``), not a member.
 
 A user's own adapter may define only ``DISTRIBUTION`` and ``build_trainer``; ``UserAdapter``
-supplies the rest as "nothing refused", and turns the module's ``layout_unavailable(kinds,
+supplies the rest as "nothing refused", its trainers' optional members as "none"
+(``UserTrainer``: every ``Trainer`` member the rank calls, none probed there), and turns the module's ``layout_unavailable(kinds,
 device_type)`` or ``layout_unavailable(kinds, device_type, compiled)`` function, written before
 strategies existed, into a checked strategy for each kind beyond data parallelism. This shim is
 the only place that asks a module what it defines.
@@ -71,7 +72,10 @@ class UserAdapter:
         self.RECIPE_FOR: str | None = getattr(module, "RECIPE_FOR", None)
         self.INSTALL_HINT: str | None = getattr(module, "INSTALL_HINT", None)
         self.COMPILER: str = str(getattr(module, "COMPILER", "its compiler"))
-        self.build_trainer = module.build_trainer
+
+    def build_trainer(self, spec: RankSpec, dist: DistEnv,
+                      recipe: Callable[[BuildContext], Parts] | None, /) -> Trainer:
+        return UserTrainer(self.module.build_trainer(spec, dist, recipe))
 
     def _asks(self, mode: str, device_type: str) -> str | None:
         check = getattr(self.module, f"{mode}_unavailable", None)
@@ -85,6 +89,39 @@ class UserAdapter:
 
     def eager_unavailable(self, device_type: str, /) -> str | None:
         return self._asks("eager", device_type)
+
+
+class UserTrainer:
+    """A user's adapter's trainer as a whole ``Trainer``: its own members, and "none" for the
+    optional ones it leaves out (a trainer written before they existed, or without a base of
+    the plugin's). Asked once, here; the rank then calls every member directly."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self.step, self.synchronize = trainer.step, trainer.synchronize
+        self.loss, self.environment, self.close = trainer.loss, trainer.environment, trainer.close
+        self._local_synchronize = getattr(trainer, "local_synchronize", trainer.synchronize)
+        self._phase_plan = getattr(trainer, "phase_plan", None)
+        self._reset = getattr(trainer, "reset_peak_memory", None)
+        self._peak = getattr(trainer, "peak_memory", None)
+
+    @property
+    def local_step(self) -> Callable[[], None] | None:
+        step: Callable[[], None] | None = getattr(self.trainer, "local_step", None)
+        return step
+
+    def local_synchronize(self) -> None:
+        self._local_synchronize()
+
+    def phase_plan(self) -> Any:
+        return self._phase_plan() if self._phase_plan is not None else None
+
+    def reset_peak_memory(self) -> None:
+        if self._reset is not None:
+            self._reset()
+
+    def peak_memory(self) -> dict[str, int]:
+        return dict(self._peak()) if self._peak is not None else {}
 
 
 def adapter(module: ModuleType, name: str) -> AdapterModule:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import step_phases
+from . import PhasePlan, step_phases
 
 
 class OnRuntime:
@@ -38,6 +38,27 @@ class OnRuntime:
     @property
     def threads(self) -> int:
         return int(self.runtime.threads)
+
+    # -- the ``Trainer`` protocol's optional members, answered "none" -----------------------
+
+    def synchronize(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def local_step(self) -> Callable[[], None] | None:
+        return None
+
+    def local_synchronize(self) -> None:
+        self.synchronize()
+
+    def phase_plan(self) -> PhasePlan | None:
+        return None
+
+    def reset_peak_memory(self) -> None:
+        return None
+
+    def peak_memory(self) -> dict[str, int]:
+        return {}
 
 
 class EagerStep(OnRuntime):

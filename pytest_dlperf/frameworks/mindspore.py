@@ -213,7 +213,11 @@ class MindSporeTrainer(OnRuntime):
     def phase_plan(self) -> PhasePlan:  # the step in phases: _mindspore_phases
         return phases.plan(self)
 
-    def local_step(self) -> None:
+    @property
+    def local_step(self) -> Callable[[], None] | None:
+        return self._local_step
+
+    def _local_step(self) -> None:
         """Forward and backward of this rank alone, no all-reduce and no update: the
         straggler check's measure of the rank's own speed (eager, also in a compiled case)."""
         inputs, targets = self._next_batch()

@@ -208,7 +208,11 @@ class MXNetTrainer(EagerStep):
     def phase_plan(self) -> PhasePlan:  # the step in phases: _mxnet_phases
         return phases.plan(self)
 
-    def local_step(self) -> None:
+    @property
+    def local_step(self) -> Callable[[], None] | None:
+        return self._local_step
+
+    def _local_step(self) -> None:
         """Forward and backward of this rank alone, no all-reduce and no update: the
         straggler check's measure of the rank's own speed."""
         self._backward(self._forward(*self._next_batch()))

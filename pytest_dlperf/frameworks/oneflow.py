@@ -213,7 +213,11 @@ class OneFlowTrainer(OnRuntime):
         """On this rank's device, local (a callable is placed as it is called)."""
         return map_batch(value, lambda v: v if callable(v) or v is None else v.to(self.device))
 
-    def local_step(self) -> None:
+    @property
+    def local_step(self) -> Callable[[], None] | None:
+        return self._local_step
+
+    def _local_step(self) -> None:
         """Forward and backward of this rank alone, for the straggler check (docs/resources.md
         "Stragglers"). OneFlow's DDP all-reduces in hooks on every backward and a graph's
         parameters are global, so this runs a plain local copy of the model, built from the

@@ -161,7 +161,11 @@ class PaddleTrainer(EagerStep):
         """The step in phases (``_paddle_phases``)."""
         return phases.plan(self)
 
-    def local_step(self) -> None:
+    @property
+    def local_step(self) -> Callable[[], None] | None:
+        return self._local_step
+
+    def _local_step(self) -> None:
         """Forward and backward on this rank alone, no all-reduce (DataParallel's ``no_sync``)
         and no update: the straggler check's measure of the rank's own speed."""
         no_sync = getattr(self.model, "no_sync", None)

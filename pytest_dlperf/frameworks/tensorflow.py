@@ -175,7 +175,11 @@ class TensorFlowTrainer(OnRuntime):
         with tf.control_dependencies([g for g in grads if g is not None]):
             return tf.identity(loss)
 
-    def local_step(self) -> None:
+    @property
+    def local_step(self) -> Callable[[], None] | None:
+        return self._local_step
+
+    def _local_step(self) -> None:
         """The straggler check's measure of this rank's own speed (docs/resources.md "Stragglers")."""
         self._local_loss = self.strategy.run(self._local)
 

@@ -54,7 +54,6 @@ class Launcher:
 
     name = "?"
     all_nodes_here = False  # every node's workers share this host's cores and devices
-    allocation: Any = None  # a Slurm allocation, where there is one
     link: Any = None  # local nodes' link (core.link.Link), where the launcher shapes one
     # Whether a case can be launched again for extra repeats when its verdict is inconclusive.
     can_add_repeats = True
@@ -105,6 +104,12 @@ class Launcher:
     def why_not_shape(self, nodes: int, devices_per_node: int, device_type: str) -> str | None:
         """Why the cluster cannot hold ``nodes`` x ``devices_per_node`` (None: it can, or the
         launcher cannot tell); asked once, at the session's start."""
+        return None
+
+    def node_devices(self, device_type: str) -> tuple[int, str] | None:
+        """The devices of ``device_type`` a node of the cluster has, and what they are in words,
+        where the launcher knows better than this host (a Slurm allocation's GPUs per node);
+        None: this host's count stands for every node's."""
         return None
 
     def link_fingerprint(self, topology: Topology) -> str | None:

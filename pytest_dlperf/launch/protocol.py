@@ -52,7 +52,6 @@ class LauncherProtocol(Protocol[Handle]):
     name: str  # as --dlperf-launcher spells it, and the results record it
     all_nodes_here: bool  # every node's ranks share this host's cores and devices
     can_add_repeats: bool  # a case can be launched again (extra repeats, A/B pairs)
-    allocation: Any  # a Slurm allocation, where there is one
     link: Any  # local nodes' link (core.link.Link), where the launcher shapes one
 
     # -- one launch, phase by phase (``run_launch``) -------------------------------------
@@ -81,6 +80,11 @@ class LauncherProtocol(Protocol[Handle]):
     def node_hosts(self) -> bool: ...
 
     def can_run(self, topology: Topology) -> bool: ...
+
+    def why_not_shape(self, nodes: int, devices_per_node: int, device_type: str
+                      ) -> str | None: ...
+
+    def node_devices(self, device_type: str) -> tuple[int, str] | None: ...
 
     def link_fingerprint(self, topology: Topology) -> str | None: ...
 

@@ -99,6 +99,12 @@ class SlurmLauncher(Launcher):
     def __init__(self, allocation: SlurmAllocation) -> None:
         self.allocation: SlurmAllocation = allocation
 
+    def node_devices(self, device_type: str) -> tuple[int, str] | None:
+        gpus = self.allocation.gpus_per_node
+        if device_type == "cuda" and gpus:
+            return gpus, "GPUs per node in the Slurm allocation"
+        return None
+
     def why_not_shape(self, nodes: int, devices_per_node: int, device_type: str) -> str | None:
         allocation = self.allocation
         if nodes <= allocation.nodes:

@@ -189,9 +189,7 @@ class SessionState:
             have, what = len(hw.gpus), "NVIDIA GPUs"
         else:  # one core at least per simulated device, or DDP oversubscribes the CPU
             have, what = hw.cpu_count, "usable CPU cores (one per simulated device)"
-        allocation = launcher.allocation
-        if device_type == "cuda" and allocation is not None and allocation.gpus_per_node:
-            have, what = allocation.gpus_per_node, "GPUs per node in the Slurm allocation"
+        have, what = launcher.node_devices(device_type) or (have, what)
         if wanted is None:
             if device_type == "cuda":
                 return have
@@ -212,9 +210,8 @@ class SessionState:
 
     def _check_nodes(self, launcher: Launcher, devices: int, device_type: str) -> None:
         """The cluster's own word on --nodes x --devices-per-node (an allocation, a Ray
-        cluster's alive nodes); optional for a launcher that does not subclass ``Launcher``."""
-        why_not = getattr(launcher, "why_not_shape", None)
-        why = why_not(self.settings.nodes, devices, device_type) if why_not else None
+        cluster's alive nodes)."""
+        why = launcher.why_not_shape(self.settings.nodes, devices, device_type)
         if why:
             raise pytest.UsageError(f"pytest-dlperf: {why}")
 

@@ -112,16 +112,14 @@ class WindowMemory:
     def before_window(self) -> None:
         self.rss.reset()
         self._faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        reset = getattr(self.trainer, "reset_peak_memory", None)
-        if self.cuda and reset is not None:
-            reset()
+        if self.cuda:
+            self.trainer.reset_peak_memory()
 
     def after_window(self) -> None:
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - self._faults
         entry: dict[str, Any] = {"host_rss_bytes": self.rss.peak(), "minor_faults": faults}
         if self.cuda:
-            counters = getattr(self.trainer, "peak_memory", None)
-            entry.update(counters() if counters is not None else {})
+            entry.update(self.trainer.peak_memory())
             used = nvml_used_bytes(self.local_rank)
             if used is not None:
                 entry["nvml_used_bytes"] = used

@@ -152,10 +152,10 @@ def local_step_s(trainer: Trainer, steps: int) -> float | None:
     slowest one's (each step ends in an all-reduce), so windows cannot tell which rank is slow.
     Every rank runs these steps at the same time, sharing the host as in training. None where
     the adapter has no ``local_step``."""
-    step = getattr(trainer, "local_step", None)
+    step = trainer.local_step
     if step is None:
         return None
-    synchronize = getattr(trainer, "local_synchronize", trainer.synchronize)
+    synchronize = trainer.local_synchronize
     step()  # its first call may trace or build what it needs
     synchronize()
     # Each step timed alone, the median kept: one step disturbed by a neighbour (the other
@@ -183,10 +183,10 @@ def after_windows(trainer: Trainer, spec: RankSpec, dist: DistEnv
 def diagnose_phases(trainer: Trainer, steps: int, world_size: int) -> dict[str, Any] | None:
     """The step cut into phases, after everything timed (docs/phases.md); None where the spec
     asks for none or the adapter cannot cut its step."""
-    plan = getattr(trainer, "phase_plan", None)
-    if not steps or plan is None:
+    plan = trainer.phase_plan() if steps else None
+    if plan is None:
         return None
-    return phase_steps.diagnose(plan(), trainer.synchronize, steps,
+    return phase_steps.diagnose(plan, trainer.synchronize, steps,
                                 communicating=world_size > 1)
 
 
