@@ -31,6 +31,7 @@ from ..core.recipes import load_recipe
 from ..core.spec import RankSpec
 from ..core.workload import WorkloadError
 from ..frameworks import DeviceUnavailable, DistEnv, Trainer
+from ..frameworks import _contract as contract
 from . import barrier as barriers
 from . import phases as phase_steps
 from .memory import WindowMemory, is_out_of_memory
@@ -55,7 +56,9 @@ def result_path(out_dir: Path, rank: int) -> Path:
 def build(spec: RankSpec, dist: DistEnv) -> Trainer:
     """The framework's trainer for this rank, the workload's recipe imported."""
     recipe = load_recipe(spec.recipe) if spec.recipe is not None else None
-    adapter = frameworks.load(spec.framework, spec.adapter_path)
+    # a user's own adapter through the shim: its trainer's optional members completed
+    adapter = contract.adapter(frameworks.load(spec.framework, spec.adapter_path),
+                               spec.framework)
     trainer: Trainer = adapter.build_trainer(spec, dist, recipe)
     return trainer
 
