@@ -280,6 +280,12 @@ def test_batch_size_max_finds_the_largest_batch_under_a_memory_limit(
     assert "ran out of memory" in probes[found + 1]["message"]
     assert 2 <= found < 30, "the limit should bound this workload within a few dozen"
     search.stdout.fnmatch_lines([f"*test_wide*max={found}*"])
+    # a log's lines (not a terminal): each probe's outcome, and no probe's window figure (one
+    # showed a window, then ran out of memory at its diagnostic step: issue 74)
+    search.stdout.fnmatch_lines([f"pytest-dlperf: test_wide batch-size probe {found}: fits (*"])
+    search.stdout.fnmatch_lines([f"pytest-dlperf: test_wide batch-size probe {found + 1}: out of "
+                                 "memory (*"])
+    assert not [line for line in search.stdout.lines if "probe" in line and "window" in line]
 
     # A later search starts from that answer: two probes when nothing changed. Here the
     # workload trains one sample more than its batch after a probe's steps (memory at the edge

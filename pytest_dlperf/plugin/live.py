@@ -62,8 +62,10 @@ class LiveLine:
 
     def note(self, case: str, label: str, text: str) -> None:
         """A plain line where lines are written (a CI log): a probe's outcome."""
-        if self.mode == "lines":
-            self._line(f"pytest-dlperf: {case} {label}: {text}")
+        if self.mode == "lines":  # the terminal lent as for a launch's lines (``watch``)
+            with (self._capture.global_and_fixture_disabled() if self._capture is not None
+                  else contextlib.nullcontext()):
+                self._line(f"pytest-dlperf: {case} {label}: {text}")
 
     def _follow(self, path: Path, case: str, label: str, stop: threading.Event,
                 windows: bool = True) -> None:
