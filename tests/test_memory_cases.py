@@ -209,8 +209,12 @@ def test_a_workload_that_grew_fails_as_a_memory_regression(
 
     monkeypatch.setenv("BALLAST_MB", "300")  # the model now holds 300 MiB more
     # (no extra launches for an inconclusive throughput verdict: memory is what is judged here)
+    # Memory is what is judged: the throughput's tolerance wide open, since this test shares
+    # the machine in CI's first pass (a run there read half the recorded speed, 2026-12-06, and
+    # failed as a throughput regression, whose message came first)
     second = pytester.runpytest_subprocess(*run, "-k", "mlp", "--dlperf-json", "2.json",
-                                           "--dlperf-max-repeats", "2", timeout=300)
+                                           "--dlperf-max-repeats", "2", "--dlperf-tolerance",
+                                           "0.9", timeout=300)
     second.assert_outcomes(failed=1)
     # (in MiB or GiB: a baseline above ~724 MiB with the 300 grows past 1 GiB)
     second.stdout.fnmatch_lines(["*MEMORY REGRESSION in test_w.py::test_mlp[[]1n1d[]]: peak "
