@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from test_own_model import python_block  # noqa: E402
+from test_docs_pages import first_python_block  # noqa: E402
 
 from pytest_dlperf.frameworks.torch import cross_entropy  # noqa: E402
 
@@ -23,7 +23,7 @@ OWN_MODEL = Path(__file__).resolve().parents[1] / "docs" / "own-model.md"
 
 def docs_example() -> str:
     """The Python block of docs/own-model.md's "A library's model" section."""
-    return python_block(OWN_MODEL, "A library's model")
+    return first_python_block(OWN_MODEL, after="\n## A library's model\n")
 
 
 def test_the_default_loss_reads_a_library_models_output_object() -> None:

@@ -27,18 +27,13 @@ QUICK = ["-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--dlperf-unsta
          "--dlperf-precisions", "fp32,amp"]
 
 
-def python_block(page: Path, heading: str) -> str:
-    """The first Python block of ``page``'s section ``## heading``, as a user copies it."""
-    text = page.read_text()
-    section = text[text.index(f"\n## {heading}\n"):]
-    match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match is not None, f"no python block in {page.name}'s {heading!r} section"
-    return match.group(1)
-
-
 def readme_example() -> str:
     """The first Python block of the README's "Your own model" section."""
-    return python_block(README, "Your own model")
+    text = README.read_text()
+    section = text[text.index("\n## Your own model\n"):]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match is not None, "no python block in the README's 'Your own model' section"
+    return match.group(1)
 
 
 def benches(path: Path) -> dict[str, dict[str, object]]:
