@@ -29,7 +29,8 @@ Method.
 
 Launch cost. A design's time per case is L x (launch cost + warm-up + K windows); the launch
 cost of a real case (torchrun agent, imports, process group) is measured by the plugin itself:
-``--launch-cost SECONDS`` (docs/measurements.md "Repeats and launches" has the per-framework figures).
+``--launch-cost SECONDS`` (docs/measurements/harness.md, "Repeats and launches", has the
+per-framework figures).
 
 A benchmark, not a test: it prints figures and exits 0 whatever they are.
 """

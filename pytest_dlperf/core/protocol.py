@@ -52,7 +52,8 @@ FULL = Protocol(warmup_steps=20, steps=100, repeats=7, name="full")
 # jitter stay well under a percent, and 5 windows so the median means something.
 QUICK = Protocol(warmup_steps=5, steps=10, repeats=5, name="quick")
 PROFILES: dict[str, Protocol] = {p.name: p for p in (FULL, QUICK)}
-# Launches per case unless --dlperf-launches says otherwise (docs/measurements.md "Repeats and launches").
+# Launches per case unless --dlperf-launches says otherwise (docs/measurements/harness.md,
+# "Repeats and launches").
 DEFAULT_LAUNCHES = 3
 
 
