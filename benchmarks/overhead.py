@@ -127,7 +127,7 @@ def hand_worker_tensorflow(args: argparse.Namespace) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import tensorflow as tf
 
-    from pytest_dlperf.models.resnet50 import resnet50_v15
+    from pytest_dlperf.models.resnet50.tensorflow import resnet50_v15
 
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1 if args.threads == 1 else 2)

@@ -14,7 +14,7 @@ flips every round):
   ``fully_shard`` on every block and then the root, fused AdamW with torchtitan's GPT settings,
   the global gradient norm clipped to 1.0, fresh random targets every step, one thread per rank
   as the plugin gives two ranks on two cores). It imports the model's definition only
-  (``pytest_dlperf.models.gpt_torch.build``: the same network on both sides), nothing of the
+  (``pytest_dlperf.models.gpt.torch.build``: the same network on both sides), nothing of the
   harness. ``warmup`` untimed steps, then ``repeats`` windows of ``steps`` steps; a window lasts
   as long as its slowest rank took; tokens/s = sequences x ranks x tokens x steps / seconds.
 - *Through the plugin*: ``pytest`` in a subprocess on a generated test that takes the ``layout``
@@ -54,7 +54,7 @@ def hand_worker(args: argparse.Namespace) -> int:
     from torch.distributed.fsdp import fully_shard
 
     from pytest_dlperf.models.gpt import CPU_SIZES, GPTShape
-    from pytest_dlperf.models.gpt_torch import build as torch_model
+    from pytest_dlperf.models.gpt.torch import build as torch_model
 
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo")

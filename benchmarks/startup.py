@@ -17,7 +17,7 @@ taken in those processes, against the epoch just before this script started pyte
 for 4 nodes x 1 worker. Prints a table; exits 0 either way (non-zero only if a run fails).
 
 ``--launcher local,ray`` runs each launcher in turn, run after run (the machine's drift shared):
-for ``ray`` a local Ray cluster of N worker nodes (``launch/localray.py``, root) is started first,
+for ``ray`` a local Ray cluster of N worker nodes (``launch/ray/cluster.py``, root) is started first,
 outside the timing (a Ray cluster runs before pytest does), and pytest runs on its head's host.
 """
 
@@ -124,7 +124,7 @@ def _ray_cluster(wanted: bool, nodes: int) -> Iterator[Any]:
     if not wanted:
         yield None
         return
-    from pytest_dlperf.launch.localray import LocalRay
+    from pytest_dlperf.launch.ray.cluster import LocalRay
 
     cluster = LocalRay(Path(tempfile.mkdtemp(prefix="dlpr-", dir="/tmp")), nodes=nodes)
     cluster.start()

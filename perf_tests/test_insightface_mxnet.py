@@ -4,7 +4,7 @@ every rank (data parallel, its gradients summed through the store), split over t
 (pfc: model-parallel FC) or split and sampled (pfc-r0.1: Partial FC keeping a tenth of each
 rank's centres a step), the split's collectives pushpulls through the store; IResNet-100 at batch
 64 on a GPU, MobileFaceNet at 32 on a CPU, face_emore's 85,744 classes. The split head runs
-eager only (hybridized, the case is skipped saying why: frameworks/_mxnet_classes.py)."""
+eager only (hybridized, the case is skipped saying why: frameworks/mxnet/classes.py)."""
 
 import pytest
 

@@ -8,9 +8,9 @@
 - ``nightly run|accept|status``: the nightly gate (A/B against the last good commit, then the
   baselines and the history; ``nightly/``);
 - ``slurm start N`` / ``stop`` / ``status`` / ``run -- CMD``: a real Slurm cluster on this
-  machine, each node its own network host (root; ``launch/localslurm.py``).
+  machine, each node its own network host (root; ``launch/slurm/cluster.py``).
 - ``ray start N`` / ``stop`` / ``status`` / ``run -- CMD``: a real Ray cluster on this machine,
-  a head and N worker nodes, each its own network host (root; ``launch/localray.py``).
+  a head and N worker nodes, each its own network host (root; ``launch/ray/cluster.py``).
 
 Running perf tests is pytest's job (``pytest perf_tests``); these commands read what runs left.
 """
@@ -151,12 +151,12 @@ def _nightly(args: argparse.Namespace) -> int:
 
 def _keep(args: argparse.Namespace) -> int:
     """``dlperf slurm`` and ``dlperf ray``: a local cluster, through its keeper."""
-    from .launch import keeper
+    from .launch.onehost import keeper
 
     if args.kind == "ray":
-        from .launch.raykeeper import KIND
+        from .launch.ray.keeper import KIND
     else:
-        from .launch.slurmkeeper import KIND
+        from .launch.slurm.keeper import KIND
     state = args.state.absolute()
     if args.action in ("start", "serve") and args.nodes < 1:
         args.parser.error(f"nodes: expected 1 or more, got {args.nodes}")

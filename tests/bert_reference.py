@@ -28,7 +28,8 @@ _WRITE = """
 import json, sys
 import numpy as np
 import torch
-from pytest_dlperf.models.bert import BertShape, torch_model
+from pytest_dlperf.models.bert import BertShape
+from pytest_dlperf.models.bert.torch import torch_model
 from pytest_dlperf.core.workload import BuildContext
 shape = BertShape(**json.loads(sys.argv[2]))
 batch, seq, predictions = 3, 16, 4

@@ -131,7 +131,7 @@ def loss_scale(framework: str, compiler: str) -> dict[str, Any]:
     if framework == "torch":
         import torch
 
-        from pytest_dlperf.frameworks._torch_scaling import loss_scaler
+        from pytest_dlperf.frameworks.torch.scaling import loss_scaler
 
         scaler = loss_scaler(torch, torch.device("cpu"), enabled=True, sharded=False)
         return {"initial": scaler.get_scale(), "growth": scaler.get_growth_factor(),
@@ -151,7 +151,7 @@ def loss_scale(framework: str, compiler: str) -> dict[str, Any]:
     if framework == "oneflow":
         import oneflow
 
-        from pytest_dlperf.frameworks._oneflow_update import EagerLossScaler, graph_loss_scaler
+        from pytest_dlperf.frameworks.oneflow.update import EagerLossScaler, graph_loss_scaler
 
         if compiler == "eager":  # the policy run by hand (tests/test_loss_scale: as torch's)
             return {"initial": EagerLossScaler(oneflow).scale, "growth": None, "backoff": None,
@@ -217,7 +217,7 @@ def adamw(job: dict[str, Any]) -> list[Any]:
     if job["framework"] == "mxnet":
         import mxnet as mx
 
-        from pytest_dlperf.frameworks._mxnet_adamw import adamw as mxnet_adamw
+        from pytest_dlperf.frameworks.mxnet.adamw import adamw as mxnet_adamw
 
         opt = mxnet_adamw(mx)(learning_rate=lr, betas=betas, epsilon=eps, wd=1.0)
         found = [mx.nd.array(np.array(w, np.float32)) for w in start]
@@ -230,7 +230,7 @@ def adamw(job: dict[str, Any]) -> list[Any]:
         return [w.asnumpy().tolist() for w in found]
     import mindspore as ms
 
-    from pytest_dlperf.frameworks._mindspore_adamw import adamw as mindspore_adamw
+    from pytest_dlperf.frameworks.mindspore.adamw import adamw as mindspore_adamw
 
     ms.set_context(mode=ms.PYNATIVE_MODE)
     params = [ms.Parameter(ms.Tensor(np.array(w, np.float32)), name=f"p{i}")

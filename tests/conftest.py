@@ -313,14 +313,14 @@ def postgres_url(postgres_server: str) -> str:
 
 @pytest.fixture(scope="session", autouse=True)
 def nothing_of_the_nodes_network_left() -> Iterator[None]:
-    """No namespace, link or blackhole route of a local node fabric (launch/fabric.py) survives
+    """No namespace, link or blackhole route of a local node fabric (launch/onehost/fabric.py) survives
     the suite: every test that makes one (or SIGKILLs the pytest that made one) cleans up."""
     import shutil
 
     if not shutil.which("ip"):
         yield
         return
-    from pytest_dlperf.launch import fabric
+    from pytest_dlperf.launch.onehost import fabric
 
     before = fabric.leftovers()
     yield

@@ -43,7 +43,7 @@ def recipe(ctx: Any) -> Any:
     ``GLOBAL`` (one process with a batch of ``GLOBAL``: all of them), labels drawn per step."""
     import mxnet as mx
 
-    from pytest_dlperf.models.insightface_mxnet import recipe as insightface
+    from pytest_dlperf.models.insightface.mxnet import recipe as insightface
 
     parts = insightface(ctx, backbone=backbone())
     parts.model.cast("float64")
@@ -79,7 +79,7 @@ def train(out: Path, name: str, layout_text: str, rank: int, world: int,
     from pytest_dlperf.core.parallel import parse_layout
     from pytest_dlperf.frameworks import DistEnv
     from pytest_dlperf.frameworks.mxnet import build_trainer
-    from pytest_dlperf.models.insightface_mxnet import named_parameters
+    from pytest_dlperf.models.insightface.mxnet import named_parameters
 
     layout = None if layout_text == "none" else parse_layout(layout_text).resolve(world)
     trainer = build_trainer(spec_for(layout, GLOBAL // world, options.get("compiler", "eager")),

@@ -50,7 +50,7 @@ def recipe(ctx: Any) -> Any:
     """The recipe in float64 (``sizes["dtype"]``: OneFlow's DDP takes float32 only) with a small
     backbone in place of MobileFaceNet: no BatchNorm, whose statistics are a rank's batch's (one
     process's would be the global batch's)."""
-    from pytest_dlperf.models.insightface_oneflow import recipe as insightface
+    from pytest_dlperf.models.insightface.oneflow import recipe as insightface
 
     flow.set_default_dtype(flow.float64)  # float64 draws: float32's are other numbers
     flow.manual_seed(ctx.seed + 1)
@@ -136,7 +136,7 @@ def train(run: dict[str, Any], dist: DistEnv) -> dict[str, Any]:
 def reference(world: int) -> dict[str, Any]:
     """One process, the whole head, on the global batch: rank r's batches are what the recipe
     draws for rank r."""
-    from pytest_dlperf.frameworks._oneflow_update import make_optimizer
+    from pytest_dlperf.frameworks.oneflow.update import make_optimizer
 
     parts = [recipe(BuildContext("oneflow", "cpu", "cpu", BATCH, SIZES, "fp32", "float64",
                                  False, SEED, rank, world, rank)) for rank in range(world)]

@@ -47,7 +47,7 @@ def spec_for(layout: Any, sizes: dict[str, Any]) -> Any:
 
 
 def recipe(ctx: Any) -> Any:
-    from pytest_dlperf.models.insightface_torch import recipe as insightface
+    from pytest_dlperf.models.insightface.torch import recipe as insightface
 
     torch.set_default_dtype(torch.float64)
     with torch.random.fork_rng(devices=[]):

@@ -3,7 +3,7 @@ transformers', the same outputs from torch's weights (eager and under ``jax.jit`
 recipe trains through ``nnx.split``/``nnx.merge`` under ``jax.jit``, its dropout drawing new
 masks every step, in float32 and in bf16.
 
-``pytest_dlperf.models.bert_jax`` writes BERT as a Flax NNX module (Flax ships none); these tests
+``pytest_dlperf.models.bert.jax`` writes BERT as a Flax NNX module (Flax ships none); these tests
 are what makes its throughput comparable with torch's. They run under JAX's interpreter
 (``scripts/setup-jax``, or ``DLPERF_TEST_JAX_PYTHON``) and skip without it.
 """
@@ -28,7 +28,7 @@ import jax, jax.numpy as jnp
 from flax import nnx
 from pytest_dlperf.core.workload import BuildContext
 from pytest_dlperf.models import BERT_BASE
-from pytest_dlperf.models.bert_jax import named_parameters, recipe, torch_named_shapes
+from pytest_dlperf.models.bert.jax import named_parameters, recipe, torch_named_shapes
 ctx = BuildContext(framework="jax", device_type="cpu", device="cpu",
                    batch_size=BERT_BASE.batch_for("cpu", "fp32"),
                    sizes=BERT_BASE.sizes_for("cpu", "fp32"), precision="fp32",
@@ -69,7 +69,8 @@ def test_bert_base_has_torchs_parameters_by_name_initialized_as_transformers(
     BERT-base takes ~15 s eagerly here): its parameters by name, order and shape, one array
     for the tied decoder, transformers' initialization, torch's padding_idx, and the inputs."""
     pytest.importorskip("transformers")
-    from pytest_dlperf.models.bert import PARAMETERS, torch_named_shapes
+    from pytest_dlperf.models.bert import PARAMETERS
+    from pytest_dlperf.models.bert.torch import torch_named_shapes
 
     out = run_snippet(jax_python, BERT_BASE_BUILT)
     assert isinstance(out, dict)
@@ -107,7 +108,7 @@ import numpy as np
 import jax, jax.numpy as jnp
 from flax import nnx
 from pytest_dlperf.models.bert import BertShape
-from pytest_dlperf.models.bert_jax import load_torch_weights, model, pretraining_loss
+from pytest_dlperf.models.bert.jax import load_torch_weights, model, pretraining_loss
 ref = np.load(reference)
 bert = model(BertShape(**shape))
 arrays = {k.removeprefix("param/"): ref[k] for k in ref.files if k.startswith("param/")}
@@ -187,7 +188,7 @@ from flax import nnx
 from pytest_dlperf.core.workload import BuildContext
 from pytest_dlperf.models import BERT_BASE
 from pytest_dlperf.models.bert import BertShape
-from pytest_dlperf.models.bert_jax import recipe
+from pytest_dlperf.models.bert.jax import recipe
 ctx = BuildContext(framework="jax", device_type="cpu", device="cpu",
                    batch_size=BERT_BASE.batch_for("cpu", precision),
                    sizes=BERT_BASE.sizes_for("cpu", precision), precision=precision,

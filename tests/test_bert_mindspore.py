@@ -1,7 +1,7 @@
 """MindSpore's BERT is torch's: the same parameters under the same names, the same outputs from
 torch's weights (in PyNative and compiled in GRAPH mode), and the recipe trains in both modes.
 
-MindSpore has no BERT that installs beside 2.10, so ``pytest_dlperf.models.bert_mindspore``
+MindSpore has no BERT that installs beside 2.10, so ``pytest_dlperf.models.bert.mindspore``
 writes one; these tests are what makes its throughput comparable with torch's. They run under
 MindSpore's interpreter (``scripts/setup-mindspore``, or ``DLPERF_TEST_MINDSPORE_PYTHON``) and
 skip without it.
@@ -23,13 +23,14 @@ VOCAB = 30522
 def test_bert_base_has_torchs_parameters_by_name_with_the_decoder_tied(
         mindspore_python: str) -> None:
     pytest.importorskip("transformers")
-    from pytest_dlperf.models.bert import PARAMETERS, torch_named_shapes
+    from pytest_dlperf.models.bert import PARAMETERS
+    from pytest_dlperf.models.bert.torch import torch_named_shapes
 
     out = run_snippet(mindspore_python, """
 import json
 import mindspore as ms
 from mindspore import ops
-from pytest_dlperf.models.bert_mindspore import bert_pretraining, torch_named_shapes
+from pytest_dlperf.models.bert.mindspore import bert_pretraining, torch_named_shapes
 ms.set_seed(0)
 model = bert_pretraining()
 shapes = torch_named_shapes(model)
@@ -82,7 +83,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import ops
 from pytest_dlperf.models.bert import BertShape
-from pytest_dlperf.models.bert_mindspore import (bert_pretraining, load_torch_weights,
+from pytest_dlperf.models.bert.mindspore import (bert_pretraining, load_torch_weights,
                                                  pretraining_loss)
 ref = np.load({str(reference)!r})
 model = bert_pretraining(BertShape(**{dataclasses.asdict(TINY)!r}))
@@ -122,7 +123,7 @@ import mindspore as ms
 from mindspore import nn
 from pytest_dlperf.core.workload import BuildContext
 from pytest_dlperf.models import BERT_BASE
-from pytest_dlperf.models.bert_mindspore import recipe
+from pytest_dlperf.models.bert.mindspore import recipe
 ms.set_seed(0)
 ctx = BuildContext(framework="mindspore", device_type="cpu", device="cpu",
                    batch_size=BERT_BASE.batch_for("cpu", "fp32"),

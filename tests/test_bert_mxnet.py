@@ -1,7 +1,7 @@
 """MXNet's BERT is torch's: the same parameters under the same names, the same outputs from
 torch's weights (eager and hybridized), and the recipe trains eager, hybridized and under AMP.
 
-``pytest_dlperf.models.bert_mxnet`` writes BERT from Gluon blocks (GluonNLP's is not used);
+``pytest_dlperf.models.bert.mxnet`` writes BERT from Gluon blocks (GluonNLP's is not used);
 these tests are what makes its throughput comparable with torch's. They run under MXNet's
 interpreter (``scripts/setup-mxnet``, or ``DLPERF_TEST_MXNET_PYTHON``) and skip without it.
 """
@@ -26,13 +26,14 @@ def test_bert_base_has_torchs_parameters_by_name_with_the_decoder_tied(
     """BERT-base's parameters by name and shape, built only (its only forward and backward
     passes are on 8 tokens): the tie is checked through gradients, eager and hybridized."""
     pytest.importorskip("transformers")
-    from pytest_dlperf.models.bert import PARAMETERS, torch_named_shapes
+    from pytest_dlperf.models.bert import PARAMETERS
+    from pytest_dlperf.models.bert.torch import torch_named_shapes
 
     out = run_snippet(mxnet_python, """
 import json
 import mxnet as mx
 from mxnet import autograd
-from pytest_dlperf.models.bert_mxnet import bert_pretraining, torch_named_shapes
+from pytest_dlperf.models.bert.mxnet import bert_pretraining, torch_named_shapes
 mx.random.seed(0)
 model = bert_pretraining()
 shapes = torch_named_shapes(model)
@@ -93,7 +94,7 @@ import json, math
 import numpy as np
 import mxnet as mx
 from pytest_dlperf.models.bert import BertShape
-from pytest_dlperf.models.bert_mxnet import (bert_pretraining, load_torch_weights,
+from pytest_dlperf.models.bert.mxnet import (bert_pretraining, load_torch_weights,
                                              pretraining_loss)
 ref = np.load({str(reference)!r})
 model = bert_pretraining(BertShape(**{dataclasses.asdict(TINY)!r}))
@@ -136,7 +137,7 @@ if precision == "amp":
     amp.init(target_dtype="bfloat16")  # before the model is built, as the adapter does
 from pytest_dlperf.core.workload import BuildContext
 from pytest_dlperf.models import BERT_BASE
-from pytest_dlperf.models.bert_mxnet import recipe
+from pytest_dlperf.models.bert.mxnet import recipe
 mx.random.seed(0)
 ctx = BuildContext(framework="mxnet", device_type="cpu", device="cpu",
                    batch_size=BERT_BASE.batch_for("cpu", precision),

@@ -1,7 +1,7 @@
 """OneFlow's BERT is torch's: the same parameters under the same names, the same outputs from
 torch's weights, and the recipe trains eager and as an nn.Graph.
 
-OneFlow has no BERT of its own, so ``pytest_dlperf.models.bert_oneflow`` writes one; these tests
+OneFlow has no BERT of its own, so ``pytest_dlperf.models.bert.oneflow`` writes one; these tests
 are what makes its throughput comparable with torch's. They run under OneFlow's interpreter
 (``scripts/setup-oneflow``, or ``DLPERF_TEST_ONEFLOW_PYTHON``) and skip without it.
 """
@@ -25,12 +25,13 @@ VOCAB = 30522
 def test_bert_base_has_torchs_parameters_by_name_with_the_decoder_tied(
         oneflow_python: str) -> None:
     pytest.importorskip("transformers")
-    from pytest_dlperf.models.bert import PARAMETERS, torch_named_shapes
+    from pytest_dlperf.models.bert import PARAMETERS
+    from pytest_dlperf.models.bert.torch import torch_named_shapes
 
     out = run_snippet(oneflow_python, """
 import json
 import oneflow as flow
-from pytest_dlperf.models.bert_oneflow import bert_pretraining
+from pytest_dlperf.models.bert.oneflow import bert_pretraining
 model = bert_pretraining()
 shapes = {n: list(p.shape) for n, p in model.named_parameters()}
 # Tied: the padding row (id 0, not looked up here, and no lookup gradient anyway) gets a
@@ -63,7 +64,7 @@ import json, math
 import numpy as np
 import oneflow as flow
 from pytest_dlperf.models.bert import BertShape
-from pytest_dlperf.models.bert_oneflow import bert_pretraining, pretraining_loss
+from pytest_dlperf.models.bert.oneflow import bert_pretraining, pretraining_loss
 ref = np.load({str(reference)!r})
 model = bert_pretraining(BertShape(**{dataclasses.asdict(TINY)!r})).eval()
 model.load_state_dict({{n: flow.tensor(ref["param/" + n]) for n, _ in model.named_parameters()}})

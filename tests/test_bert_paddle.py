@@ -1,7 +1,7 @@
 """Paddle's BERT is torch's: the same parameters under the same names, the same outputs from
 torch's weights, and the recipe trains eager and under ``paddle.jit.to_static``.
 
-Paddle has no BERT of its own, so ``pytest_dlperf.models.bert_paddle`` writes one; these tests
+Paddle has no BERT of its own, so ``pytest_dlperf.models.bert.paddle`` writes one; these tests
 are what makes its throughput comparable with torch's. Paddle runs in a subprocess in each
 (importing it beside TensorFlow, as the rest of the suite does, crashes the process), and
 Paddle is not imported here: the module skips when it is not installed.
@@ -29,12 +29,13 @@ VOCAB = 30522
 
 def test_bert_base_has_torchs_parameters_by_name_with_the_decoder_tied() -> None:
     pytest.importorskip("transformers")
-    from pytest_dlperf.models.bert import PARAMETERS, torch_named_shapes
+    from pytest_dlperf.models.bert import PARAMETERS
+    from pytest_dlperf.models.bert.torch import torch_named_shapes
 
     out = run_snippet(sys.executable, """
 import json
 import paddle
-from pytest_dlperf.models.bert_paddle import bert_pretraining, torch_named_shapes
+from pytest_dlperf.models.bert.paddle import bert_pretraining, torch_named_shapes
 paddle.seed(0)
 model = bert_pretraining()
 shapes = torch_named_shapes(model)
@@ -73,8 +74,8 @@ import json, math
 import numpy as np
 import paddle
 from pytest_dlperf.models.bert import BertShape
-from pytest_dlperf.models.bert_paddle import bert_pretraining, load_torch_weights
-from pytest_dlperf.models.bert_paddle import pretraining_loss
+from pytest_dlperf.models.bert.paddle import bert_pretraining, load_torch_weights
+from pytest_dlperf.models.bert.paddle import pretraining_loss
 ref = np.load({str(reference)!r})
 model = bert_pretraining(BertShape(**{dataclasses.asdict(TINY)!r}))
 model.eval()

@@ -20,7 +20,8 @@ pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip insta
 from bert_reference import TINY, write_reference  # noqa: E402
 
 from pytest_dlperf.core.workload import BuildContext  # noqa: E402
-from pytest_dlperf.models import bert, bert_keras  # noqa: E402
+from pytest_dlperf.models import bert  # noqa: E402
+from pytest_dlperf.models.bert import tensorflow as bert_keras  # noqa: E402
 
 SMALL = BuildContext(
     framework="tensorflow", device_type="cpu", device="cpu", batch_size=2,
@@ -44,7 +45,9 @@ def bf16_parts() -> Any:
 
 @pytest.fixture(scope="module")
 def torch_bert() -> Any:
-    return bert.torch_model()
+    from pytest_dlperf.models.bert.torch import torch_model
+
+    return torch_model()
 
 
 def test_same_trainable_parameter_count_as_torch_the_tied_decoder_once(

@@ -114,7 +114,7 @@ def test_an_own_model_trains_on_two_nodes(pytester: pytest.Pytester,
         result.stdout.fnmatch_lines([own.skipped])
     benches = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
     assert sorted(b["name"] for b in benches) == sorted(own.names)
-    from pytest_dlperf.launch import fabric
+    from pytest_dlperf.launch.onehost import fabric
 
     for bench in benches:
         info = bench["extra_info"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_dlperf.core.link import Link
-from pytest_dlperf.launch import fabric
+from pytest_dlperf.launch.onehost import fabric
 from pytest_dlperf.store.baselines import BaselineStore
 
 # What a fabric is made of shares the machine (scripts/test's first pass); what a link carries
@@ -137,7 +137,7 @@ def test_a_host_that_fails_half_made_takes_the_whole_fabric_down() -> None:
 
 _DIES = """
 import os, signal
-from pytest_dlperf.launch.fabric import Fabric
+from pytest_dlperf.launch.onehost.fabric import Fabric
 made = Fabric()
 made.ensure(2)
 print(made.tag, flush=True)

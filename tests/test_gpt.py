@@ -16,7 +16,8 @@ from pytest_dlperf.core.parallel import Layout
 from pytest_dlperf.core.protocol import QUICK
 from pytest_dlperf.core.spec import spec_for
 from pytest_dlperf.core.workload import BuildContext, Workload, WorkloadError
-from pytest_dlperf.models import BUILTIN, gpt, gpt_torch
+from pytest_dlperf.models import BUILTIN, gpt
+from pytest_dlperf.models.gpt import torch as gpt_torch
 from pytest_dlperf.plugin import flops as pytest_flops
 from pytest_dlperf.rank import flops as rank_flops
 from pytest_dlperf.verdict import mfu

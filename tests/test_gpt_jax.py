@@ -2,7 +2,7 @@
 alike; the same logits and loss from torch's weights, attending causally; and the recipe trains
 under ``jax.jit``, in float32 and computing in bfloat16.
 
-``pytest_dlperf.models.gpt_jax`` writes GPT-2 as a Flax NNX module; these tests are what makes
+``pytest_dlperf.models.gpt.jax`` writes GPT-2 as a Flax NNX module; these tests are what makes
 its throughput comparable with torch's. The JAX side runs under JAX's interpreter
 (``scripts/setup-jax``, or ``DLPERF_TEST_JAX_PYTHON``) and skips without it; torch's side runs
 here.
@@ -18,7 +18,9 @@ import pytest
 from snippets import run_snippet
 
 from pytest_dlperf.core.workload import BuildContext, WorkloadError
-from pytest_dlperf.models import gpt, gpt_jax, gpt_torch
+from pytest_dlperf.models import gpt
+from pytest_dlperf.models.gpt import jax as gpt_jax
+from pytest_dlperf.models.gpt import torch as gpt_torch
 
 SMALL = gpt.GPTShape.of(gpt.CPU_SIZES)
 
@@ -34,7 +36,7 @@ import json, math
 import jax, numpy as np
 from flax import nnx
 from pytest_dlperf.models import gpt
-from pytest_dlperf.models.gpt_jax import model, named_parameters, torch_named_shapes
+from pytest_dlperf.models.gpt.jax import model, named_parameters, torch_named_shapes
 def adapter_count(m):  # what the JAX adapter trains: nnx.split's Param leaves
     return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(nnx.state(m, nnx.Param)))
 small = model(gpt.GPTShape.of(gpt.CPU_SIZES), seed=0)
@@ -111,7 +113,7 @@ import numpy as np
 from flax import nnx
 from pytest_dlperf.frameworks.jax import cross_entropy
 from pytest_dlperf.models import gpt
-from pytest_dlperf.models.gpt_jax import load_torch_weights, model, named_parameters
+from pytest_dlperf.models.gpt.jax import load_torch_weights, model, named_parameters
 ref = np.load(REF)
 weights = {k[len("param/"):]: ref[k] for k in ref.files if k.startswith("param/")}
 gpt2 = model(gpt.GPTShape.of(gpt.CPU_SIZES), seed=1)
@@ -181,7 +183,7 @@ from flax import nnx
 from pytest_dlperf.core.workload import BuildContext, WorkloadError
 from pytest_dlperf.frameworks.jax import cross_entropy
 from pytest_dlperf.models import gpt
-from pytest_dlperf.models.gpt_jax import named_parameters, recipe
+from pytest_dlperf.models.gpt.jax import named_parameters, recipe
 def context(amp_dtype, rank=0, sizes=gpt.CPU_SIZES):
     return BuildContext(framework="jax", device_type="cpu", device="cpu", batch_size=2,
                         sizes=dict(sizes), precision="fp32" if amp_dtype == "float32" else "amp",

@@ -1,4 +1,4 @@
-"""InsightFace's torch model (models/insightface.py, models/insightface_torch.py): the backbones
+"""InsightFace's torch model (models/insightface/__init__.py, models/insightface/torch.py): the backbones
 end in the embedding at 112 x 112, the sizes are checked, the labels are drawn afresh each step
 and per rank, and the margins do what ArcFace and CosFace say."""
 
@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from pytest_dlperf.core.workload import BuildContext, WorkloadError  # noqa: E402
 from pytest_dlperf.models import insightface  # noqa: E402
-from pytest_dlperf.models.insightface_torch import build, recipe  # noqa: E402
+from pytest_dlperf.models.insightface.torch import build, recipe  # noqa: E402
 
 SMALL = {**insightface.CPU_SIZES, "num_classes": 100}
 

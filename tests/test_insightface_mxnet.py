@@ -1,10 +1,10 @@
 """MXNet's InsightFace is torch's: torch's weights give torch's loss and head gradient (eager and
 hybridized), the recipe trains data parallel on two ranks through the adapter, and under the
-``pfc`` layout kind (``frameworks/_mxnet_classes.py``) two ranks holding 6 and 5 of 11 classes'
+``pfc`` layout kind (``frameworks/mxnet/classes.py``) two ranks holding 6 and 5 of 11 classes'
 centres train what one process with the whole head trains (tests/insightface_mxnet_rank.py, the
 real trainer), a wrong label offset is seen, and Partial FC keeps the batch's classes.
 
-``pytest_dlperf.models.insightface_mxnet`` writes the model from ``mxnet.gluon.nn``. The MXNet
+``pytest_dlperf.models.insightface.mxnet`` writes the model from ``mxnet.gluon.nn``. The MXNet
 lines run under MXNet's interpreter (``scripts/setup-mxnet``, or ``DLPERF_TEST_MXNET_PYTHON``);
 those tests skip without it. The torch references run in this process.
 """
@@ -33,7 +33,7 @@ def torch_reference(path: Path, backbone: str, margin: str) -> int:
     import numpy as np
     import torch
 
-    from pytest_dlperf.models.insightface_torch import build
+    from pytest_dlperf.models.insightface.torch import build
 
     shape = FaceShape.of({**CPU_SIZES, "num_classes": CLASSES, "backbone": backbone,
                           "margin": margin})
@@ -56,7 +56,7 @@ import numpy as np
 import mxnet as mx
 from mxnet import autograd
 from pytest_dlperf.models.insightface import CPU_SIZES, FaceShape
-from pytest_dlperf.models.insightface_mxnet import build, load_torch_weights, named_parameters
+from pytest_dlperf.models.insightface.mxnet import build, load_torch_weights, named_parameters
 ref = np.load(__REF__)
 shape = FaceShape.of({**CPU_SIZES, **__SIZES__})
 out = {}
@@ -112,7 +112,7 @@ from pytest_dlperf.core.spec import spec_for
 from pytest_dlperf.frameworks import DistEnv, load
 from pytest_dlperf.models.insightface import WORKLOAD
 workload = dataclasses.replace(WORKLOAD, recipes={
-    "mxnet": "pytest_dlperf.models.insightface_mxnet:recipe"})
+    "mxnet": "pytest_dlperf.models.insightface.mxnet:recipe"})
 spec = spec_for("mxnet", workload, protocol=QUICK, device_type="cpu", compiler="compiled",
                 world_size=2, batch_size=2, sizes={"num_classes": 101})
 trainer = load("mxnet").build_trainer(spec, DistEnv(RANK, 2, RANK, 2, 0),
@@ -137,7 +137,7 @@ def test_the_recipe_trains_data_parallel_on_two_ranks(mxnet_python: str) -> None
     weight decay) through the adapter over the store (``dist_sync``): every rank ends with the
     same head, moved, from losses of its own batch, finite."""
     pytest.importorskip("torch")
-    from pytest_dlperf.models.insightface_torch import build
+    from pytest_dlperf.models.insightface.torch import build
 
     shape = FaceShape.of({**CPU_SIZES, "num_classes": 101})
     parameters = sum(p.numel() for p in build(shape).parameters())
@@ -281,7 +281,7 @@ def test_what_the_mxnet_pfc_strategy_does_not_run_is_refused_saying_why() -> Non
 
 
 # A head split by class over two ranks (6 and 5 of 11 classes), written from the store's
-# pushpull as the torch strategy (frameworks/_torch_classes.py) writes it from all_gather and
+# pushpull as the torch strategy (frameworks/torch/classes.py) writes it from all_gather and
 # all_reduce, against the whole head on the global batch; CosFace at scale 64.
 SPLIT = """
 import json, os

@@ -44,7 +44,7 @@ def torch_reference(path: Path) -> None:
     import torch
 
     from pytest_dlperf.models.insightface import CPU_SIZES, FaceShape
-    from pytest_dlperf.models.insightface_torch import build
+    from pytest_dlperf.models.insightface.torch import build
 
     generator = torch.Generator().manual_seed(5)
     images = torch.randn(2, 3, 112, 112, generator=generator)
@@ -70,7 +70,7 @@ import json
 import numpy as np
 import oneflow as flow
 from pytest_dlperf.models.insightface import CPU_SIZES, FaceShape
-from pytest_dlperf.models.insightface_oneflow import build
+from pytest_dlperf.models.insightface.oneflow import build
 ref = np.load(REFERENCE)
 out = {}
 for key in ("mobilefacenet-arcface", "mobilefacenet-cosface", "iresnet18-arcface"):

@@ -1,5 +1,5 @@
 """InsightFace's head split over the ranks by class (the ``pfc`` layout kind, torch's strategy in
-frameworks/_torch_classes.py): class-parallel ranks train what one process with the whole head
+frameworks/torch/classes.py): class-parallel ranks train what one process with the whole head
 trains on the same global batch, a wrong label offset is seen, each rank holds its share of the
 classes, and Partial FC keeps every class of the batch among the centres it samples.
 

@@ -1,4 +1,4 @@
-"""Tensor parallelism in the JAX adapter (``frameworks/_jax_tp.py``): the GPT recipe's plan as
+"""Tensor parallelism in the JAX adapter (``frameworks/jax/tp.py``): the GPT recipe's plan as
 shardings over a ``tp`` mesh axis and a step XLA partitions, checked against one process as
 torch's layouts are (``tests/test_layouts_torch.py``). Real JAX processes in its distributed
 runtime, under JAX's own interpreter (the tests skip without it)."""

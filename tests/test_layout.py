@@ -195,18 +195,18 @@ def test_the_guard_catches_a_rank_side_module_that_imports_pytest(tmp_path: Path
 LONG_FUNCTIONS = {
     # Model definitions in functions so the framework is imported only in the rank: each is a
     # list of small layer classes, not one long procedure.
-    "pytest_dlperf/models/bert_oneflow.py::_modules",
-    "pytest_dlperf/models/bert_keras.py::_layer_classes",
-    "pytest_dlperf/models/gpt_torch.py::_classes",
+    "pytest_dlperf/models/bert/oneflow.py::_modules",
+    "pytest_dlperf/models/bert/tensorflow.py::_layer_classes",
+    "pytest_dlperf/models/gpt/torch.py::_classes",
     # One dict literal: the results entry's fields, one a line.
     "pytest_dlperf/report/results.py::benchmark_entry",
     # The adapters' trainers set up a framework in one visible sequence (process group, device,
     # model, optimizer, compiler); split, the order between the steps would hide.
-    "pytest_dlperf/frameworks/tensorflow.py::__init__",
-    "pytest_dlperf/frameworks/oneflow.py::__init__",
+    "pytest_dlperf/frameworks/tensorflow/__init__.py::__init__",
+    "pytest_dlperf/frameworks/oneflow/__init__.py::__init__",
     # torch's too, since layouts (issue 40): the data-parallel and the sharded set-up side by
-    # side, the strategies themselves in frameworks/_torch_parallel.py.
-    "pytest_dlperf/frameworks/torch.py::__init__",
+    # side, the strategies themselves in frameworks/torch/parallel.py.
+    "pytest_dlperf/frameworks/torch/__init__.py::__init__",
 }
 
 
@@ -228,7 +228,7 @@ def test_modules_and_functions_are_short_enough_to_read() -> None:
 def test_library_modules_have_no_main_block_but_the_process_entry_points() -> None:
     entries = {"pytest_dlperf/rank/worker.py", "pytest_dlperf/rank/flops.py",
                "pytest_dlperf/rank/gemm.py",
-               "pytest_dlperf/launch/netns.py", "pytest_dlperf/launch/userhosts.py",
+               "pytest_dlperf/launch/local/netns.py", "pytest_dlperf/launch/onehost/userhosts.py",
                "pytest_dlperf/__main__.py",
                "pytest_dlperf/report/__main__.py"}
     found = {p.relative_to(PACKAGE.parent).as_posix() for p in PACKAGE.rglob("*.py")

@@ -22,10 +22,7 @@ from snippets import REPO, free_ports, run_snippet
 
 from pytest_dlperf.core.parallel import parse_layout
 from pytest_dlperf.core.workload import Parts, WorkloadError
-from pytest_dlperf.frameworks import _torch_names as names
-from pytest_dlperf.frameworks import _torch_parallel as parallel
-from pytest_dlperf.frameworks import _torch_pipeline as pipeline
-from pytest_dlperf.frameworks.torch import compile_unavailable
+from pytest_dlperf.frameworks.torch import compile_unavailable, names, parallel, pipeline
 from pytest_dlperf.plugin.adapters import Adapter
 
 CLIPPED = {"clip": 0.05, "sgd": True}  # SGD: AdamW's update hides a wrongly scaled norm
@@ -180,7 +177,7 @@ def test_a_pipeline_stage_compiles_more_blocks_than_dynamos_recompile_limit() ->
 import json, torch
 from torch.distributed import pipelining
 from layouts_torch_rank import Block, HIDDEN
-from pytest_dlperf.frameworks._torch_parallel import compile_units
+from pytest_dlperf.frameworks.torch.parallel import compile_units
 model = torch.nn.Sequential(*[Block() for _ in range(10)])
 x = torch.randn(2, 4, HIDDEN)
 stage = pipelining.pipeline(model, (x,), split_spec={}).get_stage_module(0)

@@ -18,7 +18,9 @@ import pytest
 import torch  # noqa: F401  (imported before pytester runs, as the suite's hygiene asks)
 
 from pytest_dlperf.core import lifeline
-from pytest_dlperf.launch import fabric, netns, processes, userhosts
+from pytest_dlperf.launch import processes
+from pytest_dlperf.launch.local import netns
+from pytest_dlperf.launch.onehost import fabric, userhosts
 
 pytestmark = pytest.mark.alone("it bounds how soon a killed pytest's processes are gone")
 
@@ -91,7 +93,8 @@ def test_scaling(cluster, throughput_meter):
 """
 
 NO_NAMESPACE_CONFTEST = """
-from pytest_dlperf.launch import fabric, netns, userhosts
+from pytest_dlperf.launch.onehost import fabric, userhosts
+from pytest_dlperf.launch.local import netns
 
 netns.available.cache_clear()
 netns.available = lambda: False  # as on a host without unprivileged user namespaces
@@ -100,7 +103,7 @@ userhosts.available = lambda: (False, "as on a host without unprivileged user na
 """
 
 NOT_ROOT_CONFTEST = """
-from pytest_dlperf.launch import fabric
+from pytest_dlperf.launch.onehost import fabric
 
 fabric.available = lambda: (False, "as on a host where this is not root")
 """
@@ -217,7 +220,7 @@ def test_sigkill_of_pytest_ends_the_case(marking: Path, shape: str, phase: str) 
     # one node's ranks ran in the private network namespace where the host offers one; two
     # nodes, each in its own (a host of its own) where this process can make them
     if shape.startswith("1n"):
-        assert ("pytest_dlperf.launch.netns" in commands) == netns.available()
+        assert ("pytest_dlperf.launch.local.netns" in commands) == netns.available()
     else:  # each node's agent on its own address (nsenter has exec'd it: not in the lines)
         assert bool(re.search(r"--local-addr 10\.", commands)) == (
             fabric.available()[0] or userhosts.available()[0])
@@ -245,7 +248,7 @@ def test_sigkill_of_pytest_ends_the_case_without_a_network_namespace(marking: Pa
     (marking / "conftest.py").write_text(NO_NAMESPACE_CONFTEST)
     commands = assert_killing_ends_the_case(marking, SHAPES["2n1d"] + PHASES["timed window"],
                                             ["step3-rank0", "step3-rank1"], ranks=2)
-    assert "pytest_dlperf.launch.netns" not in commands and "torch.distributed.run" in commands
+    assert "pytest_dlperf.launch.local.netns" not in commands and "torch.distributed.run" in commands
 
 
 def test_sigkill_of_pytest_ends_the_case_on_nodes_built_in_a_user_namespace(
@@ -258,7 +261,7 @@ def test_sigkill_of_pytest_ends_the_case_on_nodes_built_in_a_user_namespace(
     before = fabric.leftovers()
     commands = assert_killing_ends_the_case(marking, SHAPES["2n1d"] + PHASES["timed window"],
                                             ["step3-rank0", "step3-rank1"], ranks=2)
-    assert "pytest_dlperf.launch.netns" in commands
+    assert "pytest_dlperf.launch.local.netns" in commands
     assert re.search(r"--local-addr 10\.251\.0\.10 ", commands), commands
     assert fabric.leftovers() == before  # nothing in the root namespace to sweep
 

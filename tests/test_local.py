@@ -17,7 +17,9 @@ from pytest_dlperf.core import ports
 from pytest_dlperf.core.protocol import Protocol
 from pytest_dlperf.core.spec import OptimizerSpec, RankSpec
 from pytest_dlperf.core.topology import Topology
-from pytest_dlperf.launch import LaunchError, fabric, local, netns, userhosts
+from pytest_dlperf.launch import LaunchError, local
+from pytest_dlperf.launch.local import netns
+from pytest_dlperf.launch.onehost import fabric, userhosts
 
 pytestmark = pytest.mark.alone("it waits a bounded time for the agents' stores")
 

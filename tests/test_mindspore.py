@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 HELD = """
 import json
 import mindspore as ms
-from pytest_dlperf.frameworks._mindspore_adamw import adamw
+from pytest_dlperf.frameworks.mindspore.adamw import adamw
 ms.set_context(mode=ms.PYNATIVE_MODE)
 model = ms.nn.SequentialCell(ms.nn.Dense(4096, 4096), ms.nn.Dense(4096, 4))
 params = list(model.trainable_params())

@@ -65,7 +65,7 @@ def test_cases_run_under_their_own_interpreter_and_skip_without_one(
     assert info["fingerprint"]["python"] == "3.10"  # the ranks' Python, not pytest's
     assert info["environment"]["compiled"] is True
     assert info["fingerprint"]["framework"] == "oneflow" and info["speedup"] > 0
-    from pytest_dlperf.launch import fabric
+    from pytest_dlperf.launch.onehost import fabric
 
     if fabric.available()[0]:
         assert len(set(info["network"]["addresses"])) == 2, info["network"]

@@ -28,7 +28,7 @@ def test_paddle_vision_resnet50_is_torchvisions_layer_for_layer() -> None:
     torchvision = pytest.importorskip("torchvision")
     out = run_snippet(PYTHON, """
 import json, paddle
-from pytest_dlperf.models.resnet50 import paddle_torch_named_shapes
+from pytest_dlperf.models.resnet50.paddle import torch_named_shapes as paddle_torch_named_shapes
 model = paddle.vision.models.resnet50(num_classes=1000)
 block = model.layer2[0]
 bn = model.bn1

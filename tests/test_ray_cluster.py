@@ -1,7 +1,7 @@
-"""Ray mode on a real Ray cluster on this machine (``launch/localray.py``): a head and two worker
+"""Ray mode on a real Ray cluster on this machine (``launch/ray/cluster.py``): a head and two worker
 nodes, each its own network host (namespace, address). pytest runs on the head's host, the Ray
 driver, as on a real cluster's head node, and the plugin places one actor per rank
-(``launch/ray.py``). Then faults, done to the real thing: a rank killed, a node's raylet killed,
+(``launch/ray/__init__.py``). Then faults, done to the real thing: a rank killed, a node's raylet killed,
 pytest interrupted and killed. Nothing here fakes Ray; it needs root and Ray (skips saying so)."""
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import pytest
 from test_fabric import WIDE, WIDE_TEST
 from test_slurm_cluster import RECIPES, SCALING, framework_args, running, strike, wait_for
 
-from pytest_dlperf.launch import fabric, localray
-from pytest_dlperf.launch.localray import LocalRay
+from pytest_dlperf.launch.onehost import fabric
+from pytest_dlperf.launch.ray import cluster as localray
+from pytest_dlperf.launch.ray.cluster import LocalRay
 
 _OK, _WHY = localray.available()
 pytestmark = pytest.mark.skipif(not _OK, reason=f"no local Ray cluster here: {_WHY}")
@@ -94,7 +95,7 @@ def left_on(cluster: LocalRay) -> dict[str, list[str]]:
 def stale_rank_folders() -> list[str]:
     """The ranks' folders on the nodes (this machine's temp folder) whose actor is gone."""
     from pytest_dlperf.core.lifeline import OWNER_FILE, alive
-    from pytest_dlperf.launch.rayrank import FOLDER_PREFIX
+    from pytest_dlperf.launch.ray.rank import FOLDER_PREFIX
 
     stale = []
     for folder in Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*"):

@@ -2,7 +2,7 @@
 alike, the same logits and BatchNorm statistics from torchvision's weights, and the recipe
 trains; neither JAX nor Flax ships a ResNet-50, which is why the model is written here.
 
-``pytest_dlperf.models.resnet50_jax`` writes the network as a Flax NNX module; these tests are
+``pytest_dlperf.models.resnet50.jax`` writes the network as a Flax NNX module; these tests are
 what makes its throughput comparable with torch's. They run under JAX's interpreter
 (``scripts/setup-jax``, or ``DLPERF_TEST_JAX_PYTHON``) and skip without it.
 """
@@ -23,7 +23,7 @@ def test_resnet50_is_torchvisions_layer_for_layer(jax_python: str) -> None:
 import json, math
 import jax
 from flax import nnx
-from pytest_dlperf.models.resnet50_jax import named_parameters, resnet50, torch_named_shapes
+from pytest_dlperf.models.resnet50.jax import named_parameters, resnet50, torch_named_shapes
 model = resnet50()
 block = model.layer2[0]
 params = {n: jax.device_get(a) for n, a in named_parameters(model).items()}
@@ -115,7 +115,7 @@ import json
 import jax
 import numpy as np
 from flax import nnx
-from pytest_dlperf.models.resnet50_jax import load_torch_weights, named_parameters, resnet50
+from pytest_dlperf.models.resnet50.jax import load_torch_weights, named_parameters, resnet50
 ref = np.load(REF)
 weights = {k[len("param/"):]: ref[k] for k in ref.files if k.startswith("param/")}
 def worst(got, want):
@@ -193,7 +193,7 @@ import optax
 from flax import nnx
 from pytest_dlperf.core.workload import BuildContext
 from pytest_dlperf.models import RESNET50
-from pytest_dlperf.models.resnet50_jax import recipe
+from pytest_dlperf.models.resnet50.jax import recipe
 batch = RESNET50.batch_for("cpu", PRECISION)
 parts = recipe(BuildContext(framework="jax", device_type="cpu", device="cpu", batch_size=batch,
                             sizes=RESNET50.sizes_for("cpu", PRECISION), precision=PRECISION,

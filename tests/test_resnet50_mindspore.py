@@ -1,7 +1,7 @@
 """MindSpore's ResNet-50 is torchvision's: the same parameters under the same names, the same
 logits and BatchNorm statistics from torchvision's weights, and the recipe trains.
 
-``pytest_dlperf.models.resnet50_mindspore`` writes the network from ``mindspore.nn``; these
+``pytest_dlperf.models.resnet50.mindspore`` writes the network from ``mindspore.nn``; these
 tests are what makes its throughput comparable with torch's. They run under MindSpore's
 interpreter (``scripts/setup-mindspore``, or ``DLPERF_TEST_MINDSPORE_PYTHON``) and skip without
 it.
@@ -20,7 +20,7 @@ def test_resnet50_is_torchvisions_layer_for_layer(mindspore_python: str) -> None
     torchvision = pytest.importorskip("torchvision")
     out = run_snippet(mindspore_python, """
 import json
-from pytest_dlperf.models.resnet50_mindspore import resnet50, torch_named_shapes
+from pytest_dlperf.models.resnet50.mindspore import resnet50, torch_named_shapes
 model = resnet50()
 block = model.layer2[0]
 print(json.dumps({"shapes": torch_named_shapes(model), "training": model.training,
@@ -75,7 +75,7 @@ def test_torchvisions_weights_give_torchvisions_logits_and_statistics(
 import json
 import numpy as np
 import mindspore as ms
-from pytest_dlperf.models.resnet50_mindspore import load_torch_weights, resnet50, torch_name
+from pytest_dlperf.models.resnet50.mindspore import load_torch_weights, resnet50, torch_name
 ref = np.load({str(tmp_path / "ref.npz")!r})
 model = resnet50()
 load_torch_weights(model, {{k[len("param/"):]: ref[k] for k in ref.files
@@ -107,7 +107,7 @@ import mindspore as ms
 from mindspore import nn, ops
 from pytest_dlperf.core.workload import BuildContext
 from pytest_dlperf.models import RESNET50
-from pytest_dlperf.models.resnet50_mindspore import recipe
+from pytest_dlperf.models.resnet50.mindspore import recipe
 ms.set_seed(0)
 batch = RESNET50.batch_for("cpu", "fp32")
 ctx = BuildContext(framework="mindspore", device_type="cpu", device="cpu", batch_size=batch,

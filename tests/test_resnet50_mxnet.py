@@ -2,7 +2,7 @@
 logits and BatchNorm statistics from torchvision's weights, and the recipe trains; MXNet's own
 model zoo's is v1, which is why the model is written here.
 
-``pytest_dlperf.models.resnet50_mxnet`` writes the network from ``mxnet.gluon.nn``; these tests
+``pytest_dlperf.models.resnet50.mxnet`` writes the network from ``mxnet.gluon.nn``; these tests
 are what makes its throughput comparable with torch's. They run under MXNet's interpreter
 (``scripts/setup-mxnet``, or ``DLPERF_TEST_MXNET_PYTHON``) and skip without it.
 """
@@ -20,7 +20,7 @@ def test_resnet50_is_torchvisions_layer_for_layer(mxnet_python: str) -> None:
     torchvision = pytest.importorskip("torchvision")
     out = run_snippet(mxnet_python, """
 import json, math
-from pytest_dlperf.models.resnet50_mxnet import named_parameters, resnet50, torch_named_shapes
+from pytest_dlperf.models.resnet50.mxnet import named_parameters, resnet50, torch_named_shapes
 model = resnet50()
 block = model.layer2[0]
 params = {n: p.data().asnumpy() for n, p in named_parameters(model).items()}
@@ -83,7 +83,7 @@ import json
 import numpy as np
 import mxnet as mx
 from mxnet import autograd
-from pytest_dlperf.models.resnet50_mxnet import load_torch_weights, named_parameters, resnet50
+from pytest_dlperf.models.resnet50.mxnet import load_torch_weights, named_parameters, resnet50
 ref = np.load(REF)
 weights = {k[len("param/"):]: ref[k] for k in ref.files if k.startswith("param/")}
 images, head = mx.nd.array(ref["images"]), mx.nd.array(ref["head"])
@@ -206,7 +206,7 @@ import mxnet as mx
 from mxnet import autograd, gluon
 from pytest_dlperf.core.workload import BuildContext
 from pytest_dlperf.models import RESNET50
-from pytest_dlperf.models.resnet50_mxnet import context, recipe
+from pytest_dlperf.models.resnet50.mxnet import context, recipe
 mx.random.seed(0)
 batch = RESNET50.batch_for("cpu", "fp32")
 ctx = BuildContext(framework="mxnet", device_type="cpu", device="cpu", batch_size=batch,

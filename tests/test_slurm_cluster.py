@@ -1,4 +1,4 @@
-"""Slurm mode on a real Slurm cluster on this machine (``launch/localslurm.py``): munged,
+"""Slurm mode on a real Slurm cluster on this machine (``launch/slurm/cluster.py``): munged,
 slurmctld and two slurmd, each node its own network host (namespace, address, host name). pytest
 runs inside a Slurm job (sbatch: on node1, the batch host; salloc: on the controller's host, the
 login node) and the plugin launches the ranks with the real srun. Then faults, done to the real
@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 
-from pytest_dlperf.launch import fabric, localslurm
-from pytest_dlperf.launch.localslurm import LocalSlurm
+from pytest_dlperf.launch.onehost import fabric
+from pytest_dlperf.launch.slurm import cluster as localslurm
+from pytest_dlperf.launch.slurm.cluster import LocalSlurm
 
 _OK, _WHY = localslurm.available()
 # The training tests share the machine (scripts/test's first pass); the faults, whose tests bound
@@ -476,7 +477,7 @@ def test_pytest_killed_leaves_nothing_on_any_node(
 ORPHAN = """
 import subprocess, sys, time
 from pathlib import Path
-from pytest_dlperf.launch.localslurm import LocalSlurm
+from pytest_dlperf.launch.slurm.cluster import LocalSlurm
 
 cluster = LocalSlurm(Path(sys.argv[1]), nodes=1)
 cluster.start()

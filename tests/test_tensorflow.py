@@ -19,7 +19,7 @@ pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip insta
 
 @pytest.fixture(scope="module")
 def keras_model():  # type: ignore[no-untyped-def]
-    from pytest_dlperf.models.resnet50 import resnet50_v15
+    from pytest_dlperf.models.resnet50.tensorflow import resnet50_v15
 
     return resnet50_v15(num_classes=1000, image_size=64)
 
@@ -35,7 +35,7 @@ def test_same_trainable_parameter_count_as_torch(keras_model) -> None:  # type: 
 
 
 def test_every_layer_has_torchs_shape(keras_model) -> None:  # type: ignore[no-untyped-def]
-    from pytest_dlperf.models.resnet50 import torch_named_shapes
+    from pytest_dlperf.models.resnet50.tensorflow import torch_named_shapes
 
     torch_shapes = {n: tuple(p.shape) for n, p in torchvision.models.resnet50().named_parameters()}
     keras_shapes = torch_named_shapes(keras_model)

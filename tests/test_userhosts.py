@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pytest_dlperf.launch import fabric
+from pytest_dlperf.launch.onehost import fabric
 
 pytestmark = pytest.mark.alone("it bounds a case's throughput by its shaped link")
 
@@ -58,7 +58,7 @@ def unprivileged() -> Iterator[tuple[Path, list[str]]]:
                "LANG": "C.UTF-8"}
         probe = subprocess.run(
             ["env", "-i", *[f"{k}={v}" for k, v in env.items()], *prefix, python, "-c",
-             "import torch, pytest_dlperf.launch.userhosts as u; print(u.available())"],
+             "import torch, pytest_dlperf.launch.onehost.userhosts as u; print(u.available())"],
             capture_output=True, text=True, cwd=folder)
         if probe.returncode != 0 or not probe.stdout.startswith("(True"):
             pytest.skip(f"no nodes as hosts for a user here: {probe.stdout}{probe.stderr[-300:]}")

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from pytest_dlperf.core.sweep import parse_ladder
-from pytest_dlperf.core.workload import BuildContext, WorkloadError
-from pytest_dlperf.models import BUILTIN, wide_deep
+from pytest_dlperf.core.sweep import parse_ladder  # noqa: E402
+from pytest_dlperf.core.workload import BuildContext, WorkloadError  # noqa: E402
+from pytest_dlperf.models import BUILTIN, wide_deep  # noqa: E402
 
 torch = pytest.importorskip("torch")
-from pytest_dlperf.models import wide_deep_torch  # noqa: E402
+from pytest_dlperf.models.wide_deep import torch as wide_deep_torch  # noqa: E402
 
 
 def sizes(device: str = "cpu", **over: Any) -> dict[str, Any]:

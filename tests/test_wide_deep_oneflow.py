@@ -38,7 +38,7 @@ def torch_reference(path: Path) -> None:
     import torch
 
     from pytest_dlperf.models.wide_deep import CPU_SIZES, WideDeepShape
-    from pytest_dlperf.models.wide_deep_torch import build, power_law_ids
+    from pytest_dlperf.models.wide_deep.torch import build, power_law_ids
 
     shape = WideDeepShape.of({**CPU_SIZES, "vocab": 5000, "hidden_size": 32})
     torch.manual_seed(3)
@@ -67,7 +67,7 @@ import json
 import numpy as np
 import oneflow as flow
 from pytest_dlperf.models.wide_deep import CPU_SIZES, WideDeepShape
-from pytest_dlperf.models.wide_deep_oneflow import build, ids_of
+from pytest_dlperf.models.wide_deep.oneflow import build, ids_of
 ref = np.load(REFERENCE)
 shape = WideDeepShape.of({**CPU_SIZES, "vocab": 5000, "hidden_size": 32})
 model = build(shape).eval()

@@ -28,7 +28,7 @@ SMALL = {**wide_deep.WORKLOAD.sizes_for("cpu", "fp32"), "vocab": 5_000, "hidden_
 RECIPE = """
 import json
 from pytest_dlperf.core.workload import BuildContext
-from pytest_dlperf.models import wide_deep_paddle
+from pytest_dlperf.models.wide_deep import paddle as wide_deep_paddle
 def context(sizes, batch):
     return BuildContext("paddle", "cpu", "cpu", batch, sizes, "fp32", "float32", False, 0, 0, 1,
                         0)
@@ -37,7 +37,7 @@ def context(sizes, batch):
 
 def test_the_formulas_parameters_under_torchs_names_and_shapes() -> None:
     torch = pytest.importorskip("torch")
-    from pytest_dlperf.models import wide_deep_torch
+    from pytest_dlperf.models.wide_deep import torch as wide_deep_torch
 
     sizes = wide_deep.WORKLOAD.sizes_for("cpu", "fp32")  # vocab 200k, as a CPU case builds it
     out = run_snippet(sys.executable, RECIPE + f"""
@@ -61,7 +61,7 @@ def test_torchs_weights_give_torchs_logits_and_loss(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     import numpy as np
 
-    from pytest_dlperf.models import wide_deep_torch
+    from pytest_dlperf.models.wide_deep import torch as wide_deep_torch
 
     shape = wide_deep.WideDeepShape.of(SMALL)
     torch.manual_seed(0)
@@ -83,7 +83,7 @@ def test_torchs_weights_give_torchs_logits_and_loss(tmp_path: Path) -> None:
 import json
 import numpy as np
 import paddle
-from pytest_dlperf.models import wide_deep_paddle
+from pytest_dlperf.models.wide_deep import paddle as wide_deep_paddle
 from pytest_dlperf.models.wide_deep import WideDeepShape
 ref = np.load({str(tmp_path / "ref.npz")!r})
 model = wide_deep_paddle.build(WideDeepShape.of({SMALL!r}))

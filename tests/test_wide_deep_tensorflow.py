@@ -17,7 +17,9 @@ pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip insta
                                          "'pytest-dlperf[tensorflow]')")
 
 from pytest_dlperf.core.workload import BuildContext  # noqa: E402
-from pytest_dlperf.models import wide_deep, wide_deep_tensorflow, wide_deep_torch  # noqa: E402
+from pytest_dlperf.models import wide_deep  # noqa: E402
+from pytest_dlperf.models.wide_deep import tensorflow as wide_deep_tensorflow  # noqa: E402
+from pytest_dlperf.models.wide_deep import torch as wide_deep_torch  # noqa: E402
 
 # Small enough to build in a moment, with every part of the model: 2 hidden layers.
 SMALL = {**wide_deep.WORKLOAD.sizes_for("cpu", "fp32"), "vocab": 5_000, "hidden_size": 64}
@@ -105,11 +107,11 @@ def test_the_case_seed_decides_the_weights_tables_uniform_within_a_twentieth() -
 
 TRAIN = """
 import json
-from pytest_dlperf.frameworks import DistEnv, load
-from pytest_dlperf.models import WIDE_DEEP
-from pytest_dlperf.core.protocol import QUICK
-from pytest_dlperf.core.spec import spec_for
-from pytest_dlperf.core.recipes import load_recipe
+from pytest_dlperf.frameworks import DistEnv, load  # noqa: E402
+from pytest_dlperf.models import WIDE_DEEP  # noqa: E402
+from pytest_dlperf.core.protocol import QUICK  # noqa: E402
+from pytest_dlperf.core.spec import spec_for  # noqa: E402
+from pytest_dlperf.core.recipes import load_recipe  # noqa: E402
 out = {}
 for mode in ("eager", "compiled"):
     spec = spec_for("tensorflow", WIDE_DEEP, protocol=QUICK, device_type="cpu", compiler=mode,
@@ -140,8 +142,9 @@ def test_the_recipe_trains_through_the_adapter_eager_and_under_xla() -> None:
 # TensorFlow's import crashed here), then the TensorFlow adapter's optimizer.
 ADAMW_STEPS = """
 import json, torch
-from pytest_dlperf.core.spec import OptimizerSpec
-from pytest_dlperf.models import wide_deep, wide_deep_torch
+from pytest_dlperf.core.spec import OptimizerSpec  # noqa: E402
+from pytest_dlperf.models import wide_deep  # noqa: E402
+from pytest_dlperf.models.wide_deep import torch as wide_deep_torch  # noqa: E402
 sizes = {**wide_deep.WORKLOAD.sizes_for("cpu", "fp32"), "vocab": 5_000, "hidden_size": 64,
          "dropout": 0.0}
 shape = wide_deep.WideDeepShape.of(sizes)
@@ -166,8 +169,8 @@ for dense, wide, deep, clicks in batches:
 ended = {n: p.detach().numpy() for n, p in model.named_parameters()}
 
 import keras, tensorflow as tf
-from pytest_dlperf.frameworks.tensorflow import make_optimizer
-from pytest_dlperf.models import wide_deep_tensorflow as ours
+from pytest_dlperf.frameworks.tensorflow import make_optimizer  # noqa: E402
+from pytest_dlperf.models.wide_deep import tensorflow as ours  # noqa: E402
 keras_model = ours.build(shape)
 ours.load_torch_weights(keras_model, start)
 variables = keras_model.trainable_variables

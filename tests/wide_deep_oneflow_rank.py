@@ -45,7 +45,7 @@ def spec_for(layout: Any, compiler: str, options: dict[str, Any]) -> RankSpec:
 
 
 def recipe(ctx: Any) -> Any:
-    from pytest_dlperf.models.wide_deep_oneflow import recipe as wide_deep
+    from pytest_dlperf.models.wide_deep.oneflow import recipe as wide_deep
 
     if ctx.sizes.get("wrong_split"):  # every rank trains on rank 0's batch: a wrong split
         ctx = dataclasses.replace(ctx, rank=0)
@@ -54,7 +54,7 @@ def recipe(ctx: Any) -> Any:
 
 def names() -> list[str]:
     from pytest_dlperf.models.wide_deep import WideDeepShape
-    from pytest_dlperf.models.wide_deep_oneflow import build
+    from pytest_dlperf.models.wide_deep.oneflow import build
 
     return [name for name, _ in build(WideDeepShape.of(SIZES)).named_parameters()]
 
@@ -84,8 +84,8 @@ def train(run: dict[str, Any], dist: DistEnv) -> dict[str, Any]:
 def reference(world: int) -> dict[str, Any]:
     """One process, the unsharded model, on the global batch: rank r's batches are what the
     recipe draws for rank r."""
-    from pytest_dlperf.frameworks._oneflow_update import make_optimizer
-    from pytest_dlperf.models.wide_deep_oneflow import recipe as wide_deep
+    from pytest_dlperf.frameworks.oneflow.update import make_optimizer
+    from pytest_dlperf.models.wide_deep.oneflow import recipe as wide_deep
 
     parts = [wide_deep(BuildContext("oneflow", "cpu", "cpu", BATCH, SIZES, "fp32", "float32",
                                     False, SEED, rank, world, rank)) for rank in range(world)]

@@ -40,7 +40,7 @@ def spec_for(layout: Any, sizes: dict[str, Any]) -> Any:
 
 
 def recipe(ctx: Any) -> Any:
-    from pytest_dlperf.models.wide_deep_torch import recipe as wide_deep
+    from pytest_dlperf.models.wide_deep.torch import recipe as wide_deep
 
     if ctx.sizes.get("wrong_split"):  # every rank trains on rank 0's batch: a wrong split
         ctx = dataclasses.replace(ctx, rank=0)
@@ -105,7 +105,7 @@ def reference(world: int, lazy: bool = False) -> dict[str, Any]:
     from pytest_dlperf.core.spec import OptimizerSpec
     from pytest_dlperf.core.workload import BuildContext
     from pytest_dlperf.frameworks.torch import make_optimizer
-    from pytest_dlperf.models.wide_deep_torch import recipe as wide_deep
+    from pytest_dlperf.models.wide_deep.torch import recipe as wide_deep
 
     parts = [wide_deep(BuildContext("torch", "cpu", "cpu", BATCH, SIZES, "fp32", "float32",
                                     False, SEED, rank, world, rank)) for rank in range(world)]

@@ -4,7 +4,7 @@ A framework runs a layout kind beyond plain data parallelism where a strategy fo
 (framework, kind) is registered, and only there: ``Adapter.layout_unavailable`` asks each of
 the layout's kinds' strategies ``why_not`` (a reason, or None) and refuses a kind with none,
 naming the ones the framework has. The built-in adapters register theirs when their module is
-imported (``frameworks/torch.py``: fsdp, tp, pp), a new kind's module registers its own beside
+imported (``frameworks/torch/__init__.py``: fsdp, tp, pp), a new kind's module registers its own beside
 the kind (docs/adding-a-layout-kind.md).
 
 A strategy that shards the model part by part is a ``PartStrategy``: the framework's trainer

@@ -1,10 +1,13 @@
-"""Framework adapters: one module per framework, each behind the same small interface.
+"""Framework adapters: one package per framework (``frameworks/<name>/``), each behind the same
+small interface; beside them, what every adapter shares (``_step``: the eager step and its
+defaults; ``_contract``: a user's adapter completed to the protocol; ``_roles``, ``_loss_scale``).
 
 An adapter is what is framework-specific and model-independent: process group, data-parallel
 wrapper, device placement, AMP, the compiler, synchronization. The model comes from the
 workload's recipe for that framework (``pytest_dlperf.core.workload``; ResNet-50's are in
-``pytest_dlperf.models``). A framework module (``frameworks/<name>.py``) defines, without
-importing the framework at module level:
+``pytest_dlperf.models``). A framework's package face (``frameworks/<name>/__init__.py``; its
+runtime, phases, optimizer and strategies in modules beside it; a user's adapter may be one
+module) defines, without importing the framework at module level:
 
 - ``DISTRIBUTION``: the package whose installed version enters the baseline fingerprint (or a
   tuple of packages that provide the framework, first installed wins);

@@ -13,15 +13,15 @@ plugin offers them through its own ``pytest_dlperf_make_launcher`` hook, beside 
 conftest or plugin adds its own (docs/adding-a-launcher.md).
 
 The modules: the protocol (``protocol``), its defaults and the cluster a test sees (``base``),
-the launchers (``local``, ``slurm``, ``ray``, ``external``; Ray's parts: ``raynodes``,
-``raycollect``, ``rayrank``), what the launchers that start their own
-agents share (``processes``) and how results come back (``results``); where ranks import the
-plugin from (``importpath``); local nodes as network hosts, as root (``fabric``, shaped and
-probed by ``linkprobe``) or as any user (``userhosts``), and local mode's private namespace
-(``netns``); a real Slurm cluster on one machine (``localslurm``, its files ``slurmconf``, its
-daemons ``daemons``), a real Ray cluster on one machine (``localray``), what both share
-(``localcluster``), and the keeper that holds either for ``dlperf slurm`` / ``dlperf ray``
-(``keeper``, with ``slurmkeeper`` and ``raykeeper``).
+what the launchers that start their own agents share (``processes``), how results come back
+(``results``), where ranks import the plugin from (``importpath``), and external mode
+(``external``: pytest itself launched on every rank). A folder per engine: ``local/`` (torchrun's
+elastic agents on this host; its private namespace, ``local/netns.py``), ``slurm/`` (srun inside an
+allocation; a real Slurm cluster on this machine: ``cluster``, its files ``conf``, its ``keeper``),
+``ray/`` (an actor per rank: the launcher, its view of the nodes ``nodes``, its wait ``collect``,
+the actor's side ``rank``; a real Ray cluster on this machine: ``cluster``, ``keeper``). What a
+cluster on one machine is made of, whichever engine runs on it, is ``onehost/``: nodes as network
+hosts (``fabric``, ``userhosts``, ``linkprobe``), the clusters' shared shape, daemons and keeper.
 """
 
 from __future__ import annotations

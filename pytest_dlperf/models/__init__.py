@@ -1,8 +1,9 @@
-"""The built-in workloads, one module per model holding its recipe per framework.
+"""The built-in workloads, a package per model: its face (``models/<model>/__init__.py``) holds the
+workload (sizes, optimizer, FLOPs, the recipe per framework by module path), which the pytest side
+imports; a module per framework beside it (``models/<model>/<framework>.py``) holds that
+framework's recipe, imported by that framework's ranks only.
 
 ``measure(framework, "resnet50")`` looks a name up here; users pass their own ``Workload``.
-Wide & Deep's recipes beside ``wide_deep``: ``wide_deep_torch``, ``wide_deep_tensorflow``
-(Keras 3) and ``wide_deep_paddle``; InsightFace's beside ``insightface``: ``insightface_torch``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""What the JAX models share to stand under torch's names (``resnet50_jax``, ``bert_jax``,
-``gpt_jax``): each model walks its layers in torch's order (``torch_variables``), and these turn
+"""What the JAX models share to stand under torch's names (``resnet50.jax``, ``bert.jax``,
+``gpt.jax``): each model walks its layers in torch's order (``torch_variables``), and these turn
 that walk into torch's named arrays and shapes, or set torch's arrays into the Flax variables.
 
 A walk maps torch's name to (the Flax variable, the axes that put it in torch's layout, None

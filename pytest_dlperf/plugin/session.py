@@ -352,7 +352,7 @@ class SessionState:
 def check_link(launcher: Launcher, link: Any) -> None:
     """--dlperf-link shapes the links of local nodes that are hosts of their own; say so where
     it cannot be given (another launcher, no namespaces here, a delay the kernel cannot add)."""
-    from ..launch import fabric
+    from ..launch.onehost import fabric
 
     where = "--dlperf-link"
     if not link.shaped:  # unshaped: what every launcher gives
