@@ -244,6 +244,7 @@ def test_more_nodes_than_the_cluster_has_is_a_usage_error_naming_its_nodes(
     ([], "--dlperf-launcher=ray needs a running Ray cluster's address: --dlperf-ray-address"),
     (["--dlperf-ray-address", "10.0.0.1"], "bad value for --dlperf-ray-address=10.0.0.1: "
      "expected a Ray cluster's address, HOST:PORT of its GCS"),
+    (["-o", "dlperf_ray_address=head"], "bad value for ini key dlperf_ray_address = 'head' in "),
 ])
 def test_ray_without_a_cluster_address_is_a_usage_error(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: list[str],
@@ -254,6 +255,31 @@ def test_ray_without_a_cluster_address_is_a_usage_error(
                                            *args, timeout=120)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*{says}*"])
+
+
+def test_the_address_from_the_environment_is_checked_before_any_test(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever the launcher: a bad value is refused where it was given, as every option's."""
+    monkeypatch.setenv("DLPERF_RAY_ADDRESS", "ray://head")
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*bad value for environment variable "
+                                 "DLPERF_RAY_ADDRESS='ray://head': expected a Ray cluster's*"])
+
+
+def test_the_ray_option_is_registered_by_the_ray_launchers_own_hooks(pytester: pytest.Pytester) -> None:
+    """The option is registered by the Ray launcher's hooks, as a user's launcher registers its
+    own: without that module, pytest does not know the flag, and the plugin still runs."""
+    pytester.makepyfile("def test_x(): pass")
+    without = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:pytest_dlperf.launch.ray.hooks",
+        "--dlperf-ray-address", "127.0.0.1:6379", timeout=120)
+    assert without.ret == pytest.ExitCode.USAGE_ERROR
+    without.stderr.fnmatch_lines(["*unrecognized arguments: --dlperf-ray-address*"])
+    assert pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p",
+                                         "no:pytest_dlperf.launch.ray.hooks",
+                                         timeout=120).ret == pytest.ExitCode.OK
 
 
 def test_a_cluster_that_does_not_answer_is_a_usage_error(

@@ -27,12 +27,14 @@ hosts (``fabric``, ``userhosts``, ``linkprobe``), the clusters' shared shape, da
 from __future__ import annotations
 
 import importlib
+import importlib.util
+from types import ModuleType
 
 from .base import Cluster, Launcher, LaunchError, Watch
 from .protocol import LauncherProtocol, Rendezvous, run_launch
 
 __all__ = ["BUILTIN_LAUNCHERS", "Cluster", "LaunchError", "Launcher", "LauncherProtocol",
-           "Rendezvous", "Watch", "detect", "make_builtin", "run_launch"]
+           "Rendezvous", "Watch", "detect", "hook_modules", "make_builtin", "run_launch"]
 
 # Each name is a module of this package with ``make(environ) -> Launcher``.
 BUILTIN_LAUNCHERS = ("local", "slurm", "ray", "external")
@@ -56,3 +58,19 @@ def make_builtin(name: str, environ: dict[str, str]) -> Launcher | None:
         return None
     launcher: Launcher = importlib.import_module(f"{__name__}.{name}").make(environ)
     return launcher
+
+
+def hook_modules() -> list[ModuleType]:
+    """The built-in launchers' own pytest hooks (``launch/<name>/hooks.py``: Ray's option and the
+    maker that reads it), which the plugin registers beside itself, as a user's launcher's
+    plugin or conftest is registered."""
+    modules: list[ModuleType] = []
+    for name in BUILTIN_LAUNCHERS:
+        if importlib.util.find_spec(f"{__name__}.{name}") is None:
+            continue
+        try:
+            modules.append(importlib.import_module(f"{__name__}.{name}.hooks"))
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}.hooks":
+                raise
+    return modules

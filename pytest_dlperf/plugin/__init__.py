@@ -15,7 +15,7 @@ import pytest
 from ..core.jsonio import write_json_atomic
 from ..core.parallel import Layout
 from ..core.workload import PRECISIONS, Precision
-from ..launch import BUILTIN_LAUNCHERS, Cluster, Launcher, detect, make_builtin
+from ..launch import BUILTIN_LAUNCHERS, Cluster, Launcher, detect, hook_modules, make_builtin
 from ..report.results import benchmark_entry, change_lines, results_json
 from ..report.tables import (
     AB_HEADER,
@@ -43,8 +43,7 @@ __all__ = ["DLPerfWarning", "STATE", "ThroughputMeter"]
 
 
 STATE = pytest.StashKey[SessionState]()
-# -m multinode on perf cases none of which has the marker: how many there were (collection), then
-# what to tell the user once every one was deselected (terminal summary).
+# -m multinode on perf cases none of which has the marker: their count, then the summary's hint.
 UNMARKED_PERF_CASES = pytest.StashKey[int]()
 MULTINODE_HINT = pytest.StashKey[str]()
 # Layouts that cannot be read or fit none of a test's topologies, found while parametrizing.
@@ -53,6 +52,8 @@ LAYOUT_ERRORS = pytest.StashKey[list[str]]()
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hooks)
+    for module in hook_modules():  # the built-in launchers' own options and makers (Ray's)
+        pluginmanager.register(module, module.__name__)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

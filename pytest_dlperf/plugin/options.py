@@ -19,6 +19,7 @@ from ..core import batchsearch
 from ..core import protocol as protocol_mod
 from ..core.units import parse_flops, parse_size
 from ..core.workload import COMPILERS
+from ..launch import hook_modules
 from .parsers import (
     _batch_size,
     _bool,
@@ -58,15 +59,6 @@ def _launcher_name(raw: str) -> str:
     if not re.fullmatch(r"[a-z][a-z0-9_-]*", value):
         raise ValueError("expected a launcher's name (auto, local, slurm, ray, external, or one a "
                          "plugin adds: lowercase letters, digits, - and _)")
-    return value
-
-
-def _ray_address(raw: str) -> str:
-    """A Ray cluster's address: HOST:PORT, or ray://HOST:PORT."""
-    value = str(raw).strip()
-    if not re.fullmatch(r"(ray://)?[A-Za-z0-9_.\-\[\]:]+:\d+", value):
-        raise ValueError("expected a Ray cluster's address, HOST:PORT of its GCS (10.0.0.1:6379) "
-                         "or ray://HOST:PORT (Ray Client)")
     return value
 
 
@@ -315,11 +307,6 @@ OPTIONS: tuple[Option, ...] = (
            "a name a plugin or conftest adds (pytest_dlperf_make_launcher; "
            "docs/adding-a-launcher.md).",
            _launcher_name, "auto", metavar="NAME"),
-    Option("ray_address", "--dlperf-launcher ray: the running Ray cluster to launch on, "
-           "HOST:PORT of its GCS (pytest on a node of the cluster) or ray://HOST:10001 (Ray "
-           "Client). Default: RAY_ADDRESS. The plugin connects; it never starts a cluster "
-           "(scripts/local-ray starts one on this machine).",
-           _optional(_ray_address), metavar="ADDRESS"),
     Option("python", "run a framework's worker processes under another Python interpreter, "
            "FRAMEWORK=PATH (comma-separated, or the flag once a framework): for frameworks that cannot live in "
            "pytest's interpreter, like OneFlow 0.9 (Python <= 3.10; scripts/setup-oneflow "
@@ -397,4 +384,7 @@ def options_markdown() -> str:
                   f"- command line: `{flag}`" + "".join(f", `{a}`" for a in opt.aliases),
                   f"- environment: `{opt.env}`",
                   f"- ini: `{opt.dest}`", "", opt.help, ""]
+    # the built-in launchers' own options (Ray's), registered by their launchers
+    lines += [module.options_markdown() for module in hook_modules()
+              if hasattr(module, "options_markdown")]
     return "\n".join(lines)

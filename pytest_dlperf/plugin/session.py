@@ -113,8 +113,6 @@ class SessionState:
     # -- pytest_sessionstart --------------------------------------------------------------
 
     def start(self, environ: dict[str, str]) -> None:
-        if self.settings.ray_address:  # Ray's own variable, as the flag says
-            environ = {**environ, "RAY_ADDRESS": self.settings.ray_address}
         launcher = self._pick_launcher(environ)
         hardware = detect_hardware()
         device_type = self._device_type(hardware)

@@ -55,7 +55,6 @@ class Settings:
     oversubscribe: bool  # local CPU cases with more ranks than cores run anyway
     device: str
     launcher: str
-    ray_address: str | None  # --dlperf-launcher ray: the cluster's; None: RAY_ADDRESS
     python: dict[str, str] | None  # framework -> worker interpreter (absolute path)
     ab: str | None  # A/B mode: the base side's git revision
     # A/B mode: the base side's rank interpreters, "*" in place of pytest's, or a framework's
