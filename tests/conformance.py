@@ -183,7 +183,7 @@ FRAMEWORKS = (
               max_batch=MaxBatch("34 s, CI's 35 minutes (issue 54): the search under a memory "
                                  "limit runs in CI (test_memory_cases)")),
     Framework("mindspore", mindspore_interpreter, "run scripts/setup-mindspore", averages=(
-        Average("eager"), Average("compiled", "compiled", outside_ci=f"10 s: {TWINS}")),
+        Average("eager"), Average("compiled", "compiled")),
         started=(SCHEDULER, SCHEDULER_GRACE_S),
         window=Window(("eager", "compiled"), frozenset({"compiled"}), steps=1),
         # The reducer switched off for half the diagnostic steps; the gradients all-reduced
@@ -197,11 +197,10 @@ FRAMEWORKS = (
         store=Store(mindspore_adapter.prepare_environ,
                     lambda env: (env["MS_SCHED_HOST"], env["MS_SCHED_PORT"])),
         adamw=tuple((c, clip) for c in ("eager", "compiled") for clip in (None, 0.05)),
-        max_batch=MaxBatch("11 s, beyond MindSpore's CI share")),
+        max_batch=MaxBatch()),
     Framework("mxnet", mxnet_interpreter, "run scripts/setup-mxnet", averages=(
         Average("eager", together={"kvstore": "dist_sync"}),
-        Average("compiled", "compiled", together={"kvstore": "dist_sync"},
-                outside_ci=f"3 s: {TWINS}")),
+        Average("compiled", "compiled", together={"kvstore": "dist_sync"})),
         started=(ROLE, ROLE_GRACE_S), stray_port="PORT",
         window=Window(("eager", "compiled"), frozenset({"eager", "compiled"}), steps=1),
         adamw=(("eager", None),),
@@ -215,7 +214,7 @@ FRAMEWORKS = (
             reports={"kvstore": "dist_sync"}, phases=dict.fromkeys(
                 ("eager", "compiled"), ("forward", "backward", "optimizer")),
             outside_ci="22 s, " + CROSSES.format("MXNet")),
-        max_batch=MaxBatch("13 s, beyond MXNet's CI share"),
+        max_batch=MaxBatch(),
         store=Store(mxnet_adapter.prepare_environ,
                     lambda env: (env["DMLC_PS_ROOT_URI"], env["DMLC_PS_ROOT_PORT"]))),
     Framework("jax", jax_interpreter, "run scripts/setup-jax", averages=(

@@ -202,9 +202,6 @@ def test_mlp(throughput_meter):
 
 
 @pytest.mark.usefixtures("subprocess_env")
-@pytest.mark.outside_ci(
-    "24 s, CI's 35 minutes (issue 54): each heap choice reads as its thresholds and "
-    "holds under mallopt in CI (above)")
 def test_launch_1_starts_its_windows_from_the_same_heap_as_launch_3(
         pytester: pytest.Pytester) -> None:
     """Under glibc as it comes, where a heap's history shows most (a step of this model takes

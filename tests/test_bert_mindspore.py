@@ -153,8 +153,6 @@ print(json.dumps({**losses, "training": model.training}))
 """
 
 
-@pytest.mark.outside_ci("20 s, beyond MindSpore's CI share: ResNet-50's recipe keeps the finite-loss "
-                        "check in CI")
 def test_the_recipe_trains_in_pynative_and_in_graph_mode(mindspore_python: str,
                                                          tmp_path: Path) -> None:
     """BERT-base from the built-in CPU case's recipe (sequence 32, 5 masked positions, batch

@@ -19,9 +19,6 @@ from snippets import run_snippet
 VOCAB = 30522
 
 
-@pytest.mark.outside_ci(
-    "20 s, CI's 35 minutes (issue 54): torch's weights, loaded by name, give torch's "
-    "outputs in CI (below)")
 def test_bert_base_has_torchs_parameters_by_name_with_the_decoder_tied(
         oneflow_python: str) -> None:
     pytest.importorskip("transformers")

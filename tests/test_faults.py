@@ -181,9 +181,6 @@ def build_trainer(spec, dist, recipe):
 """
 
 
-@pytest.mark.outside_ci("22 s, beyond TensorFlow's CI share: a hanging worker and a node that "
-                        "never joins are killed at the same timeout in CI (above), which does not "
-                        "look at the framework")
 @pytest.mark.usefixtures("subprocess_env")
 def test_a_tensorflow_worker_waiting_for_a_peer_that_never_starts_is_killed(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,9 +30,6 @@ def test_resnet50_v15_at_224_is_about_24_5_gflop_an_image(tmp_path: Path) -> Non
     assert count.per_sample == pytest.approx(3 * 2 * 4.09e9, rel=0.03)
 
 
-@pytest.mark.outside_ci(
-    "25 s, CI's 35 minutes (issue 54): ResNet-50's count matches its arithmetic in CI "
-    "by the same counter (above)")
 def test_bert_base_pretraining_flops_match_the_arithmetic(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     spec = spec_for("torch", BERT_BASE, protocol=QUICK, device_type="cuda", batch_size=2)

@@ -244,9 +244,6 @@ print(json.dumps({
 """
 
 
-@pytest.mark.outside_ci(
-    "23 s, CI's 35 minutes (issue 54): JAX's GPT gives torch's logits in CI (above), "
-    "and CI's profile records it with FSDP on two ranks")
 def test_the_recipe_trains_in_float32_and_computes_in_bfloat16(jax_python: str) -> None:
     """The recipe at the CPU sizes, batch 2: four steps of the workload's AdamW (clipping, no
     decay on vectors) over ``nnx.split`` / ``nnx.merge`` in one ``jax.jit``, fresh targets every

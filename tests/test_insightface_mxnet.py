@@ -82,8 +82,7 @@ print(json.dumps(out))
 
 @pytest.mark.parametrize("backbone, margin", [
     ("mobilefacenet", "arcface"),
-    pytest.param("iresnet18", "cosface", marks=pytest.mark.outside_ci(
-        "10 s, beyond MXNet's CI share: MobileFaceNet and ArcFace stay")),
+    ("iresnet18", "cosface"),
 ])
 def test_torchs_weights_give_torchs_loss(mxnet_python: str, tmp_path: Path, backbone: str,
                                          margin: str) -> None:
@@ -239,8 +238,6 @@ def test_class_parallel_ranks_train_what_one_process_trains(trained: dict[str, A
         "head": "head", "classes": 11, "sample_ratio": 1.0, "ranks": [[0, 0, 6], [1, 6, 5]]}
 
 
-@pytest.mark.outside_ci("a second job of three two-rank runs (~15 s on two cores): the wrong "
-                        "offset, Partial FC, pfc-r1")
 def test_a_wrong_label_offset_is_seen_and_a_ratio_of_one_is_model_parallel_fc(
         trained: dict[str, Any], more: dict[str, Any]) -> None:
     whole = trained["whole"][0]
@@ -251,8 +248,6 @@ def test_a_wrong_label_offset_is_seen_and_a_ratio_of_one_is_model_parallel_fc(
     assert diff < SAME, f"pfc2-r1: the parameters differ from one process's by {diff:.3g}"
 
 
-@pytest.mark.outside_ci("a second job of three two-rank runs (~15 s on two cores): the wrong "
-                        "offset, Partial FC, pfc-r1")
 def test_partial_fc_keeps_the_batchs_classes_among_its_sampled_centres(
         more: dict[str, Any]) -> None:
     ranks = more["pfc2-r0.5"]
@@ -352,7 +347,6 @@ print(json.dumps({"loss": float(loss.asscalar()), "whole": float(whole.asscalar(
 """
 
 
-@pytest.mark.outside_ci("7 s, beyond MXNet's CI share: the collectives pfc is built on")
 def test_the_store_carries_a_head_split_by_class(mxnet_python: str) -> None:
     """What the pfc strategy (_mxnet_classes) is built on: on two CPU ranks over ``dist_sync``, the
     embeddings and labels all-gathered as pushpulls of zero-padded buffers, the row maxima as a

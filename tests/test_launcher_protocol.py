@@ -127,10 +127,6 @@ TINY = ["-p", "no:cacheprovider", "--dlperf-warmup-steps", "1", "--dlperf-steps"
 ONE = ["-s", "-k", "test_trains", "--devices-per-node", "1"]  # one case: test_trains[1n1d]
 
 
-@pytest.mark.outside_ci(
-    "32 s, CI's 35 minutes (issue 54): the local, Slurm and external launchers train "
-    "through the protocol in CI, and a toy launcher's hook is chosen and refused "
-    "there (below)")
 def test_a_toy_launcher_from_a_conftest_trains_and_hands_back_through_its_own_collect(
         pytester: pytest.Pytester) -> None:
     pytester.makeconftest(TOY)
