@@ -95,7 +95,7 @@ def test_a_layout_that_cannot_be_read_says_why(text: str, says: str) -> None:
 
 
 def test_a_head_split_names_its_sample_ratio_in_its_id() -> None:
-    from pytest_dlperf.core.kinds import sample_ratio
+    from pytest_dlperf.core.kinds.pfc import sample_ratio
 
     partial = parse_layout("pfc-r0.1").resolve(2)
     whole = parse_layout("pfc").resolve(2)

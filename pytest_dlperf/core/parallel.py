@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from .kinds import (
-    _KINDS,
     BUILT_IN,
     DEFAULT_SCHEDULE,
     KINDS,
@@ -48,6 +47,7 @@ from .kinds import (
     registered,
     unregister_kind,
 )
+from .kinds.registry import _KINDS
 
 __all__ = ["BUILT_IN", "DATA_PARALLEL", "DEFAULT_SCHEDULE", "KINDS", "MESH_ORDER", "SCHEDULES",
            "Kind", "Layout", "LayoutError", "LayoutSpelling", "kind_of", "mesh_order",

@@ -4,12 +4,15 @@ A framework runs a layout kind beyond plain data parallelism where a strategy fo
 (framework, kind) is registered, and only there: ``Adapter.layout_unavailable`` asks each of
 the layout's kinds' strategies ``why_not`` (a reason, or None) and refuses a kind with none,
 naming the ones the framework has. The built-in adapters register theirs when their module is
-imported (``frameworks/torch/__init__.py``: fsdp, tp, pp), a new kind's module registers its own beside
-the kind (docs/adding-a-layout-kind.md).
+imported (``frameworks/torch/parallel.py``: fsdp, tp, pp), a new kind's module registers its own
+beside the kind (docs/adding-a-layout-kind.md).
 
 A strategy that shards the model part by part is a ``PartStrategy``: the framework's trainer
-calls its ``apply`` on each part of the model it holds (torch's is a ``TorchPart``: the module,
-the device mesh with the kind's dimension, the recipe's parts, the layout, the rank's spec).
+calls ``apply_part_strategies`` on each part of the model it holds, which applies the layout's
+kinds' part strategies in the layout's order. A part is a ``Part`` (the module, the recipe's
+parts, the layout, the rank's spec, the strategies' notes), of the framework's own subclass
+with what its strategies need beside it: torch's ``TorchPart`` here (the device mesh with the
+kind's dimension), OneFlow's ``OneFlowPart`` and MXNet's ``MXNetPart`` in their adapters.
 Two plain strategies say only what a framework cannot run: ``Checked`` asks a function of the
 whole layout (an adapter's own check, or a user adapter's ``layout_unavailable`` through the
 shim of ``frameworks/_contract.py``), and ``Unported`` records why a framework does not run a
@@ -20,9 +23,14 @@ Standard library only: ranks import it, under any Python 3.10+.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+
+if TYPE_CHECKING:
+    from .parallel import Layout
+    from .spec import RankSpec
+    from .workload import Parts
 
 
 class Strategy(Protocol):
@@ -41,8 +49,8 @@ class PartStrategy(Strategy, Protocol):
     """A strategy the framework's trainer applies to each part of the model it holds."""
 
     def apply(self, part: Any) -> None:
-        """Shard or wrap one part of the model, as this rank holds it (the framework's type:
-        ``TorchPart`` for torch)."""
+        """Shard or wrap one part of the model, as this rank holds it (a ``Part`` of the
+        framework's type: ``TorchPart`` for torch)."""
 
 
 # A check of a whole layout: why a layout of these kinds cannot run on this device type
@@ -83,12 +91,27 @@ class Unported:
         return self.reason
 
 
-@dataclass(frozen=True)
-class TorchPart:
-    """What a torch strategy's ``apply`` is given: one part of the model (the whole model, or
-    one pipeline stage), the layout's ``DeviceMesh`` (``mesh[kind]`` is the kind's dimension),
-    the recipe's ``Parts``, the ``Layout`` and the rank's ``RankSpec``; ``units``: the blocks of
-    this part wrapped one by one (FSDP2's units, compiled one by one under torch.compile).
+@dataclass(frozen=True, kw_only=True)
+class Part:
+    """One part of the model as this rank holds it, what a ``PartStrategy``'s ``apply`` is given:
+    ``module`` (the whole model, or one pipeline stage), the recipe's ``Parts``, the ``Layout``
+    and the rank's ``RankSpec``; ``notes``, by kind, what a strategy sharded and where (said in
+    the results' ``sharded_modules``). Each framework gives a subclass of its own, with what its
+    strategies need beside these. Fields are keyword-only, so that a subclass adds its own."""
+
+    module: Any
+    parts: Parts
+    layout: Layout
+    spec: RankSpec
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchPart(Part):
+    """What a torch strategy's ``apply`` is given: a ``Part`` (``module``: the whole model, or
+    one pipeline stage), torch itself, the layout's ``DeviceMesh`` (``mesh[kind]`` is the kind's
+    dimension); ``units``: the blocks of this part wrapped one by one (FSDP2's units, compiled
+    one by one under torch.compile).
 
     What a strategy leaves for the step: ``averaged``, (parameters, process group) pairs whose
     gradients the step averages over the group after backward (the replicated part beside a
@@ -96,14 +119,24 @@ class TorchPart:
     the results' ``sharded_modules``)."""
 
     torch: Any
-    module: Any
     mesh: Any
-    parts: Any
-    layout: Any
-    spec: Any
     units: tuple[str, ...] = ()
     averaged: list[tuple[list[Any], Any]] = field(default_factory=list)
-    notes: dict[str, Any] = field(default_factory=dict)
+
+
+PartT = TypeVar("PartT", bound=Part)
+
+
+def apply_part_strategies(framework: str, part: PartT,
+                          kinds: Container[str] | None = None) -> PartT:
+    """The part strategies ``framework`` has for the layout's kinds, each applied to ``part``
+    in the layout's order (``kinds``: only those of them, where a trainer does something of its
+    own between them); ``part`` back, with what the strategies left in it."""
+    for kind in part.layout.kinds:
+        strategy = strategy_for(framework, kind)
+        if isinstance(strategy, PartStrategy) and (kinds is None or kind in kinds):
+            strategy.apply(part)
+    return part
 
 
 _STRATEGIES: dict[tuple[str, str], Strategy] = {}

@@ -39,7 +39,7 @@ from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from ...core.spec import OptimizerSpec, RankSpec
-from ...core.strategies import why_not
+from ...core.strategies import apply_part_strategies, why_not
 from ...core.workload import BuildContext, Parts, WorkloadError
 from .. import Batches, DistEnv, PhasePlan, _roles, fresh, map_batch, require_parameters
 from .._loss_scale import POLICY
@@ -48,7 +48,7 @@ from . import (
     classes,  # noqa: F401  (registers MXNet's pfc strategy)
     phases,
 )
-from .runtime import MXNetPart, MXNetRuntime, apply_strategies
+from .runtime import MXNetPart, MXNetRuntime
 
 DISTRIBUTION = ("mxnet", "mxnet-cu112", "mxnet-cu117", "mxnet-mkl")
 RECIPE_FOR = "mxnet"
@@ -118,8 +118,9 @@ class MXNetTrainer(EagerStep):
         self.kvstore = self.runtime.store()
         # A strategy's (pfc's class-split head) rows are each rank's own: only the rest is
         # broadcast from rank 0 and summed through the store (``self.params``).
-        part = apply_strategies(MXNetPart(mx, self.model, parts, layout, spec, dist.rank,
-                                          self.context, self.kvstore))
+        part = apply_part_strategies("mxnet", MXNetPart(
+            module=self.model, parts=parts, layout=layout, spec=spec, mx=mx, rank=dist.rank,
+            context=self.context, store=self.kvstore))
         self.sharded, self.layout_id = part.notes, layout.id
         held = {id(p) for p in part.held}
         self.params = [p for p in self.model.collect_params().values()

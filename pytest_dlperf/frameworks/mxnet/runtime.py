@@ -16,39 +16,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...core.spec import RankSpec
-from ...core.strategies import PartStrategy, strategy_for
+from ...core.strategies import Part
 from .. import DeviceUnavailable, DistEnv
 
 
-@dataclass
-class MXNetPart:
-    """What an MXNet strategy's ``apply`` is given (a registered kind's: pfc): MXNet, the
-    recipe's model (its parameters initialized on ``context``), the recipe's ``Parts``, the
-    ``Layout``, the rank's ``RankSpec``, its rank in the world, and the store (None on one rank).
+@dataclass(frozen=True, kw_only=True)
+class MXNetPart(Part):
+    """What an MXNet strategy's ``apply`` is given (a registered kind's: pfc): a ``Part``
+    (``module``: the recipe's model, its parameters initialized on ``context``), MXNet itself
+    (``mx``), its rank in the world, and the store (None on one rank).
 
     What a strategy leaves for the trainer: ``held``, the parameters this rank owns (neither
     broadcast from rank 0 nor summed through the store: each rank its own rows); ``notes``, by
     kind, what it sharded and where (the results' ``sharded_modules``)."""
 
     mx: Any
-    module: Any
-    parts: Any
-    layout: Any
-    spec: RankSpec
     rank: int
     context: Any
     store: Any
     held: list[Any] = field(default_factory=list)
-    notes: dict[str, Any] = field(default_factory=dict)
-
-
-def apply_strategies(part: MXNetPart) -> MXNetPart:
-    """The layout's kinds' part strategies, in the layout's order, on ``part``."""
-    for kind in part.layout.kinds:
-        strategy = strategy_for("mxnet", kind)
-        if isinstance(strategy, PartStrategy):
-            strategy.apply(part)
-    return part
 
 
 class MXNetRuntime:

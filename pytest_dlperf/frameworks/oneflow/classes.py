@@ -37,7 +37,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...core.kinds import LayoutError, class_range, sample_ratio
+from ...core.kinds import LayoutError
+from ...core.kinds.pfc import class_range, sample_ratio
 from ...core.strategies import only_kind, register_strategy
 from ...core.workload import WorkloadError
 from .parallel import OneFlowPart

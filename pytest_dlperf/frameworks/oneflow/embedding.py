@@ -12,7 +12,7 @@ its ``nn.Embedding`` modules (``models/wide_deep/oneflow.py``). OneFlow-Benchmar
 conversions into its model's ``forward``; here a forward pre-hook and a forward hook on each
 table do them, so that the recipe's model stays the unsharded one.
 
-The plans (``core.kinds.EMBEDDING_PLANS``) it runs: ``rw`` (every table's rows split evenly
+The plans (``core.kinds.emb.EMBEDDING_PLANS``) it runs: ``rw`` (every table's rows split evenly
 over the ranks) and ``dp`` (every table whole on every rank, broadcast like the tower). The
 others refuse where the layout is applied (``why_not`` sees the kinds, not the plan), saying
 why (``REFUSED``).
@@ -26,7 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...core.kinds import LayoutError, embedding_plan
+from ...core.kinds import LayoutError
+from ...core.kinds.emb import embedding_plan
 from ...core.strategies import only_kind, register_strategy
 from ...core.workload import WorkloadError
 from .parallel import OneFlowPart

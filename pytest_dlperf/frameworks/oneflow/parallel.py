@@ -11,28 +11,22 @@ underscore keeps ``frameworks.known_frameworks`` from taking it for an adapter).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ...core.parallel import Layout
-from ...core.strategies import PartStrategy, strategy_for
+from ...core.strategies import Part, apply_part_strategies
 from ...core.workload import Parts, WorkloadError
 
 
-@dataclass(frozen=True)
-class OneFlowPart:
-    """What a OneFlow strategy's ``apply`` is given (a registered kind's: emb): the model, its
-    parameters already global on ``placement`` (broadcast over the data ranks), the recipe's
-    ``Parts``, the ``Layout`` and the rank's ``RankSpec``; ``notes``, by kind, what it sharded
-    and where (the results' ``sharded_modules``)."""
+@dataclass(frozen=True, kw_only=True)
+class OneFlowPart(Part):
+    """What a OneFlow strategy's ``apply`` is given (a registered kind's: emb, pfc): a ``Part``
+    (``module``: the model, its parameters already global on ``placement``, broadcast over the
+    data ranks) and OneFlow itself (``flow``)."""
 
     flow: Any
-    module: Any
     placement: Any
-    parts: Parts
-    layout: Layout
-    spec: Any
-    notes: dict[str, Any] = field(default_factory=dict)
 
 
 class Sharding:
@@ -104,12 +98,9 @@ class Sharding:
     def apply_strategies(self, model: Any, parts: Parts, spec: Any) -> dict[str, Any]:
         """The layout's kinds' part strategies on the placed model (one stage); what they
         sharded, by kind."""
-        part = OneFlowPart(self.flow, model, self.stages[0], parts, self.layout, spec)
-        for kind in self.layout.kinds:
-            strategy = strategy_for("oneflow", kind)
-            if isinstance(strategy, PartStrategy):
-                strategy.apply(part)
-        return part.notes
+        part = OneFlowPart(module=model, parts=parts, layout=self.layout, spec=spec,
+                           flow=self.flow, placement=self.stages[0])
+        return apply_part_strategies("oneflow", part).notes
 
     def configure(self, graph: Any) -> None:
         """Stages and micro-batches (pipelines), ZeRO-3 (fsdp) of the training graph."""

@@ -6,7 +6,7 @@ own; TorchRec's input and output all-to-alls carry the ids to the ranks that hol
 the pooled vectors back (its backward divides the tables' gradients by the ranks, as DDP does the
 tower's).
 
-The plans (``core.kinds.EMBEDDING_PLANS``), table by table, biggest first:
+The plans (``core.kinds.emb.EMBEDDING_PLANS``), table by table, biggest first:
 
 - ``dp``: every table whole on every rank (TorchRec's data-parallel sharding), averaged;
 - ``tw``: each table whole on the rank that holds the fewest bytes so far;
@@ -32,7 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ...core.kinds import LayoutError, embedding_plan
+from ...core.kinds import LayoutError
+from ...core.kinds.emb import embedding_plan
 from ...core.strategies import TorchPart, only_kind, register_strategy
 from ...core.workload import WorkloadError
 from .sparse import lazy_tables

@@ -20,10 +20,9 @@ from ...core.parallel import Layout, mesh_order
 from ...core.spec import RankSpec
 from ...core.strategies import (
     Checked,
-    PartStrategy,
     TorchPart,
+    apply_part_strategies,
     register_strategy,
-    strategy_for,
     why_not,
 )
 from ...core.workload import Parts, WorkloadError
@@ -266,27 +265,22 @@ def shard(torch: Any, model: Any, parts: Parts, inputs: Any, layout: Layout, mes
     reason = why_not("torch", layout.kinds, spec.device_type, spec.compiled)
     if reason:
         raise WorkloadError(f"layout {layout.id}: {reason}")
-    strategies = [strategy for kind in layout.kinds
-                  if isinstance(strategy := strategy_for("torch", kind), PartStrategy)]
     units = fsdp_unit_names(torch, model, parts)
     sharded = check_names(torch, model, parts, layout, units)
 
     averaged: list[tuple[list[Any], Any]] = []
+    wrapping = set(layout.kinds) - {"tp"}
 
-    def shard_part(part: Any) -> None:
+    def shard_part(module: Any) -> None:
         # torchtitan's order: tensor parallelism, torch.compile of each block, then what wraps
         # the compiled blocks (FSDP2, a registered kind's strategy), in the layout's order.
-        held = tuple(name for name in units if has(part, name))
-        given = TorchPart(torch, part, mesh, parts, layout, spec, held, averaged,
-                          sharded)
-        for strategy in strategies:
-            if isinstance(strategy, TensorParallel):
-                strategy.apply(given)
+        held = tuple(name for name in units if has(module, name))
+        part = TorchPart(module=module, parts=parts, layout=layout, spec=spec, notes=sharded,
+                         torch=torch, mesh=mesh, units=held, averaged=averaged)
+        apply_part_strategies("torch", part, kinds=("tp",))
         if spec.compiled:
-            compile_units(torch, part, held)
-        for strategy in strategies:
-            if not isinstance(strategy, TensorParallel):
-                strategy.apply(given)
+            compile_units(torch, module, held)
+        apply_part_strategies("torch", part, kinds=wrapping)
 
     if layout.uses("pp"):
         pipeline = build_pipeline(torch, model, inputs, layout, mesh, parts, device, loss,

@@ -1,9 +1,9 @@
-"""Layout kinds, each a registered entry: how layouts spell it, where its dimension sits in the
-device mesh, whether its ranks train on batches of their own, and which term options it takes.
-The four built-in kinds (``dp``, ``fsdp``, ``tp``, ``pp``) are registered here, and ``emb``
-(embedding tables sharded over the ranks by a plan: ``emb2-tw``) after them, registered the way a
-kind of one's own is (``register_kind``; docs/adding-a-layout-kind.md), so that the ids of the
-cases before it are unchanged.
+"""The registry of layout kinds, each a registered entry: how layouts spell it, where its
+dimension sits in the device mesh, whether its ranks train on batches of their own, and which
+term options it takes. The four built-in kinds (``dp``, ``fsdp``, ``tp``, ``pp``) are registered
+here; the plugin's own further kinds register themselves in their modules beside this one
+(``emb``, ``pfc``), the way a kind of one's own does (``register_kind``;
+docs/adding-a-layout-kind.md).
 
 Standard library only: ranks import it, under any Python 3.10+.
 """
@@ -156,69 +156,6 @@ register_kind(Kind("fsdp", 2, True, help="sharded data parallelism (FSDP2, ZeRO-
 register_kind(Kind("tp", 3, False, help="tensor parallelism (Megatron-style)"))
 register_kind(Kind("pp", 0, False, _pipeline_option, help="pipeline parallelism"))
 
-# Embedding tables sharded over the ranks (Wide & Deep's, a recommender's): each rank trains
-# on a batch of its own (the dense part data parallel), the tables cut by the term's plan.
-EMBEDDING_PLANS = {
-    "dp": "every table whole on every rank, its gradients averaged",
-    "tw": "table-wise: each table whole on one rank",
-    "cw": "column-wise: each table's columns split over the ranks",
-    "twcw": "table-column-wise: column shards of a table on the ranks of one node",
-    "rw": "row-wise: each table's rows split over the ranks",
-    "sparse": ("every table whole on every rank, its sparse gradient all-reduced and applied by "
-               "lazy Adam to the rows looked up"),
-}
-
-
-def _embedding_option(option: str) -> str | None:
-    if option in EMBEDDING_PLANS:
-        return None
-    return "a plan: " + "; ".join(f"{name} ({what})" for name, what in EMBEDDING_PLANS.items())
-
-
-def embedding_plan(layout_options: list[str]) -> str:
-    """The plan an ``emb`` term names (``emb2-tw``: ``tw``); a ``LayoutError`` where it names
-    none or more than one."""
-    if len(layout_options) != 1:
-        raise LayoutError(f"an emb term names one plan (emb2-tw); it has "
-                          f"{', '.join(layout_options) or 'none'}: "
-                          f"{_embedding_option('')}")
-    return layout_options[0]
-
-
-register_kind(Kind("emb", 1.5, True, _embedding_option, module=__name__, needs_option=True,
-                   help="embedding tables sharded over the ranks, the dense part data parallel"))
-# A classifier's head split over the ranks by class (InsightFace's model-parallel FC, arcface_torch's
-# Partial FC): each rank trains on a batch of its own (the backbone data parallel) and holds the
-# centres of 1/N of the classes; ``r<ratio>`` (``pfc2-r0.1``) samples that share of a rank's
-# centres each step, the batch's positives always among them (Partial FC); none: every centre.
-def _sample_ratio_option(option: str) -> str | None:
-    why = "a sample ratio r<ratio> in (0, 1] (pfc2-r0.1: a tenth of each rank's centres a step)"
-    if not re.fullmatch(r"r(\d+(\.\d*)?|\.\d+)", option):
-        return why
-    if 0 < float(option[1:]) <= 1:
-        return None
-    return f"the sample ratio {option[1:]} is outside (0, 1]; {why}"
-
-
-def sample_ratio(layout_options: list[str]) -> float:
-    """The share of its centres a ``pfc`` rank samples a step (``pfc2-r0.1``: 0.1; 1.0 where the
-    term names none); a ``LayoutError`` for two ratios."""
-    if len(layout_options) > 1:
-        raise LayoutError(f"a pfc term names at most one sample ratio (pfc2-r0.1); it has "
-                          f"{', '.join(layout_options)}")
-    return float(layout_options[0][1:]) if layout_options else 1.0
-
-
-def class_range(classes: int, rank: int, world: int) -> tuple[int, int]:
-    """The first class and the number of classes ``rank`` of ``world`` holds under ``pfc``:
-    OneFlow's balanced split, the first ``classes % world`` ranks one more."""
-    base, extra = divmod(classes, world)
-    return base * rank + min(rank, extra), base + (rank < extra)
-
-
-register_kind(Kind("pfc", 1.6, True, _sample_ratio_option, module=__name__, max_options=1,
-                   help="a classifier's head split over the ranks by class (Partial FC with "
-                        "r<ratio>), the backbone data parallel"))
 # The built-in kinds, in the order their terms appear in ids, and the order of their mesh
 # dimensions (what code that names them directly iterates over).
 KINDS = BUILT_IN
