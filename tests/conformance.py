@@ -142,8 +142,6 @@ class Framework:
 
 
 FOUR = (DATA, FORWARD, BACKWARD, OPTIMIZER)
-TWINS = "the compiled twin of the eager average, which CI runs"
-CROSSES = "beyond {}'s CI share: the Slurm cluster's two-node job crosses nodes in CI"
 FP32 = ("test_mlp[2n1d-fp32-compiled]", "test_mlp[2n1d-fp32-eager]")
 FRAMEWORKS = (
     Framework("torch", None, "pip install torch", optimizers=("eager",)),
@@ -180,8 +178,7 @@ FRAMEWORKS = (
               # The four in both modes (to_static compiles the forward only).
               phases=Phases(dict.fromkeys(("eager", "compiled"), FOUR),
                             frozenset({"eager", "compiled"})),
-              max_batch=MaxBatch("34 s, CI's 35 minutes (issue 54): the search under a memory "
-                                 "limit runs in CI (test_memory_cases)")),
+              max_batch=MaxBatch()),
     Framework("mindspore", mindspore_interpreter, "run scripts/setup-mindspore", averages=(
         Average("eager"), Average("compiled", "compiled")),
         started=(SCHEDULER, SCHEDULER_GRACE_S),
@@ -192,8 +189,7 @@ FRAMEWORKS = (
         own_model=OwnModel(FP32, "*mindspore has no AMP on cpu*no CPU bf16 kernels*", phases={
             "eager": ("forward+backward", "optimizer"),
             "compiled": ("forward+backward+optimizer",)},
-            reported=("exposed communication", "data"),
-            outside_ci="32 s, " + CROSSES.format("MindSpore")),
+            reported=("exposed communication", "data")),
         store=Store(mindspore_adapter.prepare_environ,
                     lambda env: (env["MS_SCHED_HOST"], env["MS_SCHED_PORT"])),
         adamw=tuple((c, clip) for c in ("eager", "compiled") for clip in (None, 0.05)),
@@ -212,8 +208,7 @@ FRAMEWORKS = (
             skipped="*MXNet 1.9.1's oneDNN has bf16 kernels for AVX-512 CPUs only*"
             if MXNET_NO_BF16 else None,
             reports={"kvstore": "dist_sync"}, phases=dict.fromkeys(
-                ("eager", "compiled"), ("forward", "backward", "optimizer")),
-            outside_ci="22 s, " + CROSSES.format("MXNet")),
+                ("eager", "compiled"), ("forward", "backward", "optimizer"))),
         max_batch=MaxBatch(),
         store=Store(mxnet_adapter.prepare_environ,
                     lambda env: (env["DMLC_PS_ROOT_URI"], env["DMLC_PS_ROOT_PORT"]))),

@@ -127,10 +127,6 @@ print(json.dumps(losses))
 """
 
 
-@pytest.mark.outside_ci(
-    "29 s, CI's 35 minutes (issue 54): Paddle's BERT gives torch's outputs from "
-    "torch's weights in CI (above), and its two ranks average eager and under "
-    "to_static (the conformance suite)")
 def test_the_recipe_trains_through_the_adapter_eager_and_under_to_static() -> None:
     """BERT-base through the real adapter (AdamW with the global-norm clip and the decay
     exclusions), two steps eager and two with ``to_static(full_graph=True)``: the model's
