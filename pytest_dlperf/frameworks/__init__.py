@@ -1,6 +1,8 @@
 """Framework adapters: one package per framework (``frameworks/<name>/``), each behind the same
-small interface; beside them, what every adapter shares (``_step``: the eager step and its
-defaults; ``_contract``: a user's adapter completed to the protocol; ``_roles``, ``_loss_scale``).
+small interface; beside them, what every adapter shares (``_step``: the trainer's base on its
+runtime, the eager step and its defaults; ``_optim``, ``_loss``: the workload's optimizer and the
+default loss where frameworks differ only in spelling; ``_contract``: a user's adapter completed
+to the protocol; ``_roles``, ``_loss_scale``).
 
 An adapter is what is framework-specific and model-independent: process group, data-parallel
 wrapper, device placement, AMP, the compiler, synchronization. The model comes from the

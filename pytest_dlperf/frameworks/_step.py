@@ -21,9 +21,10 @@ from . import PhasePlan, step_phases
 
 
 class OnRuntime:
-    """A trainer's view of its rank's runtime (``_<framework>_runtime.py``): what the phase
-    modules and the step read from the trainer (``cuda``, ``device``, ``threads``) is the
-    runtime's own, not a copy."""
+    """A trainer's view of its rank's runtime (``frameworks/<framework>/runtime.py``): what the
+    phase modules and the step read from the trainer (``cuda``, ``device``, ``threads``) is the
+    runtime's own, not a copy; waiting for the device and tearing the process group down are
+    the runtime's (a trainer whose wait also reads its last step's outputs says so itself)."""
 
     runtime: Any
 
@@ -39,10 +40,13 @@ class OnRuntime:
     def threads(self) -> int:
         return int(self.runtime.threads)
 
-    # -- the ``Trainer`` protocol's optional members, answered "none" -----------------------
-
     def synchronize(self) -> None:
-        raise NotImplementedError
+        self.runtime.synchronize()
+
+    def close(self) -> None:
+        self.runtime.close()
+
+    # -- the ``Trainer`` protocol's optional members, answered "none" -----------------------
 
     @property
     def local_step(self) -> Callable[[], None] | None:
@@ -59,6 +63,20 @@ class OnRuntime:
 
     def peak_memory(self) -> dict[str, int]:
         return {}
+
+
+class RuntimePeaks:
+    """A trainer whose runtime reads the device allocator's peaks (torch's, Paddle's and
+    TensorFlow's CUDA counters): the trainer's peaks are the runtime's. Named before its
+    ``OnRuntime`` base, whose "none" it answers instead."""
+
+    runtime: Any
+
+    def reset_peak_memory(self) -> None:
+        self.runtime.reset_peak_memory()
+
+    def peak_memory(self) -> dict[str, int]:
+        return dict(self.runtime.peak_memory())
 
 
 class EagerStep(OnRuntime):

@@ -35,7 +35,7 @@ from typing import Any
 from ...core.spec import OptimizerSpec, RankSpec
 from ...core.strategies import Checked, Unported, register_strategy, why_not
 from ...core.workload import BuildContext, Parts, WorkloadError
-from .. import DistEnv, fresh, require_parameters
+from .. import DistEnv, _loss, _optim, fresh, require_parameters
 from .._step import OnRuntime
 from . import shardmap, tp
 from .runtime import JaxRuntime
@@ -90,7 +90,7 @@ class JaxTrainer(OnRuntime):
         self.params = [self._global(leaf, spec) for leaf, spec in zip(leaves, self.specs)]
         self.rest = jax.tree.map(lambda leaf: self._global(leaf, None), rest)
         self.opt_state = self._optimizer_state(optimizer)
-        loss_of = parts.loss or cross_entropy
+        loss_of = parts.loss or cross_entropy()
         if self.tp:
             self._step = self._compile_global(tp.make_step(
                 graphdef, loss_of, optimizer, self.treedef, spec.optimizer.clip_norm))
@@ -193,34 +193,35 @@ class JaxTrainer(OnRuntime):
         self.synchronize()
 
 
-def cross_entropy(outputs: Any, targets: Any) -> Any:
-    """The default loss: softmax cross-entropy of class logits against integer labels, the mean
-    over the batch (and over every token of a language model's ``[B, T, V]`` logits), in fp32
-    (bf16 logits under AMP cast up, as torch's autocast runs cross-entropy in fp32)."""
+def cross_entropy() -> Callable[[Any, Any], Any]:
+    """The default loss (``_loss``): Optax's softmax cross-entropy, the mean over the batch (and
+    over every token of a language model's ``[B, T, V]`` logits), in fp32 (bf16 logits under AMP
+    cast up, as torch's autocast runs cross-entropy in fp32)."""
     import jax.numpy as jnp
     import optax
 
-    logits = outputs.astype(jnp.float32)
-    return optax.softmax_cross_entropy_with_integer_labels(
-        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)).mean()
+    return _loss.cross_entropy(
+        lambda logits, labels: optax.softmax_cross_entropy_with_integer_labels(
+            logits, labels).mean(),
+        fp32=lambda logits: logits.astype(jnp.float32))
 
 
 def make_optimizer(opt: OptimizerSpec, shapes: list[tuple[int, ...]]) -> Any:
     """The workload's optimizer in Optax, torch's update: SGD with momentum (torch's buffer:
     ``momentum * buf + grad``, no dampening) after coupled weight decay (``grad + wd * p``);
     AdamW with bias correction and the decay decoupled (``p - lr * (adam + wd * p)``: torch's
-    ``p * (1 - lr * wd) - lr * adam``). The parameters the spec exempts from decay (1-D ones,
-    by their whole shape: a shard's would mislead) get none."""
+    ``p * (1 - lr * wd) - lr * adam``); ``_optim``: the kind. The parameters the spec exempts
+    from decay (1-D ones, by their whole shape: a shard's would mislead) get none: Optax's own
+    spelling, a mask, for either kind."""
     import optax
 
     mask = [opt.decays(shape) for shape in shapes]
-    if opt.kind == "sgd":
-        return optax.chain(optax.add_decayed_weights(opt.weight_decay, mask=mask),
-                           optax.sgd(opt.lr, momentum=opt.momentum or None))
-    if opt.kind == "adamw":
-        return optax.adamw(opt.lr, b1=opt.betas[0], b2=opt.betas[1], eps=opt.eps,
-                           weight_decay=opt.weight_decay, mask=mask)
-    raise ValueError(f"the jax adapter has no optimizer {opt.kind!r} (has: sgd, adamw)")
+    return _optim.build(
+        "jax", opt,
+        sgd=lambda: optax.chain(optax.add_decayed_weights(opt.weight_decay, mask=mask),
+                                optax.sgd(opt.lr, momentum=opt.momentum or None)),
+        adamw=lambda: optax.adamw(opt.lr, b1=opt.betas[0], b2=opt.betas[1], eps=opt.eps,
+                                  weight_decay=opt.weight_decay, mask=mask))
 
 
 def eager_unavailable(device_type: str) -> str | None:

@@ -29,7 +29,17 @@ from typing import Any
 
 from ...core.spec import OptimizerSpec, RankSpec
 from ...core.workload import BuildContext, Parts, WorkloadError
-from .. import Batches, DistEnv, PhasePlan, _roles, fresh, map_batch, require_parameters
+from .. import (
+    Batches,
+    DistEnv,
+    PhasePlan,
+    _loss,
+    _optim,
+    _roles,
+    fresh,
+    map_batch,
+    require_parameters,
+)
 from .._loss_scale import POLICY
 from .._step import OnRuntime
 from . import phases
@@ -232,22 +242,11 @@ class MindSporeTrainer(OnRuntime):
         env.update(parameters=self.parameters, compiled=self.compiled)
         return env
 
-    def close(self) -> None:
-        self.runtime.close()
-
 
 def cross_entropy(ms: Any) -> Any:
-    """The default loss: cross-entropy of class logits against integer labels, the mean over
-    the batch (and over every token of a language model's ``[B, T, V]`` logits)."""
-    loss = ms.nn.CrossEntropyLoss()
-
-    def criterion(outputs: Any, targets: Any) -> Any:
-        if len(outputs.shape) > 2:
-            outputs = outputs.reshape(-1, outputs.shape[-1])
-            targets = targets.reshape(-1)
-        return loss(outputs, targets)
-
-    return criterion
+    """The default loss (``_loss``): MindSpore's ``CrossEntropyLoss``, the mean over the batch
+    (and over every token of a language model's ``[B, T, V]`` logits), in the logits' dtype."""
+    return _loss.cross_entropy(ms.nn.CrossEntropyLoss())
 
 
 def loss_scaler(ms: Any) -> Any:
@@ -259,20 +258,21 @@ def loss_scaler(ms: Any) -> Any:
 
 
 def make_optimizer(ms: Any, params: list[Any], opt: OptimizerSpec) -> Any:
-    """The workload's optimizer: SGD with momentum and coupled weight decay is ``nn.Momentum``
-    (the decay added to the gradient before the momentum, as torch's SGD). AdamW is torch's
-    (bias-corrected, the decay decoupled), written here from MindSpore's operators
-    (``adamw``): ``nn.AdamWeightDecay`` has no bias correction, ``mint.optim.AdamW`` has no CPU
-    kernel ("Unsupported op [AdamW] on CPU") and ``experimental.optim.AdamW`` refuses to run
-    inside a ``mindspore.jit`` step. 1-D parameters go in a group without decay where the spec
-    says so."""
-    if opt.kind == "sgd":
-        return ms.nn.Momentum(params, learning_rate=opt.lr, momentum=opt.momentum,
-                              weight_decay=opt.weight_decay)
-    if opt.kind == "adamw":
-        decays = [opt.weight_decay if opt.decays(tuple(p.shape)) else 0.0 for p in params]
-        return adamw(ms)(params, decays, opt.lr, opt.betas, opt.eps, opt.clip_norm)
-    raise ValueError(f"the mindspore adapter has no optimizer {opt.kind!r} (has: sgd, adamw)")
+    """The workload's optimizer (``_optim``: the kind, which parameters decay): SGD with
+    momentum and coupled weight decay is ``nn.Momentum`` (the decay added to the gradient before
+    the momentum, as torch's SGD). AdamW is torch's (bias-corrected, the decay decoupled),
+    MindSpore's own: an ``nn.Optimizer`` compiled whole, clip included, on its fused ``Adam``
+    kernel (``adamw``): ``nn.AdamWeightDecay`` has no bias correction, ``mint.optim.AdamW`` has
+    no CPU kernel ("Unsupported op [AdamW] on CPU") and ``experimental.optim.AdamW`` refuses to
+    run inside a ``mindspore.jit`` step. Each parameter has its decay rate, 0 where the spec
+    exempts it."""
+    return _optim.build(
+        "mindspore", opt,
+        sgd=lambda: ms.nn.Momentum(params, learning_rate=opt.lr, momentum=opt.momentum,
+                                   weight_decay=opt.weight_decay),
+        adamw=lambda: adamw(ms)(
+            params, [opt.weight_decay if opt.decays(tuple(p.shape)) else 0.0 for p in params],
+            opt.lr, opt.betas, opt.eps, opt.clip_norm))
 
 
 def amp_unavailable(device_type: str) -> str | None:

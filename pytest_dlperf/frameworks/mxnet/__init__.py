@@ -41,7 +41,17 @@ from typing import Any
 from ...core.spec import OptimizerSpec, RankSpec
 from ...core.strategies import apply_part_strategies, why_not
 from ...core.workload import BuildContext, Parts, WorkloadError
-from .. import Batches, DistEnv, PhasePlan, _roles, fresh, map_batch, require_parameters
+from .. import (
+    Batches,
+    DistEnv,
+    PhasePlan,
+    _loss,
+    _optim,
+    _roles,
+    fresh,
+    map_batch,
+    require_parameters,
+)
 from .._loss_scale import POLICY
 from .._step import EagerStep
 from . import (
@@ -212,9 +222,6 @@ class MXNetTrainer(EagerStep):
         straggler check's measure of the rank's own speed."""
         self._backward(self._forward(*self._next_batch()))
 
-    def synchronize(self) -> None:
-        self.runtime.synchronize()
-
     def loss(self) -> float:
         if self._loss is None:
             return 0.0
@@ -227,24 +234,14 @@ class MXNetTrainer(EagerStep):
             env.update(layout=self.layout_id, sharded_modules=self.sharded)
         return env
 
-    def close(self) -> None:
-        self.runtime.close()
-
 
 def cross_entropy(mx: Any) -> Callable[[Any, Any], Any]:
-    """The default loss: softmax cross-entropy of class logits against integer labels, the mean
-    over the batch (and over every token of a language model's ``[B, T, V]`` logits), in fp32
-    (AMP's bf16 logits cast up, as torch's autocast runs cross-entropy in fp32)."""
+    """The default loss (``_loss``): Gluon's softmax cross-entropy, the mean over the batch
+    (and over every token of a language model's ``[B, T, V]`` logits), in fp32 (AMP's bf16
+    logits cast up, as torch's autocast runs cross-entropy in fp32)."""
     loss = mx.gluon.loss.SoftmaxCrossEntropyLoss()
-
-    def criterion(outputs: Any, targets: Any) -> Any:
-        outputs = outputs.astype("float32", copy=False)  # bf16 logits under AMP: fp32 loss
-        if len(outputs.shape) > 2:
-            outputs = outputs.reshape((-1, outputs.shape[-1]))
-            targets = targets.reshape((-1,))
-        return loss(outputs, targets).mean()
-
-    return criterion
+    return _loss.cross_entropy(lambda logits, labels: loss(logits, labels).mean(),
+                               fp32=lambda logits: logits.astype("float32", copy=False))
 
 
 def clip_global_norm(nd: Any, grads: list[Any], max_norm: float) -> None:
@@ -275,22 +272,25 @@ def init_loss_scaling(trainer: Any) -> Any:
 
 
 def make_optimizer(mx: Any, params: list[Any], opt: OptimizerSpec) -> Any:
-    """The workload's optimizer. SGD with momentum and coupled weight decay is MXNet's ``sgd``
-    (its momentum buffer is torch's times -lr, the same update at a fixed rate). AdamW is
-    torch's, written here from NDArray operators (``_adamw``): MXNet 1.9 registers no AdamW,
-    and its ``contrib.adamw_update`` kernel has no bias correction and scales the decay by
-    ``eta``, not the rate. 1-D parameters get no decay where the spec says so (``wd_mult``)."""
+    """The workload's optimizer (``_optim``: the kind, which parameters decay). SGD with
+    momentum and coupled weight decay is MXNet's ``sgd`` (its momentum buffer is torch's times
+    -lr, the same update at a fixed rate). AdamW is torch's on MXNet's fused Adam kernel
+    (``adamw``): MXNet 1.9 registers no AdamW, and its ``contrib.adamw_update`` kernel has no
+    bias correction and scales the decay by ``eta``, not the rate. MXNet's own: a parameter
+    exempt from decay is told so on the parameter (``wd_mult`` 0), for either kind."""
     for p in params:
         p.wd_mult = 1.0 if opt.decays(p.shape) else 0.0
-    if opt.kind == "sgd":
-        return mx.optimizer.SGD(learning_rate=opt.lr, momentum=opt.momentum,
-                                wd=opt.weight_decay)
-    if opt.kind == "adamw":
+
+    def adamw() -> Any:
         from .adamw import adamw
 
         return adamw(mx)(learning_rate=opt.lr, betas=opt.betas, epsilon=opt.eps,
                          wd=opt.weight_decay)
-    raise ValueError(f"the mxnet adapter has no optimizer {opt.kind!r} (has: sgd, adamw)")
+
+    return _optim.build(
+        "mxnet", opt, adamw=adamw,
+        sgd=lambda: mx.optimizer.SGD(learning_rate=opt.lr, momentum=opt.momentum,
+                                     wd=opt.weight_decay))
 
 
 def amp_unavailable(device_type: str) -> str | None:

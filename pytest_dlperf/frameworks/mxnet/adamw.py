@@ -3,19 +3,19 @@ by the learning rate (``w -= lr * wd * w``), epsilon added outside the square ro
 corrected second moment. MXNet 1.9 registers no AdamW. The step is MXNet's fused Adam kernel
 (``adam_update``: both moments and the step in one pass) with no decay of its own, after the
 decoupled decay as one in-place scaling of the weight (torch's order: the decay reads the weight
-before the step, and the step does not read the weight). The kernel has no bias correction; at
-step t, with ``c1 = 1 - beta1^t`` and ``c2 = 1 - beta2^t``, torch's ``lr * (m / c1) / (sqrt(v /
-c2) + eps)`` is the kernel's ``lr' * m / (sqrt(v) + eps')`` with ``lr' = lr * sqrt(c2) / c1`` and
-``eps' = eps * sqrt(c2)``, exactly. Measured on a 30522 x 768 matrix here (2026-11-26, two
-threads): this 0.054 s, ``contrib.adamw_update`` (which has no bias correction either and
-scales the decay by ``eta``, not the rate) 0.13 s, and the update written from NDArray
-operators (eleven passes, each allocating) took a BERT-base step 3.4 s against torch's 0.13 s.
-The class is made inside ``adamw`` so that MXNet is imported in the rank only."""
+before the step, and the step does not read the weight). The kernel has no bias correction:
+its rate and epsilon at each step are torch's carried over to it (``_optim.kernel_rates``, the
+identity MindSpore's fused ``Adam`` runs on too). Measured on a 30522 x 768 matrix here
+(2026-11-26, two threads): this 0.054 s, ``contrib.adamw_update`` (which has no bias
+correction either and scales the decay by ``eta``, not the rate) 0.13 s, and the update written
+from NDArray operators (eleven passes, each allocating) took a BERT-base step 3.4 s against
+torch's 0.13 s. The class is made inside ``adamw`` so that MXNet is imported in the rank only."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
+
+from .._optim import decay_factor, kernel_rates
 
 
 def adamw(mx: Any) -> Any:
@@ -38,13 +38,13 @@ def adamw(mx: Any) -> Any:
             self._update_count(index)
             step = self._index_update_count[index]
             lr, wd = self._get_lr(index), self._get_wd(index)
-            c1, c2 = 1 - self.beta1 ** step, 1 - self.beta2 ** step
+            rate, epsilon = kernel_rates(lr, self.beta1, self.beta2, self.epsilon, step)
             if wd:
-                weight *= 1 - lr * wd  # in place
+                weight *= decay_factor(lr, wd)  # in place
             mean, var = state
             nd.adam_update(
-                weight, grad, mean, var, lr=lr * math.sqrt(c2) / c1, beta1=self.beta1,
-                beta2=self.beta2, epsilon=self.epsilon * math.sqrt(c2), wd=0.0,
+                weight, grad, mean, var, lr=rate, beta1=self.beta1, beta2=self.beta2,
+                epsilon=epsilon, wd=0.0,
                 rescale_grad=self.rescale_grad,
                 clip_gradient=self.clip_gradient if self.clip_gradient is not None else -1.0,
                 out=weight)

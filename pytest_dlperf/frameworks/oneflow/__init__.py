@@ -234,9 +234,6 @@ class OneFlowTrainer(OnRuntime):
         for param in model.parameters():
             param.grad = None
 
-    def synchronize(self) -> None:
-        self.runtime.synchronize()
-
     def loss(self) -> float:
         if self._loss is None:
             return 0.0
@@ -254,9 +251,6 @@ class OneFlowTrainer(OnRuntime):
             if self.sharded:
                 env.update(layout=self.sharding.layout.id, sharded_modules=self.sharded)
         return env
-
-    def close(self) -> None:
-        self.runtime.close()
 
 
 def amp_unavailable(device_type: str) -> str | None:

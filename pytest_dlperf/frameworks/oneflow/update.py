@@ -10,28 +10,36 @@ from __future__ import annotations
 from typing import Any
 
 from ...core.spec import OptimizerSpec
+from .. import _optim
 from .._loss_scale import POLICY, DynamicScale
 
 
 def make_optimizer(flow: Any, params: list[Any], opt: OptimizerSpec, graph: bool) -> Any:
-    """The workload's optimizer. In nn.Graph, clipping and the decay exclusions are the
-    optimizer's (a graph's gradients never reach Python): one parameter group, so that its
-    clip is by the norm over all parameters (OneFlow clips each group by its own norm), and
-    the 1-D parameters excluded from decay by name patterns, as OneFlow's BERT did. Eagerly,
-    the step clips, and the excluded parameters are a group of their own."""
-    if opt.kind not in ("sgd", "adamw"):
-        raise ValueError(f"the oneflow adapter has no optimizer {opt.kind!r} (has: sgd, adamw)")
+    """The workload's optimizer (``_optim``: the kind, which parameters decay). In nn.Graph,
+    clipping and the decay exclusions are the optimizer's (a graph's gradients never reach
+    Python): one parameter group, so that its clip is by the norm over all parameters (OneFlow
+    clips each group by its own norm), and the 1-D parameters excluded from decay by name
+    patterns, as OneFlow's BERT did (``graph_adamw``). Eagerly, the step clips, and the
+    excluded parameters are a group of their own."""
     clip = ({"clip_grad_max_norm": opt.clip_norm, "clip_grad_norm_type": 2.0}
             if graph and opt.clip_norm is not None else {})
-    if opt.kind == "sgd":
-        return flow.optim.SGD([{"params": params, **clip}], lr=opt.lr, momentum=opt.momentum,
-                              weight_decay=opt.weight_decay)
-    kept = [p for p in params if not opt.decays(p.shape)]
-    if not graph:
-        groups: list[dict[str, Any]] = [{"params": [p for p in params if opt.decays(p.shape)]},
-                  {"params": kept, "weight_decay": 0.0}]
-        return flow.optim.AdamW([g for g in groups if g["params"]], lr=opt.lr,
-                                betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay)
+
+    def adamw() -> Any:
+        if graph:
+            return graph_adamw(flow, params, opt, clip)
+        return flow.optim.AdamW(_optim.decay_groups(params, opt), lr=opt.lr, betas=opt.betas,
+                                eps=opt.eps, weight_decay=opt.weight_decay)
+
+    return _optim.build(
+        "oneflow", opt, adamw=adamw,
+        sgd=lambda: flow.optim.SGD([{"params": params, **clip}], lr=opt.lr,
+                                   momentum=opt.momentum, weight_decay=opt.weight_decay))
+
+
+def graph_adamw(flow: Any, params: list[Any], opt: OptimizerSpec, clip: dict[str, Any]) -> Any:
+    """AdamW for nn.Graph: one group (its clip, if any, over every parameter), the exempt
+    parameters kept from decay by their variable names in the graph's optimizer conf."""
+    decayed, kept = _optim.decay_split(params, opt)
     optimizer = flow.optim.AdamW([{"params": params, **clip}], lr=opt.lr, betas=opt.betas,
                                  eps=opt.eps, weight_decay=opt.weight_decay)
     generate = optimizer._generate_conf_for_graph
@@ -39,10 +47,10 @@ def make_optimizer(flow: Any, params: list[Any], opt: OptimizerSpec, graph: bool
     def with_exclusions(train_conf: Any, vars_conf: Any) -> Any:
         confs = generate(train_conf, vars_conf)
         excluded = [vars_conf[p].name for p in kept]
-        decayed = [vars_conf[p].name for p in params if opt.decays(p.shape)]
+        names = [vars_conf[p].name for p in decayed]
         # OneFlow matches the patterns as substrings of variable names: no decayed name may
         # contain an excluded one (they are full dotted paths from one root, so none does).
-        clash = [(e, d) for e in excluded for d in decayed if e in d]
+        clash = [(e, d) for e in excluded for d in names if e in d]
         if clash:
             raise ValueError(f"cannot exclude {clash[0][0]} from weight decay by name without "
                              f"excluding {clash[0][1]} too")

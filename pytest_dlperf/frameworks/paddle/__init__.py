@@ -24,9 +24,9 @@ from ...core.parallel import Layout
 from ...core.spec import OptimizerSpec, RankSpec
 from ...core.strategies import Checked, Unported, register_strategy, why_not
 from ...core.workload import BuildContext, Parts, WorkloadError
-from .. import Batches, DistEnv, PhasePlan, fresh, map_batch, require_parameters
+from .. import Batches, DistEnv, PhasePlan, _optim, fresh, map_batch, require_parameters
 from .._loss_scale import POLICY
-from .._step import EagerStep
+from .._step import EagerStep, RuntimePeaks
 from . import phases
 from .runtime import PaddleRuntime
 
@@ -76,7 +76,7 @@ def prepare_environ(environ: MutableMapping[str, str], dist: DistEnv, cuda: bool
         environ.setdefault("FLAGS_cudnn_exhaustive_search", "1")
 
 
-class PaddleTrainer(EagerStep):
+class PaddleTrainer(RuntimePeaks, EagerStep):
     """A workload's layer, data, loss and optimizer trained on a rank's ``PaddleRuntime`` (its
     device, process group, waits, memory and environment), one ``EagerStep`` at a time."""
 
@@ -173,15 +173,6 @@ class PaddleTrainer(EagerStep):
             self._forward(*self._next_batch()).backward()
         self.optimizer.clear_grad(set_to_zero=False)
 
-    def reset_peak_memory(self) -> None:
-        self.runtime.reset_peak_memory()
-
-    def peak_memory(self) -> dict[str, int]:
-        return self.runtime.peak_memory()
-
-    def synchronize(self) -> None:
-        self.runtime.synchronize()
-
     def loss(self) -> float:
         if self._loss is None:
             return 0.0
@@ -194,9 +185,6 @@ class PaddleTrainer(EagerStep):
         if self.tensor_parallel:
             env["data_parallel_ranks"] = 1
         return env
-
-    def close(self) -> None:
-        self.runtime.close()
 
 
 def shard_model(paddle: Any, model: Any, parts: Parts, layout: Layout, spec: RankSpec) -> Any:
@@ -273,23 +261,26 @@ def loss_scaler(paddle: Any) -> Any:
 
 
 def make_optimizer(paddle: Any, params: list[Any], opt: OptimizerSpec) -> Any:
-    """The workload's optimizer. Momentum with a float ``weight_decay`` is coupled L2 decay (the
-    decay term added to the gradient before the momentum, as torch's SGD); AdamW's decay is
-    decoupled, kept off the parameters the workload excludes by Paddle's parameter names; the
-    global-norm clip is the optimizer's, over every parameter at once."""
+    """The workload's optimizer (``_optim``: the kind, which parameters decay). Momentum with a
+    float ``weight_decay`` is coupled L2 decay (the decay term added to the gradient before the
+    momentum, as torch's SGD); AdamW's decay is decoupled, kept off the parameters the workload
+    excludes by Paddle's parameter names. Paddle's own: the global-norm clip is the
+    optimizer's, over every parameter at once (the loss scaler clips after unscaling)."""
     clip = (paddle.nn.ClipGradByGlobalNorm(opt.clip_norm) if opt.clip_norm is not None
             else None)
-    if opt.kind == "sgd":
-        return paddle.optimizer.Momentum(learning_rate=opt.lr, momentum=opt.momentum,
-                                         parameters=params, weight_decay=opt.weight_decay or None,
-                                         grad_clip=clip)
-    if opt.kind == "adamw":
-        decayed = {p.name for p in params if opt.decays(p.shape)}
+
+    def adamw() -> Any:
+        decayed = {p.name for p in _optim.decay_split(params, opt)[0]}
         return paddle.optimizer.AdamW(learning_rate=opt.lr, beta1=opt.betas[0],
                                       beta2=opt.betas[1], epsilon=opt.eps, parameters=params,
                                       weight_decay=opt.weight_decay, grad_clip=clip,
                                       apply_decay_param_fun=lambda name: name in decayed)
-    raise ValueError(f"the paddle adapter has no optimizer {opt.kind!r} (has: sgd, adamw)")
+
+    return _optim.build(
+        "paddle", opt, adamw=adamw,
+        sgd=lambda: paddle.optimizer.Momentum(
+            learning_rate=opt.lr, momentum=opt.momentum, parameters=params,
+            weight_decay=opt.weight_decay or None, grad_clip=clip))
 
 
 def amp_unavailable(device_type: str) -> str | None:

@@ -18,9 +18,9 @@ from typing import Any
 from ...core.spec import OptimizerSpec, RankSpec
 from ...core.strategies import Unported, register_strategy
 from ...core.workload import BuildContext, Parts, WorkloadError
-from .. import DistEnv, PhasePlan, fresh, require_parameters
+from .. import DistEnv, PhasePlan, _optim, fresh, require_parameters
 from .._loss_scale import POLICY
-from .._step import OnRuntime
+from .._step import OnRuntime, RuntimePeaks
 from . import phases
 from .adamw import torch_adamw
 from .runtime import TensorFlowRuntime
@@ -33,7 +33,7 @@ RECIPE_FOR = "tensorflow"
 COMPILER = "XLA"  # jit_compile=True
 
 
-class TensorFlowTrainer(OnRuntime):
+class TensorFlowTrainer(RuntimePeaks, OnRuntime):
     """A workload's Keras model, loss and optimizer trained on a rank's ``TensorFlowRuntime``
     (under its strategy), one traced step at a time."""
 
@@ -188,12 +188,6 @@ class TensorFlowTrainer(OnRuntime):
             for value in self.strategy.experimental_local_results(self._local_loss):
                 value.numpy()
 
-    def reset_peak_memory(self) -> None:
-        self.runtime.reset_peak_memory()
-
-    def peak_memory(self) -> dict[str, int]:
-        return self.runtime.peak_memory()
-
     def step(self) -> None:
         # The per-replica loss is kept as it is: reducing it here would add a cross-worker
         # all-reduce and a host round trip to every timed step. It is reduced only when read.
@@ -225,9 +219,6 @@ class TensorFlowTrainer(OnRuntime):
                                  if self.xla_around_all_reduce else "the step"))
         return env
 
-    def close(self) -> None:
-        self.runtime.close()
-
 
 def loss_scale_optimizer(keras: Any, optimizer: Any) -> Any:
     """``optimizer`` under Keras's dynamic loss scale, on the one policy
@@ -238,19 +229,20 @@ def loss_scale_optimizer(keras: Any, optimizer: Any) -> Any:
 
 
 def make_optimizer(keras: Any, variables: list[Any], opt: OptimizerSpec) -> Any:
-    """The workload's Keras optimizer, its cross-replica gradient sum switched off: the
-    adapter's step all-reduces (and clips) the gradients before ``apply_gradients``."""
-    if opt.kind == "sgd":
-        optimizer = keras.optimizers.SGD(learning_rate=opt.lr, momentum=opt.momentum)
-    elif opt.kind == "adamw":
+    """The workload's Keras optimizer (``_optim``: the kind, which variables decay), its
+    cross-replica gradient sum switched off: the adapter's step all-reduces (and clips) the
+    gradients before ``apply_gradients``. Keras' own: its optimizer API (SGD's coupled decay is
+    the step's, ``_apply``, Keras' decay being decoupled; AdamW told its exempt variables)."""
+    def adamw() -> Any:
         # torch's update, not Keras' (epsilon's place, sparse gradients): adamw
         optimizer = torch_adamw(keras, learning_rate=opt.lr, weight_decay=opt.weight_decay,
                                 beta_1=opt.betas[0], beta_2=opt.betas[1], epsilon=opt.eps)
-        optimizer.exclude_from_weight_decay(
-            var_list=[v for v in variables if not opt.decays(v.shape)])
-    else:
-        raise ValueError(f"the tensorflow adapter has no optimizer {opt.kind!r} "
-                         "(has: sgd, adamw)")
+        optimizer.exclude_from_weight_decay(var_list=_optim.decay_split(variables, opt)[1])
+        return optimizer
+
+    optimizer = _optim.build(
+        "tensorflow", opt, adamw=adamw,
+        sgd=lambda: keras.optimizers.SGD(learning_rate=opt.lr, momentum=opt.momentum))
     if not callable(getattr(optimizer, "_all_reduce_sum_gradients", None)):
         # Keras 3's TensorFlow optimizer sums gradients across replicas in this method; if a
         # release moves it, gradients would be reduced twice (doubled): refuse instead.

@@ -13,8 +13,8 @@ from typing import Any
 
 from ...core.spec import OptimizerSpec, RankSpec
 from ...core.workload import BuildContext, Parts
-from .. import Batches, DistEnv, PhasePlan, fresh, map_batch, require_parameters
-from .._step import EagerStep
+from .. import Batches, DistEnv, PhasePlan, _optim, fresh, map_batch, require_parameters
+from .._step import EagerStep, RuntimePeaks
 
 # imported for what they register: classes and embedding register torch's pfc and emb strategies
 from . import classes, embedding, parallel, phases, scaling  # noqa: F401
@@ -26,7 +26,7 @@ RECIPE_FOR = "torch"
 COMPILER = "torch.compile"
 
 
-class TorchTrainer(EagerStep):
+class TorchTrainer(RuntimePeaks, EagerStep):
     """A workload's model, data, loss and optimizer trained on a rank's ``TorchRuntime`` (its
     device, process group, waits, memory and environment), one ``EagerStep`` at a time."""
 
@@ -179,15 +179,6 @@ class TorchTrainer(EagerStep):
             return self.criterion
         return lambda outputs, targets: self.scaler.scale(self.criterion(outputs, targets))
 
-    def reset_peak_memory(self) -> None:
-        self.runtime.reset_peak_memory()
-
-    def peak_memory(self) -> dict[str, int]:
-        return self.runtime.peak_memory()
-
-    def synchronize(self) -> None:
-        self.runtime.synchronize()
-
     def loss(self) -> float:
         """The last step's loss. A pipeline's exists on its last stage only: every rank gets
         the mean over the last stages (one per replica; a collective, outside the timing)."""
@@ -213,35 +204,32 @@ class TorchTrainer(EagerStep):
             env["channels_last"] = images.is_contiguous(memory_format=torch.channels_last)
         return env
 
-    def close(self) -> None:
-        self.runtime.close()
-
 
 def make_optimizer(torch: Any, params: list[Any], opt: OptimizerSpec, fused: bool) -> Any:
-    """The workload's optimizer over ``params``; ``fused``: the single-kernel CUDA version."""
-    if opt.kind == "sgd":
-        sgd = torch.optim.SGD(by_kind([{"params": params}]), lr=opt.lr,
-                              momentum=opt.momentum, weight_decay=opt.weight_decay,
-                              fused=fused or None)
+    """The workload's optimizer over ``params`` (``_optim``: the kind, the decay groups);
+    ``fused``: the single-kernel CUDA version. torch's own: the fused kernels, and their groups
+    split by tensor class (``by_kind``)."""
+    def sgd() -> Any:
+        optimizer = torch.optim.SGD(by_kind([{"params": params}]), lr=opt.lr,
+                                    momentum=opt.momentum, weight_decay=opt.weight_decay,
+                                    fused=fused or None)
         if fused and opt.momentum:
             # Fused SGD allocates its momentum uninitialized on its first step and keeps it so
             # when GradScaler skips that step (an fp16 overflow at the initial scale): the next
             # step added what the memory held (NaN on an H200). Zeros from the start step the
             # same (no dampening: the first buffer is momentum x 0 + gradient, the gradient).
             for param in params:
-                sgd.state[param]["momentum_buffer"] = torch.zeros_like(
+                optimizer.state[param]["momentum_buffer"] = torch.zeros_like(
                     param, memory_format=torch.preserve_format)
-        return sgd
-    if opt.kind == "adamw":
-        decay = [p for p in params if opt.decays(p.shape)]
-        groups = [{"params": decay, "weight_decay": opt.weight_decay},
-                  {"params": [p for p in params if not opt.decays(p.shape)],
-                   "weight_decay": 0.0}]
+        return optimizer
+
+    def adamw() -> Any:
         # Fused on CPU too (torch >= 2.4): the for-loop version took 0.5 s of BERT-base's
         # 0.87 s CPU step, the fused one 0.1 s (measured here, batch 2, sequence 32).
-        return torch.optim.AdamW(by_kind([g for g in groups if g["params"]]), lr=opt.lr,
+        return torch.optim.AdamW(by_kind(_optim.decay_groups(params, opt)), lr=opt.lr,
                                  betas=opt.betas, eps=opt.eps, fused=True)
-    raise ValueError(f"the torch adapter has no optimizer {opt.kind!r} (has: sgd, adamw)")
+
+    return _optim.build("torch", opt, sgd=sgd, adamw=adamw)
 
 
 def by_kind(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
