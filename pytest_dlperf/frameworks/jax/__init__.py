@@ -240,9 +240,8 @@ def amp_unavailable(device_type: str) -> str | None:
     return None
 
 
-def layout_unavailable(kinds: tuple[str, ...], device_type: str,
-                       compiled: bool = True) -> str | None:
-    """What the JAX adapter's fsdp and tp strategies cannot run together, or None."""
+def fsdp_beside_tp(kinds: tuple[str, ...], device_type: str, compiled: bool) -> str | None:
+    """What the JAX adapter's fsdp and tp strategies cannot run: each other, or None."""
     if "fsdp" in kinds and "tp" in kinds:
         return ("the JAX adapter runs tp with dp, not with fsdp (fsdp's step is a shard_map, "
                 "tp's a step XLA partitions: not ported together)")
@@ -250,8 +249,8 @@ def layout_unavailable(kinds: tuple[str, ...], device_type: str,
 
 
 # JAX's strategies: fsdp (a shard_map step, step) and tp (XLA's partitioner, tp).
-register_strategy("jax", Checked("fsdp", layout_unavailable))
-register_strategy("jax", Checked("tp", layout_unavailable))
+register_strategy("jax", Checked("fsdp", fsdp_beside_tp))
+register_strategy("jax", Checked("tp", fsdp_beside_tp))
 register_strategy("jax", Unported("pp", "the JAX adapter runs dp, fsdp and tp layouts; pp is "
                                         "not ported"))
 

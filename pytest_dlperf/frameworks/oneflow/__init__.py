@@ -263,26 +263,36 @@ def amp_unavailable(device_type: str) -> str | None:
     return None
 
 
-def layout_unavailable(kinds: tuple[str, ...], device_type: str,
-                       compiled: bool = False) -> str | None:
-    """Tensor parallelism runs eagerly and in nn.Graph; pipelines in nn.Graph only (eager
-    global tensors would run the stages one after the other). ZeRO (fsdp) is nn.Graph's
-    ``enable_zero``, which aborts on CPU; on CUDA it is untried here, and not combined with
-    the others (measured 2026-11-25, OneFlow 0.9.0 on 2 CPU processes)."""
-    if "fsdp" in kinds and (device_type == "cpu" or len(kinds) > 1):
+# What OneFlow's strategies (global tensors with SBP signatures, parallel) cannot run, measured
+# 2026-11-25 with OneFlow 0.9.0 on 2 CPU processes.
+_GRAPH_ONLY = ("OneFlow 0.9 runs pipelines (set_stage) and ZeRO (enable_zero) in nn.Graph only: "
+               "run the compiled case")
+
+
+def zero_unavailable(kinds: tuple[str, ...], device_type: str, compiled: bool) -> str | None:
+    """ZeRO (fsdp) is nn.Graph's ``enable_zero``, which aborts on CPU; on CUDA it is untried
+    here, and not combined with the other kinds."""
+    if device_type == "cpu":
         return ("OneFlow 0.9's ZeRO (nn.Graph enable_zero, stages 1-3) aborts on CPU once a "
-                "tensor is sharded: 'register.cpp:75 Check failed: separated_header_mem_ptr()'"
-                if device_type == "cpu" else "OneFlow's ZeRO beside tp or pp is not ported")
-    if not compiled and ("pp" in kinds or "fsdp" in kinds):
-        return ("OneFlow 0.9 runs pipelines (set_stage) and ZeRO (enable_zero) in nn.Graph "
-                "only: run the compiled case")
-    return None
+                "tensor is sharded: 'register.cpp:75 Check failed: separated_header_mem_ptr()'")
+    if len(kinds) > 1:
+        return "OneFlow's ZeRO beside tp or pp is not ported"
+    return None if compiled else _GRAPH_ONLY
 
 
-# OneFlow's strategies, global tensors with SBP signatures (parallel): ZeRO, tensor
-# parallelism and pipelines, with what each cannot run above.
-for _kind in ("fsdp", "tp", "pp"):
-    register_strategy("oneflow", Checked(_kind, layout_unavailable))
+def tp_unavailable(kinds: tuple[str, ...], device_type: str, compiled: bool) -> str | None:
+    return None  # tensor parallelism runs eagerly and in nn.Graph
+
+
+def stages_unavailable(kinds: tuple[str, ...], device_type: str, compiled: bool) -> str | None:
+    """Pipelines run in nn.Graph only: eager global tensors would run the stages one after the
+    other."""
+    return None if compiled else _GRAPH_ONLY
+
+
+register_strategy("oneflow", Checked("fsdp", zero_unavailable))
+register_strategy("oneflow", Checked("tp", tp_unavailable))
+register_strategy("oneflow", Checked("pp", stages_unavailable))
 
 
 def compile_unavailable(device_type: str) -> str | None:

@@ -220,8 +220,7 @@ def shard_model(paddle: Any, model: Any, parts: Parts, layout: Layout, spec: Ran
     return dist.shard_layer(model, dist.ProcessMesh(list(range(layout.world_size))), shard)
 
 
-def layout_unavailable(kinds: tuple[str, ...], device_type: str,
-                       compiled: bool = False) -> str | None:
+def tp_unavailable(kinds: tuple[str, ...], device_type: str, compiled: bool) -> str | None:
     """What Paddle 3.3.1 ran on CPU (measured 2026-11-25): tensor parallelism through the
     auto-parallel API, eagerly; on CUDA the layouts are fleet's hybrid parallelism, not
     ported."""
@@ -237,7 +236,7 @@ def layout_unavailable(kinds: tuple[str, ...], device_type: str,
 # Paddle's strategy: tensor parallelism through the auto-parallel API (``shard_tp``). Its
 # pipeline and sharding refuse the CPU, measured with Paddle 3.3.1 on 2026-11-25: fleet's
 # hybrid parallelism says "Only support xpu, gpu and custom_device".
-register_strategy("paddle", Checked("tp", layout_unavailable))
+register_strategy("paddle", Checked("tp", tp_unavailable))
 register_strategy("paddle", Unported(
     "pp", "Paddle's pipeline (fleet PipelineLayer) needs send/recv, and gloo 'does not support "
           "send with sync_op and use_calc_stream' on CPU"))
