@@ -90,7 +90,7 @@ class JaxTrainer(OnRuntime):
         self.params = [self._global(leaf, spec) for leaf, spec in zip(leaves, self.specs)]
         self.rest = jax.tree.map(lambda leaf: self._global(leaf, None), rest)
         self.opt_state = self._optimizer_state(optimizer)
-        loss_of = parts.loss or cross_entropy()
+        loss_of = parts.loss or cross_entropy
         if self.tp:
             self._step = self._compile_global(tp.make_step(
                 graphdef, loss_of, optimizer, self.treedef, spec.optimizer.clip_norm))
@@ -193,17 +193,18 @@ class JaxTrainer(OnRuntime):
         self.synchronize()
 
 
-def cross_entropy() -> Callable[[Any, Any], Any]:
+def cross_entropy(outputs: Any, targets: Any) -> Any:
     """The default loss (``_loss``): Optax's softmax cross-entropy, the mean over the batch (and
     over every token of a language model's ``[B, T, V]`` logits), in fp32 (bf16 logits under AMP
     cast up, as torch's autocast runs cross-entropy in fp32)."""
     import jax.numpy as jnp
     import optax
 
-    return _loss.cross_entropy(
+    criterion = _loss.cross_entropy(
         lambda logits, labels: optax.softmax_cross_entropy_with_integer_labels(
             logits, labels).mean(),
         fp32=lambda logits: logits.astype(jnp.float32))
+    return criterion(outputs, targets)
 
 
 def make_optimizer(opt: OptimizerSpec, shapes: list[tuple[int, ...]]) -> Any:
