@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from pytest_dlperf.launch.ray import hooks as ray_hooks
 from pytest_dlperf.plugin.options import OPTIONS
 from pytest_dlperf.plugin.settings import default_machine
 
@@ -174,10 +175,13 @@ def test_help_names_each_options_environment_variable_and_ini_key(
             entries[flag] = ""
         assert flag is not None
         entries[flag] += " " + line
-    assert sorted(entries) == sorted(opt.cli for opt in OPTIONS)
-    for opt in OPTIONS:
-        entry = " ".join(entries[opt.cli].split())
-        assert f"[env {opt.env}; ini {opt.dest}]" in entry, entry
+    # The plugin's table, and the option the Ray launcher registers itself (launch/ray/hooks.py)
+    spellings = {opt.cli: (opt.env, opt.dest) for opt in OPTIONS}
+    spellings[ray_hooks.FLAG] = (ray_hooks.ENV, ray_hooks.INI)
+    assert sorted(entries) == sorted(spellings)
+    for cli, (env, ini) in spellings.items():
+        entry = " ".join(entries[cli].split())
+        assert f"[env {env}; ini {ini}]" in entry, entry
 
 def test_worker_interpreters_resolve_against_where_they_were_given(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
