@@ -27,7 +27,7 @@ hosts (``fabric``, ``userhosts``, ``linkprobe``), the clusters' shared shape, da
 from __future__ import annotations
 
 import importlib
-import importlib.util
+from pathlib import Path
 from types import ModuleType
 
 from .base import Cluster, Launcher, LaunchError, Watch
@@ -63,14 +63,7 @@ def make_builtin(name: str, environ: dict[str, str]) -> Launcher | None:
 def hook_modules() -> list[ModuleType]:
     """The built-in launchers' own pytest hooks (``launch/<name>/hooks.py``: Ray's option and the
     maker that reads it), which the plugin registers beside itself, as a user's launcher's
-    plugin or conftest is registered."""
-    modules: list[ModuleType] = []
-    for name in BUILTIN_LAUNCHERS:
-        if importlib.util.find_spec(f"{__name__}.{name}") is None:
-            continue
-        try:
-            modules.append(importlib.import_module(f"{__name__}.{name}.hooks"))
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}.hooks":
-                raise
-    return modules
+    plugin or conftest is registered. Only those launchers are imported."""
+    here = Path(__file__).parent
+    return [importlib.import_module(f"{__name__}.{name}.hooks") for name in BUILTIN_LAUNCHERS
+            if (here / name / "hooks.py").is_file()]
