@@ -1,0 +1,278 @@
+"""What the port contract checks of each (model, framework) port, in one table, ``PORTS``, as
+tests/conformance.py's ``FRAMEWORKS`` holds what the adapter contract checks of each framework.
+A port equals torch's: torch's parameters by name and shape (``Shapes``), torch's weights give
+torch's outputs (``Outputs``), the recipe trains (``Trains``), under AMP it computes in bf16 on
+float32 parameters (``Amp``), two ranks train what one process trains and a wrong split is seen
+(``Ranks``). A port missing a check has ``None`` there: the table shows the gaps.
+
+Each check names the test that holds it (``test``, ``file::name``) and carries its bounds as
+that test asserts them, so that a move keeps them; ``tests/test_ports.py`` proves every named
+test exists and every model module has a row. A check that stays out of CI says why in
+``outside_ci``, as the test's mark does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from conformance import FRAMEWORKS, Framework
+
+Bounds = Mapping[str, tuple[str, float]]  # what is measured -> ("<" or ">", bound)
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """Its parameters are torch's by name and shape: in torch's order (``order``), ``total``
+    of them, and the model's own facts (``probes``: a tied decoder, BN strides, ...)."""
+
+    test: str
+    order: bool = True
+    total: int | None = None
+    probes: tuple[str, ...] = ()
+    outside_ci: str | None = None
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """torch's weights give torch's outputs in each mode, within ``bounds`` (absolute, or
+    relative to the reference's largest value where ``relative``)."""
+
+    test: str
+    modes: tuple[str, ...]
+    bounds: Bounds
+    relative: bool = False
+    outside_ci: str | None = None
+
+
+@dataclass(frozen=True)
+class Trains:
+    """The recipe trains ``steps`` per compiler, through the adapter's trainer (``adapter``)
+    or a loop written in the test (which then checks the model's internals)."""
+
+    test: str
+    compilers: tuple[str, ...]
+    steps: tuple[int, ...]
+    adapter: bool
+    bounds: Bounds = field(default_factory=dict)
+    outside_ci: str | None = None
+
+
+@dataclass(frozen=True)
+class Amp:
+    """Under AMP the logits are ``logits`` on float32 parameters, and the loss is finite."""
+
+    test: str
+    logits: str = "bfloat16"
+    outside_ci: str | None = None
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """Two ranks of ``launcher`` train what one process trains (``same``: run -> bound on the
+    largest difference over the largest move), and a wrong split is seen (``wrong``)."""
+
+    test: str
+    launcher: str  # "torchrun", "oneflow", "mxnet" or "jax"
+    same: Mapping[str, float]
+    wrong: tuple[str, float] | None = None  # (run, lower bound)
+    outside_ci: str | None = None
+
+
+@dataclass(frozen=True)
+class Port:
+    """One (model, framework) port and the checks it has."""
+
+    model: str
+    framework: str
+    shapes: Shapes | None = None
+    outputs: Outputs | None = None
+    trains: Trains | None = None
+    amp: Amp | None = None
+    ranks: Ranks | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.model}-{self.framework}"
+
+    def record(self) -> Framework:
+        """conformance's record of its framework: its interpreter, and how to get it."""
+        return next(f for f in FRAMEWORKS if f.name == self.framework)
+
+
+BERT_W = {"mlm_logits": ("<", 1e-6), "nsp_logits": ("<", 1e-6), "loss": ("<", 1e-5),
+          "gelu": ("<", 1e-5)}
+BERT_PROBES = ("tied", "padding_row")
+BERT_FIRST = {"first - (lnV + ln2)": ("<", 1.0)}
+RESNET_W = {"scale": (">", 0.1), "eval": ("<", 1e-5), "train": ("<", 5e-4)}
+RESNET_FIRST = {"first - ln1000": ("<", 1.0), "largest / ln1000": ("<", 2)}
+PFC = "test_insightface_sharded.py::test_class_parallel_ranks_train_what_one_process_trains"
+PORTS = (
+    # bert: torch's is the reference (models/bert/torch.py, tests/bert_reference.py).
+    Port("bert", "torch"),
+    Port("bert", "jax", Shapes(
+        "test_bert_jax.py::test_bert_base_has_torchs_parameters_by_name_initialized_as_"
+        "transformers", total=110_106_428, probes=(*BERT_PROBES, "init"),
+        outside_ci="42 s, beyond JAX's CI share"),
+        Outputs("test_bert_jax.py::test_torchs_weights_give_torchs_outputs", ("eager", "jit"),
+                {"mlm_logits": ("<", 3e-6), "nsp_logits": ("<", 3e-6), "loss": ("<", 1e-5),
+                 "gelu": ("<", 1e-5), "gelu_grad": ("<", 1e-5)}, relative=True),
+        Trains("test_bert_jax.py::test_the_recipe_trains_under_jit_with_dropout", ("jit",),
+               (3,), adapter=False, bounds={"first - (lnV + ln2)": ("<", 0.5)},
+               outside_ci="73 s of the first pass, beyond JAX's CI share"),
+        amp=Amp("test_bert_jax.py::test_the_recipe_trains_under_jit_with_dropout",
+                outside_ci="11 s more, beyond JAX's CI share")),
+    Port("bert", "tensorflow", Shapes(
+        "test_bert_tensorflow.py::test_every_parameter_has_torchs_name_and_shape", order=False,
+        total=110_106_428, probes=("tied",)),
+        Outputs("test_bert_tensorflow.py::test_torchs_weights_give_torchs_logits_and_loss",
+                ("eager",),  {"mlm_logits": ("<", 1e-6), "nsp_logits": ("<", 1e-6),
+                             "loss": ("<", 1e-6), "gelu": ("<", 2e-6)}),
+        amp=Amp("test_bert_tensorflow.py::test_recipe_trains_in_mixed_bfloat16_with_a_float32_"
+                "loss_at_chance")),
+    Port("bert", "oneflow", Shapes(
+        "test_bert_oneflow.py::test_bert_base_has_torchs_parameters_by_name_with_the_decoder_"
+        "tied", total=110_106_428, probes=BERT_PROBES),
+        Outputs("test_bert_oneflow.py::test_torchs_weights_give_torchs_outputs", ("eager",),
+                BERT_W),
+        Trains("test_bert_oneflow.py::test_the_recipe_trains_through_the_adapter_eager_and_as_"
+               "a_graph", ("eager", "compiled"), (2, 2), adapter=True, bounds=BERT_FIRST,
+               outside_ci="36 s of the first pass, beyond OneFlow's CI share")),
+    Port("bert", "paddle", Shapes(
+        "test_bert_paddle.py::test_bert_base_has_torchs_parameters_by_name_with_the_decoder_"
+        "tied", total=110_106_428, probes=BERT_PROBES),
+        Outputs("test_bert_paddle.py::test_torchs_weights_give_torchs_outputs", ("eager",),
+                BERT_W),
+        Trains("test_bert_paddle.py::test_the_recipe_trains_through_the_adapter_eager_and_"
+               "under_to_static", ("eager", "compiled"), (2, 2), adapter=True,
+               bounds={**BERT_FIRST, "programs": ("<", 2), "compiled[0] / eager[0] - 1":
+                       ("<", 1e-5)})),
+    Port("bert", "mindspore", Shapes(
+        "test_bert_mindspore.py::test_bert_base_has_torchs_parameters_by_name_with_the_"
+        "decoder_tied", total=110_106_428, probes=(*BERT_PROBES, "lookup_grad")),
+        Outputs("test_bert_mindspore.py::test_torchs_weights_give_torchs_outputs",
+                ("pynative", "graph"), BERT_W),
+        Trains("test_bert_mindspore.py::test_the_recipe_trains_in_pynative_and_in_graph_mode",
+               ("pynative", "graph"), (1, 2), adapter=False,
+               bounds={**BERT_FIRST, "largest / (lnV + ln2)": ("<", 2)})),
+    Port("bert", "mxnet", Shapes(
+        "test_bert_mxnet.py::test_bert_base_has_torchs_parameters_by_name_with_the_decoder_"
+        "tied", total=110_106_428, probes=(*BERT_PROBES, "lookup_grad")),
+        Outputs("test_bert_mxnet.py::test_torchs_weights_give_torchs_outputs",
+                ("eager", "hybridized"), BERT_W),
+        Trains("test_bert_mxnet.py::test_the_recipe_trains_eager_and_hybridized",
+               ("eager", "hybridized"), (1, 2), adapter=False,
+               bounds={**BERT_FIRST, "largest / (lnV + ln2)": ("<", 2)}),
+        amp=Amp("test_bert_mxnet.py::test_the_recipe_trains_eager_and_hybridized",
+                outside_ci="7 s, beyond MXNet's CI share: fp32 stays")),
+    # resnet50: torchvision's is the reference; oneflow's is flowvision's (counted only).
+    Port("resnet50", "jax", Shapes(
+        "test_resnet50_jax.py::test_resnet50_is_torchvisions_layer_for_layer",
+        total=25_557_032, probes=("strides", "init")),
+        Outputs("test_resnet50_jax.py::test_torchvisions_weights_give_torchvisions_logits_and_"
+                "statistics", ("jit",), {**RESNET_W, "means": ("<", 5e-4),
+                                         "variances": ("<", 5e-4)}, relative=True),
+        Trains("test_resnet50_jax.py::test_the_recipe_trains_with_a_finite_loss", ("jit",),
+               (3,), adapter=False, bounds=RESNET_FIRST),
+        amp=Amp("test_resnet50_jax.py::test_under_amp_the_recipe_computes_in_bfloat16_on_"
+                "float32_parameters")),
+    Port("resnet50", "tensorflow", Shapes(
+        "test_tensorflow.py::test_every_layer_has_torchs_shape", order=False, total=25_557_032,
+        probes=("strides",))),
+    Port("resnet50", "oneflow", Shapes(  # flowvision's: its count, in a case's environment
+        "test_oneflow.py::test_cases_run_under_their_own_interpreter_and_skip_without_one",
+        order=False, total=25_557_032)),
+    Port("resnet50", "paddle", Shapes(
+        "test_paddle.py::test_paddle_vision_resnet50_is_torchvisions_layer_for_layer",
+        total=25_557_032, probes=("strides",)),
+        Outputs("test_paddle.py::test_torchvisions_weights_give_torchvisions_logits",
+                ("eager",), {"scale": (">", 0.1), "eval": ("<", 1e-5)}, relative=True)),
+    Port("resnet50", "mindspore", Shapes(
+        "test_resnet50_mindspore.py::test_resnet50_is_torchvisions_layer_for_layer",
+        total=25_557_032, probes=("strides",)),
+        Outputs("test_resnet50_mindspore.py::test_torchvisions_weights_give_torchvisions_"
+                "logits_and_statistics", ("pynative",), {**RESNET_W, "statistics":
+                                                         ("<", 5e-4)}, relative=True),
+        Trains("test_resnet50_mindspore.py::test_the_recipe_trains_with_a_finite_loss_in_"
+               "pynative_and_in_graph_mode", ("pynative", "graph"), (1, 4), adapter=False,
+               bounds=RESNET_FIRST)),
+    Port("resnet50", "mxnet", Shapes(
+        "test_resnet50_mxnet.py::test_resnet50_is_torchvisions_layer_for_layer",
+        total=25_557_032, probes=("strides", "init")),
+        Outputs("test_resnet50_mxnet.py::test_torchvisions_weights_give_torchvisions_logits_"
+                "gradients_and_statistics", ("eager", "hybridized"),
+                {**RESNET_W, "gradients": ("<", 0.1), "means": ("<", 5e-4),
+                 "variances": ("<", 5e-4)}, relative=True),
+        Trains("test_resnet50_mxnet.py::test_the_recipe_trains_with_a_finite_loss_eager_and_"
+               "hybridized", ("eager", "hybridized"), (3, 5), adapter=False,
+               bounds=RESNET_FIRST)),
+    Port("resnet50", "torch"),  # the reference
+    # wide_deep: torch's is the reference.
+    Port("wide_deep", "torch", ranks=Ranks(
+        "test_wide_deep_sharded.py::test_a_plan_trains_what_one_process_trains", "torchrun",
+        {"*": 1e-4}, ("emb2-rw-wrong-split", 0.05))),
+    Port("wide_deep", "tensorflow", Shapes(
+        "test_wide_deep_tensorflow.py::test_the_formulas_parameters_under_torchs_names_and_"
+        "shapes", order=False, total=4_890_945),
+        Outputs("test_wide_deep_tensorflow.py::test_torchs_weights_give_torchs_logits_and_loss",
+                ("eager",), {"logits": ("<", 1e-6), "loss": ("<", 1e-6)}),
+        Trains("test_wide_deep_tensorflow.py::test_the_recipe_trains_through_the_adapter_eager_"
+               "and_under_xla", ("eager", "compiled"), (3, 3), adapter=True,
+               bounds={"every - 0.693": ("<", 0.2)})),
+    Port("wide_deep", "paddle", Shapes(
+        "test_wide_deep_paddle.py::test_the_formulas_parameters_under_torchs_names_and_shapes",
+        total=4_890_945),
+        Outputs("test_wide_deep_paddle.py::test_torchs_weights_give_torchs_logits_and_loss",
+                ("eager",), {"logits": ("<", 1e-6), "loss": ("<", 1e-6)}),
+        Trains("test_wide_deep_paddle.py::test_the_recipe_trains_through_the_adapter_eager_and_"
+               "under_to_static", ("eager", "compiled"), (3, 3), adapter=True,
+               bounds={"every - 0.693": ("<", 0.2), "programs": ("<", 2)})),
+    Port("wide_deep", "oneflow", Shapes(
+        "test_wide_deep_oneflow.py::test_torchs_weights_give_torchs_loss_and_ids",
+        probes=("uniform",)),
+        Outputs("test_wide_deep_oneflow.py::test_torchs_weights_give_torchs_loss_and_ids",
+                ("eager",), {"logits": ("<", 1e-5), "loss": ("<", 1e-6)}),
+        Trains("test_wide_deep_oneflow.py::test_the_recipe_trains_on_one_process_eager_and_as_a_"
+               "graph", ("eager", "compiled"), (3, 3), adapter=True,
+               bounds={"every": (">", 0.3), "every ": ("<", 1.5)}),
+        ranks=Ranks("test_wide_deep_oneflow.py::test_two_ranks_train_what_one_process_trains",
+                    "oneflow", {"ddp2": 1e-5, "emb2-rw": 1e-5, "emb2-dp": 1e-5},
+                    ("wrong", 1e-3))),
+    # insightface: torch's is the reference.
+    Port("insightface", "torch", ranks=Ranks(
+        PFC, "torchrun", {"ddp2": 1e-9, "pfc1": 1e-9, "pfc2": 1e-9, "pfc2-r1": 1e-9},
+        ("wrong_offset", 0.01))),
+    Port("insightface", "oneflow", Shapes(
+        "test_insightface_oneflow.py::test_torchs_weights_give_torchs_loss", probes=("head",)),
+        Outputs("test_insightface_oneflow.py::test_torchs_weights_give_torchs_loss",
+                ("eager",), {"loss": ("<", 1e-5)}, relative=True),
+        Trains("test_insightface_oneflow.py::test_the_recipe_trains_mobilefacenet_on_one_"
+               "process", ("eager",), (3,), adapter=True,
+               bounds={"every": (">", 35), "every ": ("<", 60)}),
+        ranks=Ranks("test_insightface_oneflow.py::test_two_ranks_train_what_one_process_trains",
+                    "oneflow", {"ddp2": 2e-5, "pfc2": 1e-9, "pfc2-graph": 2e-5},
+                    ("wrong", 0.01))),
+    Port("insightface", "mxnet", outputs=Outputs(
+        "test_insightface_mxnet.py::test_torchs_weights_give_torchs_loss",
+        ("eager", "hybridized"), {"loss": ("<", 1e-5), "head_grad": ("<", 2e-2)},
+        relative=True),
+        ranks=Ranks("test_insightface_mxnet.py::test_class_parallel_ranks_train_what_one_"
+                    "process_trains", "mxnet", {"pfc2": 5e-7, "pfc2-r1": 5e-7},
+                    ("wrong", 0.01))),
+    # gpt: torch's is the reference.
+    Port("gpt", "torch", ranks=Ranks(
+        "test_gpt.py::test_two_tensor_parallel_ranks_train_what_one_process_trains", "torchrun",
+        {"tp2 loss": 1e-5, "tp2 grad": 1e-4})),
+    Port("gpt", "jax", Shapes(
+        "test_gpt_jax.py::test_parameters_are_torchs_by_name_order_shape_and_initialization",
+        probes=("init",)),
+        Outputs("test_gpt_jax.py::test_torchs_weights_give_torchs_logits_causally", ("jit",),
+                {"scale": (">", 1.0), "logits": ("<", 5e-6), "loss": ("<", 5e-6)},
+                relative=True),
+        Trains("test_gpt_jax.py::test_the_recipe_trains_in_float32_and_computes_in_bfloat16",
+               ("jit",), (4,), adapter=False,
+               bounds={"first - ln(vocab)": ("<", 0.5), "largest / ln(vocab)": ("<", 2)}),
+        Amp("test_gpt_jax.py::test_the_recipe_trains_in_float32_and_computes_in_bfloat16"),
+        Ranks("test_jax_tp.py::test_two_tensor_parallel_ranks_train_what_one_process_trains",
+              "jax", {"tp2": 2e-6}, outside_ci="49 s, beyond JAX's CI share")),
+)
