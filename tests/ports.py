@@ -108,7 +108,7 @@ RESNET_W = {"scale": (">", 0.1), "eval": ("<", 1e-5), "train": ("<", 5e-4)}
 RESNET_FIRST = {"first - ln1000": ("<", 1.0), "largest / ln1000": ("<", 2)}
 PFC = "test_insightface_sharded.py::test_class_parallel_ranks_train_what_one_process_trains"
 PORTS = (
-    # bert: torch's is the reference (models/bert/torch.py, tests/bert_reference.py).
+    # bert: torch's is the reference (models/bert/torch.py, tests/port_references.py).
     Port("bert", "torch"),
     Port("bert", "jax", Shapes(
         "test_bert_jax.py::test_bert_base_has_torchs_parameters_by_name_initialized_as_"

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 
 import pytest
-from bert_reference import TINY, write_reference
+from port_references import TINY, bert_shapes, tiny_reference
 from snippets import run_snippet
 
 STD = 0.02  # BertConfig's initializer_range
@@ -70,12 +69,11 @@ def test_bert_base_has_torchs_parameters_by_name_initialized_as_transformers(
     for the tied decoder, transformers' initialization, torch's padding_idx, and the inputs."""
     pytest.importorskip("transformers")
     from pytest_dlperf.models.bert import PARAMETERS
-    from pytest_dlperf.models.bert.torch import torch_named_shapes
 
     out = run_snippet(jax_python, BERT_BASE_BUILT)
     assert isinstance(out, dict)
     shapes = {name: tuple(shape) for name, shape in out["shapes"].items()}
-    torchs = torch_named_shapes()  # builds torch's BERT-base: 5 s of CPU
+    torchs = bert_shapes()  # torch's BERT-base, built once a process: 5 s of CPU
     assert shapes == torchs
     assert list(shapes) == list(torchs)  # and in torch's order
     assert sum(math.prod(shape) for shape in shapes.values()) == PARAMETERS
@@ -156,7 +154,7 @@ print(json.dumps(out))
 """
 
 
-def test_torchs_weights_give_torchs_outputs(jax_python: str, tmp_path: Path) -> None:
+def test_torchs_weights_give_torchs_outputs(jax_python: str) -> None:
     """Eval mode (no dropout) on torch's batch, whose attention mask has zeros, eager and
     through ``nnx.split``/``nnx.merge`` under ``jax.jit``. Tolerances sit below what each
     mismatch costs, measured with TINY on JAX 0.12's CPU kernels (2026-11-26), relative to the
@@ -167,7 +165,7 @@ def test_torchs_weights_give_torchs_outputs(jax_python: str, tmp_path: Path) -> 
     the model's own, 1.2e-7. The loading refuses what does not fit, and takes a
     ``state_dict``'s tied entries."""
     pytest.importorskip("transformers")
-    reference = write_reference(tmp_path / "ref.npz")
+    reference = tiny_reference()
     out = run_snippet(jax_python, f"reference = {str(reference)!r}\n"
                                   f"shape = {dataclasses.asdict(TINY)!r}\n{FROM_TORCH}")
     assert isinstance(out, dict)

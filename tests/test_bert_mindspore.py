@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 import pytest
-from bert_reference import TINY, write_reference
+from port_references import TINY, bert_shapes, tiny_reference
 from snippets import in_a_file, run_snippet
 
 VOCAB = 30522
@@ -24,7 +24,6 @@ def test_bert_base_has_torchs_parameters_by_name_with_the_decoder_tied(
         mindspore_python: str) -> None:
     pytest.importorskip("transformers")
     from pytest_dlperf.models.bert import PARAMETERS
-    from pytest_dlperf.models.bert.torch import torch_named_shapes
 
     out = run_snippet(mindspore_python, """
 import json
@@ -55,8 +54,8 @@ print(json.dumps({"shapes": shapes, "names": [p.name for p in model.trainable_pa
 """)
     assert isinstance(out, dict)
     shapes = {name: tuple(shape) for name, shape in out["shapes"].items()}
-    assert shapes == torch_named_shapes()
-    assert list(shapes) == list(torch_named_shapes())  # and in torch's order
+    assert shapes == bert_shapes()
+    assert list(shapes) == list(bert_shapes())  # and in torch's order
     assert out["names"] == list(shapes)  # MindSpore's own parameter names are torch's
     assert sum(math.prod(shape) for shape in shapes.values()) == PARAMETERS
     assert out["embeddings"] == 1  # the decoder holds no copy
@@ -76,7 +75,7 @@ def test_torchs_weights_give_torchs_outputs(mindspore_python: str, tmp_path: Pat
     rounding, so the GELU kind is also checked directly: 4.3e-7 from float64's erf GELU, the
     tanh kind 4.7e-4."""
     pytest.importorskip("transformers")
-    reference = write_reference(tmp_path / "ref.npz")
+    reference = tiny_reference()
     out = run_snippet(mindspore_python, in_a_file(f"""
 import json, math
 import numpy as np

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 
 import pytest
-from bert_reference import TINY, write_reference
+from port_references import TINY, bert_shapes, tiny_reference
 from snippets import run_snippet
 
 from pytest_dlperf.frameworks.mxnet import amp_unavailable
@@ -27,7 +26,6 @@ def test_bert_base_has_torchs_parameters_by_name_with_the_decoder_tied(
     passes are on 8 tokens): the tie is checked through gradients, eager and hybridized."""
     pytest.importorskip("transformers")
     from pytest_dlperf.models.bert import PARAMETERS
-    from pytest_dlperf.models.bert.torch import torch_named_shapes
 
     out = run_snippet(mxnet_python, """
 import json
@@ -67,8 +65,8 @@ print(json.dumps({"shapes": shapes, "names": list(params),
 """)
     assert isinstance(out, dict)
     shapes = {name: tuple(shape) for name, shape in out["shapes"].items()}
-    assert shapes == torch_named_shapes()
-    assert list(shapes) == list(torch_named_shapes())  # and in torch's order
+    assert shapes == bert_shapes()
+    assert list(shapes) == list(bert_shapes())  # and in torch's order
     assert out["names"] == list(shapes)  # Gluon's own parameter names are torch's, all trained
     assert sum(math.prod(shape) for shape in shapes.values()) == PARAMETERS
     assert out["embeddings"] == 1 and out["arrays"] == 1  # the decoder holds no copy
@@ -78,7 +76,7 @@ print(json.dumps({"shapes": shapes, "names": list(params),
     assert padding == 0.0 and looked_up > 0
 
 
-def test_torchs_weights_give_torchs_outputs(mxnet_python: str, tmp_path: Path) -> None:
+def test_torchs_weights_give_torchs_outputs(mxnet_python: str) -> None:
     """Eval mode (outside ``autograd.record``: no dropout) on torch's batch, whose attention
     mask has zeros, eager and hybridized. Tolerances sit below what each mismatch costs,
     measured with TINY on MXNet 1.9.1's CPU kernels (2026-11-26): tanh-approximated GELU
@@ -88,7 +86,7 @@ def test_torchs_weights_give_torchs_outputs(mxnet_python: str, tmp_path: Path) -
     cannot tell from rounding, so the GELU kind is also checked directly: 7.2e-7 from float64's
     erf GELU, the tanh kind 4.7e-4."""
     pytest.importorskip("transformers")
-    reference = write_reference(tmp_path / "ref.npz")
+    reference = tiny_reference()
     out = run_snippet(mxnet_python, f"""
 import json, math
 import numpy as np

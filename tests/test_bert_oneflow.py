@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 
 import pytest
-from bert_reference import TINY, write_reference
+from port_references import TINY, bert_shapes, tiny_reference
 from snippets import run_snippet
 
 VOCAB = 30522
@@ -23,7 +22,6 @@ def test_bert_base_has_torchs_parameters_by_name_with_the_decoder_tied(
         oneflow_python: str) -> None:
     pytest.importorskip("transformers")
     from pytest_dlperf.models.bert import PARAMETERS
-    from pytest_dlperf.models.bert.torch import torch_named_shapes
 
     out = run_snippet(oneflow_python, """
 import json
@@ -42,20 +40,20 @@ print(json.dumps({"shapes": shapes, "padding_row": float(embeddings[0].abs().max
 """)
     assert isinstance(out, dict)
     shapes = {name: tuple(shape) for name, shape in out["shapes"].items()}
-    assert shapes == torch_named_shapes()
-    assert list(shapes) == list(torch_named_shapes())  # and in torch's order
+    assert shapes == bert_shapes()
+    assert list(shapes) == list(bert_shapes())  # and in torch's order
     assert sum(math.prod(shape) for shape in shapes.values()) == PARAMETERS
     assert out["padding_row"] == 0.0  # as transformers initializes its padding_idx row
     assert out["padding_row_grad"] > 0
 
 
-def test_torchs_weights_give_torchs_outputs(oneflow_python: str, tmp_path: Path) -> None:
+def test_torchs_weights_give_torchs_outputs(oneflow_python: str) -> None:
     """Eval mode on torch's batch, whose attention mask has zeros. Tolerances sit below what
     each mismatch costs, measured with TINY: tanh-approximated GELU moves the masked-LM logits
     by 2.6e-6, LayerNorm eps 1e-5 by 5e-4, an ignored mask by 7e-4; a faithful model is within
     1.2e-7 here. The GELU kind is also checked directly, where the two kinds differ by 4.7e-4."""
     pytest.importorskip("transformers")
-    reference = write_reference(tmp_path / "ref.npz")
+    reference = tiny_reference()
     out = run_snippet(oneflow_python, f"""
 import json, math
 import numpy as np

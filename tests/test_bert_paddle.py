@@ -13,7 +13,6 @@ import dataclasses
 import importlib.util
 import math
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -21,7 +20,7 @@ if importlib.util.find_spec("paddle") is None:
     pytest.skip("PaddlePaddle is not installed (pip install 'pytest-dlperf[paddle]')",
                 allow_module_level=True)
 
-from bert_reference import TINY, write_reference  # noqa: E402
+from port_references import TINY, bert_shapes, tiny_reference  # noqa: E402
 from snippets import run_snippet  # noqa: E402
 
 VOCAB = 30522
@@ -30,7 +29,6 @@ VOCAB = 30522
 def test_bert_base_has_torchs_parameters_by_name_with_the_decoder_tied() -> None:
     pytest.importorskip("transformers")
     from pytest_dlperf.models.bert import PARAMETERS
-    from pytest_dlperf.models.bert.torch import torch_named_shapes
 
     out = run_snippet(sys.executable, """
 import json
@@ -51,15 +49,15 @@ print(json.dumps({"shapes": shapes, "padding_row": float(embeddings[0].abs().max
 """)
     assert isinstance(out, dict)
     shapes = {name: tuple(shape) for name, shape in out["shapes"].items()}
-    assert shapes == torch_named_shapes()  # torch's layout: Linear weights [out, in]
-    assert list(shapes) == list(torch_named_shapes())  # and in torch's order
+    assert shapes == bert_shapes()  # torch's layout: Linear weights [out, in]
+    assert list(shapes) == list(bert_shapes())  # and in torch's order
     assert sum(math.prod(shape) for shape in shapes.values()) == PARAMETERS
     assert out["embeddings"] == 1  # the decoder holds no copy
     assert out["padding_row"] == 0.0  # as transformers initializes its padding_idx row
     assert out["padding_row_grad"] > 0
 
 
-def test_torchs_weights_give_torchs_outputs(tmp_path: Path) -> None:
+def test_torchs_weights_give_torchs_outputs() -> None:
     """Eval mode on torch's batch, whose attention mask has zeros. Tolerances sit below what
     each mismatch costs, measured with TINY on Paddle 3.3.1's CPU kernels: tanh-approximated
     GELU everywhere moves the masked-LM logits by 2.7e-6, LayerNorm eps 1e-5 by 5.2e-4, an
@@ -68,7 +66,7 @@ def test_torchs_weights_give_torchs_outputs(tmp_path: Path) -> None:
     from rounding, so the GELU kind is also checked directly: 4.2e-7 from float64's erf GELU,
     the tanh kind 4.7e-4."""
     pytest.importorskip("transformers")
-    reference = write_reference(tmp_path / "ref.npz")
+    reference = tiny_reference()
     out = run_snippet(sys.executable, f"""
 import json, math
 import numpy as np

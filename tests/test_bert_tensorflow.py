@@ -4,7 +4,6 @@ names, and the same logits from the same weights."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ pytest.importorskip("transformers.models.bert.modeling_bert")
 pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip install "
                                          "'pytest-dlperf[tensorflow]')")
 
-from bert_reference import TINY, write_reference  # noqa: E402
+from port_references import TINY, bert_shapes, tiny_reference  # noqa: E402
 
 from pytest_dlperf.core.workload import BuildContext  # noqa: E402
 from pytest_dlperf.models import bert  # noqa: E402
@@ -43,26 +42,19 @@ def bf16_parts() -> Any:
         keras.mixed_precision.set_global_policy("float32")
 
 
-@pytest.fixture(scope="module")
-def torch_bert() -> Any:
-    from pytest_dlperf.models.bert.torch import torch_model
-
-    return torch_model()
-
-
-def test_same_trainable_parameter_count_as_torch_the_tied_decoder_once(
-        bf16_parts: Any, torch_bert: Any) -> None:
+def test_same_trainable_parameter_count_as_torch_the_tied_decoder_once(bf16_parts: Any) -> None:
     import numpy as np
 
     model = bf16_parts.model
     trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
-    assert trainable == sum(p.numel() for p in torch_bert.parameters()) == bert.PARAMETERS
+    torchs = sum(math.prod(shape) for shape in bert_shapes().values())  # tied: once
+    assert trainable == torchs == bert.PARAMETERS
     word_embeddings = model.get_layer("bert.embeddings.word_embeddings").embeddings
     assert sum(w is word_embeddings for w in model.trainable_weights) == 1
 
 
-def test_every_parameter_has_torchs_name_and_shape(bf16_parts: Any, torch_bert: Any) -> None:
-    torch_shapes = {n: tuple(p.shape) for n, p in torch_bert.named_parameters()}
+def test_every_parameter_has_torchs_name_and_shape(bf16_parts: Any) -> None:
+    torch_shapes = bert_shapes()
     keras_shapes = bert_keras.torch_named_shapes(bf16_parts.model)
     differ = {n: (keras_shapes.get(n), torch_shapes.get(n))
               for n in sorted(set(keras_shapes) | set(torch_shapes))
@@ -71,10 +63,10 @@ def test_every_parameter_has_torchs_name_and_shape(bf16_parts: Any, torch_bert: 
         f"  {n}: {k} vs {t}" for n, (k, t) in differ.items())
 
 
-def test_torchs_weights_give_torchs_logits_and_loss(tmp_path: Path) -> None:
+def test_torchs_weights_give_torchs_logits_and_loss() -> None:
     import numpy as np
 
-    ref = np.load(write_reference(tmp_path / "ref.npz"))
+    ref = np.load(tiny_reference())
     assert 0 in ref["attention_mask"]  # the mask must matter
     model = bert_keras.bert_pretraining(TINY)
     params = {k.removeprefix("param/"): ref[k] for k in ref.files if k.startswith("param/")}

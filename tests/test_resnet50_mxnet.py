@@ -10,14 +10,14 @@ are what makes its throughput comparable with torch's. They run under MXNet's in
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
+from port_references import torch_reference, torch_shapes
 from snippets import run_snippet
 
 
 def test_resnet50_is_torchvisions_layer_for_layer(mxnet_python: str) -> None:
-    torchvision = pytest.importorskip("torchvision")
+    pytest.importorskip("torchvision")
     out = run_snippet(mxnet_python, """
 import json, math
 from pytest_dlperf.models.resnet50.mxnet import named_parameters, resnet50, torch_named_shapes
@@ -39,9 +39,9 @@ print(json.dumps({"shapes": torch_named_shapes(model),
 """)
     assert isinstance(out, dict)
     shapes = {name: tuple(shape) for name, shape in out["shapes"].items()}
-    torch_shapes = {n: tuple(p.shape) for n, p in torchvision.models.resnet50().named_parameters()}
-    assert list(shapes) == list(torch_shapes)  # the same 161 names, in torch's order
-    assert {n: (s, torch_shapes[n]) for n, s in shapes.items() if torch_shapes[n] != s} == {}
+    torchs = torch_shapes("resnet50")
+    assert list(shapes) == list(torchs)  # the same 161 names, in torch's order
+    assert {n: (s, torchs[n]) for n, s in shapes.items() if torchs[n] != s} == {}
     assert sum(math.prod(shape) for shape in shapes.values()) == 25_557_032
     # v1.5: a stage's first block strides on its 3x3 conv, not on its first 1x1.
     assert out["strides"] == [[1, 1], [2, 2], [1, 1]]
@@ -121,46 +121,8 @@ print(json.dumps(out))
 """
 
 
-def torch_reference(path: Path) -> None:
-    """torchvision's ResNet-50 from a seed, with running statistics that are not BatchNorm's
-    initial 0 and 1, its weights, two 64x64 images and what it makes of them (``path``, an
-    .npz): eval logits; training-mode logits, the gradients of their dot product with a random
-    ``head``, and the running statistics after, as torch moves them and as MXNet would (with
-    the batch's biased variance)."""
-    import numpy as np
-    import torch
-    import torchvision
-
-    torch.manual_seed(0)
-    model = torchvision.models.resnet50().eval()
-    norms = {n: m for n, m in model.named_modules() if isinstance(m, torch.nn.BatchNorm2d)}
-    with torch.no_grad():
-        for module in norms.values():
-            module.running_mean.uniform_(-0.1, 0.1)
-            module.running_var.uniform_(0.5, 1.5)
-        images, head = torch.randn(2, 3, 64, 64), torch.randn(2, 1000)
-        arrays = {name: value.numpy().copy() for name, value in model.state_dict().items()
-                  if not name.endswith("num_batches_tracked")}
-        logits = model(images)
-    biased = {}
-    for name, module in norms.items():  # what MXNet's rule makes of each BatchNorm's input
-        def expect(module: torch.nn.Module, args: tuple, name: str = name) -> None:
-            var = args[0].detach().var(dim=(0, 2, 3), unbiased=False)
-            biased[f"{name}.running_var"] = (0.9 * module.running_var + 0.1 * var).numpy()
-        module.register_forward_pre_hook(expect)
-    train_logits = model.train()(images)
-    train_logits.backward(head)
-    np.savez(path, images=images.numpy(), logits=logits.numpy(), head=head.numpy(),
-             train_logits=train_logits.detach().numpy(),
-             **{f"param/{n}": a for n, a in arrays.items()},
-             **{f"grad/{n}": p.grad.numpy() for n, p in model.named_parameters()},
-             **{f"after/{n}": a.numpy() for n, a in model.state_dict().items()
-                if n.endswith(("running_mean", "running_var"))},
-             **{f"biased/{n}": a for n, a in biased.items()})
-
-
 def test_torchvisions_weights_give_torchvisions_logits_gradients_and_statistics(
-        mxnet_python: str, tmp_path: Path) -> None:
+        mxnet_python: str) -> None:
     """Eval mode (BatchNorm on its running statistics, loaded too), then one forward in
     training mode (under ``autograd.record``: on the batch's statistics) and its backward, on
     two 64x64 images, eager and hybridized. Errors are relative to the largest value of each
@@ -187,8 +149,8 @@ def test_torchvisions_weights_give_torchvisions_logits_gradients_and_statistics(
     statistics until ``mx.nd.waitall()``.
     """
     pytest.importorskip("torchvision")
-    torch_reference(tmp_path / "ref.npz")
-    out = run_snippet(mxnet_python, COMPARE.replace("REF", repr(str(tmp_path / "ref.npz"))))
+    reference = torch_reference("resnet50")
+    out = run_snippet(mxnet_python, COMPARE.replace("REF", repr(str(reference))))
     assert isinstance(out, dict)
     assert out["scale"] > 0.1, out  # logits worth comparing
     for mode in ("eager", "hybridized"):
