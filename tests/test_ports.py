@@ -1,13 +1,22 @@
-"""The port contract's table (tests/ports.py) against the code: every model module of every
-framework has a row, and every check names a test that holds it, marked as the row says."""
+"""The port contract (tests/ports.py): the table against the code (every model module of every
+framework has a row, every check names a test that holds it, marked as the row says), then
+the checks it moved here: each port's parameters are torch's by name and shape, with its
+model's own facts, and torch's weights give torch's outputs, one job a framework."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
+import json
+import math
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from port_references import TINY, torch_reference, torch_shapes
 from ports import PORTS, Port
+from snippets import run_snippet
 
 TESTS = Path(__file__).resolve().parent
 MODELS = TESTS.parent / "pytest_dlperf" / "models"
@@ -41,3 +50,122 @@ def test_every_check_names_a_test_that_holds_it_marked_as_the_row_says(port: Por
         assert name in tests, f"{port.id}: {check.test} names no test"
         if check.outside_ci:
             assert "outside_ci" in tests[name], f"{port.id}: {check.test} runs in CI"
+
+
+def moved(check: str) -> list[Port]:
+    """The ports whose ``check`` this module runs (the others' still run in their own files)."""
+    return [port for port in PORTS
+            if (found := getattr(port, check)) and found.test.startswith("test_ports.py::")]
+
+
+def port_cases(check: str, modes: bool = False) -> list[Any]:
+    """The pytest params of a check, ids ``<model>-<framework>[-<mode>]``, as conformance's
+    ``cases``; the row's ``outside_ci`` becomes the mark."""
+    return [pytest.param(port, *([mode] if modes else []),
+                         id=f"{port.id}-{mode}" if modes else port.id,
+                         marks=[pytest.mark.outside_ci(why)] if (
+                             why := getattr(port, check).outside_ci) else [])
+            for port in moved(check)
+            for mode in (getattr(port, check).modes if modes else (None,))]
+
+
+@pytest.fixture(scope="module")
+def static() -> Callable[[Port], dict[str, Any]]:
+    """Each framework's static job (tests/port_job.py), run once for all its ports that
+    this module checks: one interpreter start, torch's references made once."""
+    done: dict[str, dict[str, Any]] = {}
+
+    def figures(port: Port) -> dict[str, Any]:
+        if port.framework not in done:
+            python = port.record().python()
+            for needed in NEEDS.values():
+                pytest.importorskip(needed)
+            models = sorted({p.model for p in moved("shapes") + moved("outputs")
+                             if p.framework == port.framework}, key=MODELS_FIRST.index)
+            spec = {"framework": port.framework,
+                    "ports": {model: {"reference": str(torch_reference(model)),
+                                      "shape": dataclasses.asdict(TINY)} for model in models}}
+            done[port.framework] = run_snippet(python, job(spec))
+        found = done[port.framework][port.model]
+        assert "error" not in found, found["error"]
+        return found
+
+    return figures
+
+
+NEEDS = {"bert": "transformers", "resnet50": "torchvision"}  # what torch's references need
+MODELS_FIRST = ["bert", "resnet50"]  # BERT first: Gluon names a process's first BERT as torch
+JOB = TESTS / "port_job.py"
+
+
+def job(spec: dict[str, Any]) -> str:
+    """Code that runs tests/port_job.py on ``spec``, for ``run_snippet``."""
+    return (f"import runpy, sys; sys.argv[1:] = [{json.dumps(spec)!r}]; "
+            f"runpy.run_path({str(JOB)!r}, run_name='__main__')")
+
+
+@pytest.mark.parametrize("port", port_cases("shapes"))
+def test_params_are_torchs_by_name_and_shape(static: Any, port: Port) -> None:
+    """Built only: every parameter under torch's name with torch's shape (torch's layout),
+    in torch's order where the row says so, and as many in all as torch's model has."""
+    assert port.shapes is not None
+    shapes = {name: tuple(shape) for name, shape in static(port)["shapes"].items()}
+    torchs = torch_shapes(port.model)
+    assert {n: (shapes.get(n), torchs.get(n)) for n in {*shapes, *torchs}
+            if shapes.get(n) != torchs.get(n)} == {}
+    if port.shapes.order:
+        assert list(shapes) == list(torchs)
+    if port.shapes.total is not None:
+        assert sum(math.prod(shape) for shape in shapes.values()) == port.shapes.total
+
+
+@pytest.mark.parametrize("port, mode", port_cases("outputs", modes=True))
+def test_torchs_weights_give_torchs_outputs(static: Any, port: Port, mode: str) -> None:
+    """torch's weights, loaded by name, give torch's outputs on torch's batch, within the
+    row's bounds (a figure measured once per port, as the GELU's, is checked in each mode)."""
+    assert port.outputs is not None
+    found = static(port)
+    figures = {**found["once"], **found["outputs"][mode]}
+    for name, (side, bound) in port.outputs.bounds.items():
+        value = figures[name]
+        assert (value < bound) if side == "<" else (value > bound), (name, value, side, bound)
+
+
+@pytest.mark.parametrize("port", [p for p in port_cases("shapes")
+                                  if p.values[0].model == "bert"])
+def test_bert_ties_its_decoder_and_pads_as_transformers(static: Any, port: Port) -> None:
+    """One array for the embeddings and the masked-LM decoder (the padding row, never looked
+    up, gets a gradient through the decoder, eager and compiled); the padding row zero, as
+    transformers initializes its padding_idx; the lookup itself sends it no gradient."""
+    assert port.shapes is not None
+    probes = static(port)["probes"]
+    if "names" in probes:  # the framework's own parameter names are torch's, all trained
+        assert probes["names"] == list(torch_shapes("bert"))
+    if "tied" in port.shapes.probes:
+        assert probes["embeddings"] == 1 and probes["arrays"] == 1  # the decoder holds no copy
+        assert all(grad > 0 for grad in probes["decoder_grad"]), probes["decoder_grad"]
+    if "padding_row" in port.shapes.probes:
+        assert probes["padding_row"] == 0.0
+    if "lookup_grad" in port.shapes.probes:
+        padding, looked_up = probes["lookup_grad"]
+        assert padding == 0.0 and looked_up > 0
+
+
+@pytest.mark.parametrize("port", [p for p in port_cases("shapes")
+                                  if p.values[0].model == "resnet50"])
+def test_resnet50_is_v1_5_initialized_as_torchvision(static: Any, port: Port) -> None:
+    """v1.5: a stage's first block strides on its 3x3 conv, not on its first 1x1 (a count
+    cannot see it). torchvision's initialization: He-normal over fan-out (measured
+    0.993-1.019 of its std; the smallest conv has 4,096 weights), torch Linear's uniform
+    bound, BatchNorm's 1 and 0; every parameter made at construction."""
+    assert port.shapes is not None
+    probes = static(port)["probes"]
+    if "strides" in port.shapes.probes:
+        assert probes["strides"] == [[1, 1], [2, 2], [1, 1]]
+    if "deferred" in probes:
+        assert probes["deferred"] == []  # none waits for data
+    if "init" in port.shapes.probes:
+        low, high = probes["conv_std_over_he"]
+        assert 0.95 < low <= high < 1.05, probes["conv_std_over_he"]
+        assert all(0.99 < ratio <= 1 for ratio in probes["fc_over_bound"]), probes
+        assert probes["norms"] == [0.0, 1.0]  # gamma and running var 1, beta and mean 0
