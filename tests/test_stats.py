@@ -183,3 +183,16 @@ def test_add_mode_baselines_judge_like_any_other() -> None:
     verdict = compare(launches_at(93.0, [0.0, 0.01], 1.0), baseline, 0.05)
     assert verdict.baseline_launches == 6 and verdict.spread is not None
     assert verdict.spread > 0.02  # the runs' drift is in the spread, not hidden
+
+
+def test_launches_too_far_apart_for_any_interval_give_a_verdict_not_an_overflow() -> None:
+    # A judging run on a machine that stalled one launch of the baseline's two 20x (seen here
+    # beside another job's spinning threads): one degree of freedom, at one look's share of
+    # ALPHA, puts the interval's ends past e^709, where exp overflows.
+    verdict = compare([[540.0, 541.0]], [[500.0, 501.0], [11000.0, 11010.0]], 0.05,
+                      alpha=0.0005)
+    assert verdict.outcome == INCONCLUSIVE
+    assert verdict.ratio_ci is not None
+    lo, hi = verdict.ratio_ci
+    assert 0 <= lo < 1e-300 and 1e300 < hi < float("inf")  # unbounded, and still a number
+    assert verdict.to_json()["ratio_ci"] == [lo, hi]

@@ -185,7 +185,7 @@ def _between_runs(launches: Launches, baseline: Launches, sizes: list[int], flat
     test = TTest(mine - grand, se, model.between_df, math.sqrt(drift + within / (n or 1)))
     p_worse, p_better = ((test.p_less, test.p_greater) if flat.higher_is_better
                          else (test.p_greater, test.p_less))
-    lo, hi = (math.exp(bound) for bound in test.interval(alpha))
+    lo, hi = test.ratio_interval(alpha)
     outcome = decide_outcome(good, tolerance, p_worse, p_better, alpha)
     return replace(flat, outcome=outcome, p_worse=p_worse, p_better=p_better, ratio_ci=(lo, hi),
                    spread=test.spread, level=level, baseline_runs=runs,

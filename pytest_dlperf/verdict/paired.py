@@ -171,7 +171,7 @@ def paired_compare(pairs: Sequence[Pair], tolerance: float, *, alpha: float = AL
                          w * alpha / (alpha_w * (1 + 1e-9)) if alpha_w else 1.0)
                      for t, w in zip(t_test, signed_rank))
     p_worse, p_better = (lower, higher) if higher_is_better else (higher, lower)
-    lo, hi = (math.exp(bound) for bound in test.interval(alpha_t))
+    lo, hi = test.ratio_interval(alpha_t)
     outcome = decide_outcome(good, tolerance, p_worse, p_better, alpha)
     if outcome == PASS and not rules_out(test, tolerance, higher_is_better):
         # Within the tolerance, but a slowdown beyond it is not ruled out: no evidence (three
@@ -188,7 +188,7 @@ PASS_BETA = 0.05
 
 def rules_out(test: TTest, tolerance: float, higher_is_better: bool) -> bool:
     """Whether the pairs rule out a slowdown beyond ``tolerance`` (``PASS_BETA`` one-sided)."""
-    lo, hi = (math.exp(bound) for bound in test.interval(PASS_BETA))
+    lo, hi = test.ratio_interval(PASS_BETA)
     return lo >= 1 - tolerance if higher_is_better else hi <= 1 + tolerance
 
 

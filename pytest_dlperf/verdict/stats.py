@@ -41,6 +41,8 @@ ALPHA = 0.01  # one-sided false-alarm budget of a whole verdict (split over its 
 # A change beyond this factor is not drift (the largest seen between runs of an unchanged case
 # on this project's VMs: 1.39x slower); ``levels`` judges it on the launches alone.
 DOUBT_FACTOR = 2.0
+# The farthest a ratio's interval reaches, in logs (``TTest.ratio_interval``).
+LOG_END = 700.0
 # The most runs of an unchanged case are taken to drift apart where nothing measured it (a
 # baseline of one run, no other baseline of the machine with two, no history): ``levels`` fails
 # a drop the launches prove beyond it. The largest drift seen between runs of an unchanged case
@@ -275,7 +277,7 @@ def compare(launches: Launches, baseline: Launches | None, tolerance: float, *,
         return Verdict(outcome, measured_median, base_median, tolerance, higher_is_better, alpha,
                        None, None, None, **counts)
     p_less, p_greater, spread = test.p_less, test.p_greater, test.spread
-    lo, hi = (math.exp(bound) for bound in test.interval(alpha))
+    lo, hi = test.ratio_interval(alpha)
     p_worse, p_better = (p_less, p_greater) if higher_is_better else (p_greater, p_less)
     outcome = decide_outcome(good, tolerance, p_worse, p_better, alpha)
     return Verdict(outcome, measured_median, base_median, tolerance, higher_is_better, alpha, p_worse,
@@ -342,6 +344,14 @@ class TTest:
 
         half = float(student.ppf(1 - alpha, self.df)) * self.se
         return self.diff - half, self.diff + half
+
+    def ratio_interval(self, alpha: float) -> tuple[float, float]:
+        """``interval`` of a difference of logs, as a ratio. An end past e^±700 (one degree of
+        freedom at a small share of ALPHA and launches 20x apart reach it; exp overflows at 709)
+        is held there: an interval that wide says nothing, and stays a number in the results'
+        JSON."""
+        lo, hi = (max(-LOG_END, min(LOG_END, end)) for end in self.interval(alpha))
+        return math.exp(lo), math.exp(hi)
 
 
 def pooled_t_test(a: Sequence[float], b: Sequence[float]) -> TTest | None:
