@@ -205,11 +205,9 @@ def assert_killing_ends_the_case(root: Path, args: list[str], marks: list[str],
 
 @pytest.mark.parametrize("shape, phase", [
     ("1n1d", "warm-up"),
-    pytest.param("1n1d", "timed window", marks=pytest.mark.outside_ci(
-        "8 s: the timed window is killed in CI on 1n2d and 2n1d, one rank in its warm-up")),
+    ("1n1d", "timed window"),
     ("1n2d", "timed window"),
-    pytest.param("2n1d", "warm-up", marks=pytest.mark.outside_ci(
-        "12 s: two nodes are killed in CI in their timed window, one rank in its warm-up")),
+    ("2n1d", "warm-up"),
     ("2n1d", "timed window"),
     # (1n2d in its warm-up: test_the_next_run_removes_scratch_left_by_a_killed_run_only)
 ])
