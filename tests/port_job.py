@@ -195,9 +195,134 @@ def resnet50_mxnet(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def bert_mindspore(spec: dict[str, Any]) -> dict[str, Any]:
+    """BERT-base built only, the tie checked through a gradient. Then TINY from torch's
+    weights: Eval mode on torch's batch, whose attention mask has zeros, in PyNative and compiled
+    whole in GRAPH mode. Tolerances sit below what each mismatch costs, measured with TINY on
+    MindSpore 2.10.0's CPU kernels (2026-11-26): tanh-approximated GELU everywhere moves the
+    masked-LM logits by 2.7e-6, LayerNorm epsilon 1e-5 by 5.2e-4, an ignored mask by 7.2e-4; a
+    faithful model is within 8.9e-8 in both modes (next-sentence logits 7.5e-9, loss 1.4e-6).
+    Tanh GELU in the encoder only moves the logits by 1.3e-7, which they cannot tell from
+    rounding, so the GELU kind is also checked directly: 4.3e-7 from float64's erf GELU, the
+    tanh kind 4.7e-4."""
+    import mindspore as ms
+    from mindspore import ops
+
+    from pytest_dlperf.models.bert import BertShape
+    from pytest_dlperf.models.bert.mindspore import (
+        bert_pretraining,
+        load_torch_weights,
+        pretraining_loss,
+        torch_named_shapes,
+    )
+
+    ms.set_seed(0)
+    model = bert_pretraining()
+    shapes = torch_named_shapes(model)
+    embeddings = model.bert.embeddings.word_embeddings.weight
+    # Tied: the padding row (id 0, not looked up here) gets a gradient only through the
+    # masked-LM decoder, so a non-zero one says the decoder uses it.
+    ids = ops.randint(1, 30522, (1, 8), dtype=ms.int64)
+
+    def heads(ids: Any) -> Any:
+        mlm, nsp = model(ids, ops.zeros_like(ids), ops.ones_like(ids),
+                         ms.Tensor([[1, 5]], ms.int64))
+        return mlm.sum() + nsp.sum()
+
+    decoder_grad = ms.grad(heads, None, [embeddings])(ids)[0]
+    # The lookup itself sends the padding row nothing, as torch's padding_idx (ids 0 and 7).
+    lookup = model.bert.embeddings.word_embeddings
+    ids = ms.Tensor([[0, 7, 0]], ms.int64)
+    lookup_grad = ms.grad(lambda ids: lookup(ids).sum(), None, [embeddings])(ids)[0]
+    out: dict[str, Any] = {"shapes": shapes, "probes": {
+        "names": [p.name for p in model.trainable_params()],
+        "padding_row": float(embeddings[0].abs().max()),
+        "decoder_grad": [float(decoder_grad[0].abs().max())],
+        "lookup_grad": [float(lookup_grad[i].abs().max()) for i in (0, 7)],
+        "embeddings": sum(p is embeddings for p in model.trainable_params())}}
+
+    ref = np.load(spec["reference"])
+    model = bert_pretraining(BertShape(**spec["shape"]))
+    model.set_train(False)
+    load_torch_weights(model, {k.removeprefix("param/"): ref[k] for k in ref.files
+                               if k.startswith("param/")})
+    batch = [ms.Tensor(ref[k])
+             for k in ("input_ids", "token_type_ids", "attention_mask", "masked_positions")]
+    labels = (ms.Tensor(ref["mlm_labels"]), ms.Tensor(ref["nsp_labels"]))
+
+    def forward(input_ids: Any, token_type_ids: Any, attention_mask: Any, positions: Any,
+                mlm_labels: Any, nsp_labels: Any) -> Any:
+        mlm, nsp = model(input_ids, token_type_ids, attention_mask, positions)
+        return mlm, nsp, pretraining_loss((mlm, nsp), (mlm_labels, nsp_labels))
+
+    outputs = {}
+    for mode, run in (("pynative", forward), ("graph", ms.jit(forward))):
+        mlm, nsp, loss = run(*batch, *labels)
+        outputs[mode] = {"mlm_logits": float(np.abs(mlm.asnumpy() - ref["mlm_logits"]).max()),
+                         "nsp_logits": float(np.abs(nsp.asnumpy() - ref["nsp_logits"]).max()),
+                         "loss": float(abs(loss.asnumpy() - ref["loss"]))}
+    intermediate = model.bert.encoder.layer[0].intermediate
+    # Pre-activations of about N(0, 2.3): where exact and tanh GELU differ (by up to 4.7e-4).
+    x = ops.randn(64, spec["shape"]["hidden_size"], seed=0) * 20
+    pre, post = intermediate.dense(x).asnumpy(), intermediate(x).asnumpy()
+    erf_gelu = pre * 0.5 * (1 + np.vectorize(math.erf)(pre / math.sqrt(2)))
+    out["outputs"] = outputs
+    out["once"] = {"gelu": float(np.abs(post - erf_gelu).max())}
+    return out
+
+
+def resnet50_mindspore(spec: dict[str, Any]) -> dict[str, Any]:
+    """Built only: names, shapes, strides, the training flag. Then, from torchvision's
+    weights: Eval mode (BatchNorm on its running statistics, loaded too), then one forward in
+    training mode (on the batch's statistics, which also moves the running ones), on two 64x64
+    images: the same function in both modes, and the same BatchNorm. Errors are relative to the
+    largest value of each. Measured with MindSpore 2.10.0 on CPU (2026-11-26): a faithful model
+    is within 8.5e-7 in eval mode (1.1e-4 of logits up to 130), 1.1e-4 in training mode and
+    1.0e-4 in the statistics (torch's own float32 is as far from its float64: 1.5e-4 and
+    2.4e-4 absolute, batch statistics of 8 values a channel in layer4). BatchNorm epsilon 2e-5
+    instead of 1e-5 moves them by 1.6e-4, 9.1e-4 and 8.5e-4; momentum 0.89 in MindSpore's
+    convention (torch's 0.11) the statistics by 8.4e-2; 0.1 (torch's 0.1 passed as it is) by
+    9.0; epsilon 1e-3 the eval logits by 1.6e-2; ``pad_mode="same"`` by 0.20."""
+    import mindspore as ms
+
+    from pytest_dlperf.models.resnet50.mindspore import (
+        load_torch_weights,
+        resnet50,
+        torch_name,
+        torch_named_shapes,
+    )
+
+    model = resnet50()
+    block = model.layer2[0]
+    out: dict[str, Any] = {"shapes": torch_named_shapes(model), "probes": {
+        # Out of training, BatchNorm normalizes nothing (the NaN).
+        "training": model.training,
+        "strides": [list(block.conv1.stride), list(block.conv2.stride),
+                    list(block.conv3.stride)]}}
+
+    ref = np.load(spec["reference"])
+    model = resnet50()
+    load_torch_weights(model, {k[len("param/"):]: ref[k] for k in ref.files
+                               if k.startswith("param/")})
+    images = ms.Tensor(ref["images"])
+    model.set_train(False)
+    logits = model(images).asnumpy()
+    model.set_train(True)
+    train_logits = model(images).asnumpy()
+    stats = {torch_name(n): p.asnumpy() for n, p in model.parameters_and_names()
+             if n.endswith(("moving_mean", "moving_variance"))}
+    out["outputs"] = {"pynative": {
+        "eval": worst(logits, ref["logits"]), "train": worst(train_logits, ref["train_logits"]),
+        "statistics": max(worst(a, ref["after/" + n]) for n, a in stats.items())}}
+    out["once"] = {"scale": float(np.abs(ref["logits"]).max())}
+    return out
+
+
 STATIC: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("bert", "mxnet"): bert_mxnet,
     ("resnet50", "mxnet"): resnet50_mxnet,
+    ("bert", "mindspore"): bert_mindspore,
+    ("resnet50", "mindspore"): resnet50_mindspore,
 }
 
 

@@ -148,10 +148,9 @@ PORTS = (
                bounds={**BERT_FIRST, "programs": ("<", 2), "compiled[0] / eager[0] - 1":
                        ("<", 1e-5)})),
     Port("bert", "mindspore", Shapes(
-        "test_bert_mindspore.py::test_bert_base_has_torchs_parameters_by_name_with_the_"
-        "decoder_tied", total=110_106_428, probes=(*BERT_PROBES, "lookup_grad")),
-        Outputs("test_bert_mindspore.py::test_torchs_weights_give_torchs_outputs",
-                ("pynative", "graph"), BERT_W),
+        "test_ports.py::test_params_are_torchs_by_name_and_shape", total=110_106_428,
+        probes=(*BERT_PROBES, "lookup_grad")),
+        Outputs("test_ports.py::test_torchs_weights_give_torchs_outputs", ("pynative", "graph"), BERT_W),
         Trains("test_bert_mindspore.py::test_the_recipe_trains_in_pynative_and_in_graph_mode",
                ("pynative", "graph"), (1, 2), adapter=False,
                bounds={**BERT_FIRST, "largest / (lnV + ln2)": ("<", 2)})),
@@ -187,17 +186,15 @@ PORTS = (
         Outputs("test_paddle.py::test_torchvisions_weights_give_torchvisions_logits",
                 ("eager",), {"scale": (">", 0.1), "eval": ("<", 1e-5)}, relative=True)),
     Port("resnet50", "mindspore", Shapes(
-        "test_resnet50_mindspore.py::test_resnet50_is_torchvisions_layer_for_layer",
-        total=25_557_032, probes=("strides",)),
-        Outputs("test_resnet50_mindspore.py::test_torchvisions_weights_give_torchvisions_"
-                "logits_and_statistics", ("pynative",), {**RESNET_W, "statistics":
-                                                         ("<", 5e-4)}, relative=True),
+        "test_ports.py::test_params_are_torchs_by_name_and_shape", total=25_557_032,
+        probes=("strides", "training")),
+        Outputs("test_ports.py::test_torchs_weights_give_torchs_outputs", ("pynative",), {**RESNET_W, "statistics": ("<", 5e-4)}, relative=True),
         Trains("test_resnet50_mindspore.py::test_the_recipe_trains_with_a_finite_loss_in_"
                "pynative_and_in_graph_mode", ("pynative", "graph"), (1, 4), adapter=False,
                bounds=RESNET_FIRST)),
     Port("resnet50", "mxnet", Shapes(
         "test_ports.py::test_params_are_torchs_by_name_and_shape", total=25_557_032,
-        probes=("strides", "init")),
+        probes=("strides", "init", "deferred")),
         Outputs("test_ports.py::test_torchs_weights_give_torchs_outputs", ("eager", "hybridized"),
                 {**RESNET_W, "gradients": ("<", 0.1), "means": ("<", 5e-4),
                  "variances": ("<", 5e-4), "variances_vs_torch": (">", 1e-2)}, relative=True),
