@@ -52,7 +52,6 @@ LONGEST_FIRST = (  # worker-seconds in the first pass, 2026-11-28
     "test_slurm_cluster.py",  # ~140 s
     "test_conformance_measured.py",  # ~140 s
     "test_oneflow.py",  # ~125 s
-    "test_bert_oneflow.py",  # ~115 s
     "test_memory_cases.py",  # ~90 s
     "test_external.py",  # ~75 s
     "test_own_model.py",  # ~70 s, the docs' sharded example

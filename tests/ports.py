@@ -130,11 +130,9 @@ PORTS = (
                              "loss": ("<", 1e-6), "gelu": ("<", 2e-6)}),
         amp=Amp("test_bert_tensorflow.py::test_recipe_trains_in_mixed_bfloat16_with_a_float32_"
                 "loss_at_chance")),
-    Port("bert", "oneflow", Shapes(
-        "test_bert_oneflow.py::test_bert_base_has_torchs_parameters_by_name_with_the_decoder_"
-        "tied", total=110_106_428, probes=BERT_PROBES),
-        Outputs("test_bert_oneflow.py::test_torchs_weights_give_torchs_outputs", ("eager",),
-                BERT_W),
+    Port("bert", "oneflow", Shapes("test_ports.py::test_params_are_torchs_by_name_and_shape", total=110_106_428,
+                                   probes=BERT_PROBES),
+        Outputs("test_ports.py::test_torchs_weights_give_torchs_outputs", ("eager",), BERT_W),
         Trains("test_bert_oneflow.py::test_the_recipe_trains_through_the_adapter_eager_and_as_"
                "a_graph", ("eager", "compiled"), (2, 2), adapter=True, bounds=BERT_FIRST,
                outside_ci="36 s of the first pass, beyond OneFlow's CI share")),

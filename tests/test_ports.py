@@ -146,7 +146,8 @@ def test_bert_ties_its_decoder_and_pads_as_transformers(static: Any, port: Port)
     if "names" in probes:  # the framework's own parameter names are torch's, all trained
         assert probes["names"] == list(torch_shapes("bert"))
     if "tied" in port.shapes.probes:
-        assert probes["embeddings"] == 1  # the decoder holds no copy
+        if "embeddings" in probes:  # the decoder holds no copy
+            assert probes["embeddings"] == 1
         if "arrays" in probes:  # nor a copy of its array (MXNet's parameters hold one each)
             assert probes["arrays"] == 1
         assert all(grad > 0 for grad in probes["decoder_grad"]), probes["decoder_grad"]
