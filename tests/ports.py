@@ -112,8 +112,7 @@ PORTS = (
     Port("bert", "torch"),
     Port("bert", "jax", Shapes(
         "test_bert_jax.py::test_bert_base_has_torchs_parameters_by_name_initialized_as_"
-        "transformers", total=110_106_428, probes=(*BERT_PROBES, "init"),
-        outside_ci="42 s, beyond JAX's CI share"),
+        "transformers", total=110_106_428, probes=(*BERT_PROBES, "init")),
         Outputs("test_bert_jax.py::test_torchs_weights_give_torchs_outputs", ("eager", "jit"),
                 {"mlm_logits": ("<", 3e-6), "nsp_logits": ("<", 3e-6), "loss": ("<", 1e-5),
                  "gelu": ("<", 1e-5), "gelu_grad": ("<", 1e-5)}, relative=True),
@@ -159,8 +158,7 @@ PORTS = (
         Trains("test_bert_mxnet.py::test_the_recipe_trains_eager_and_hybridized",
                ("eager", "hybridized"), (1, 2), adapter=False,
                bounds={**BERT_FIRST, "largest / (lnV + ln2)": ("<", 2)}),
-        amp=Amp("test_bert_mxnet.py::test_the_recipe_trains_eager_and_hybridized",
-                outside_ci="7 s, beyond MXNet's CI share: fp32 stays")),
+        amp=Amp("test_bert_mxnet.py::test_the_recipe_trains_eager_and_hybridized")),
     # resnet50: torchvision's is the reference; oneflow's is flowvision's (counted only).
     Port("resnet50", "jax", Shapes(
         "test_resnet50_jax.py::test_resnet50_is_torchvisions_layer_for_layer",
@@ -267,5 +265,5 @@ PORTS = (
                bounds={"first - ln(vocab)": ("<", 0.5), "largest / ln(vocab)": ("<", 2)}),
         Amp("test_gpt_jax.py::test_the_recipe_trains_in_float32_and_computes_in_bfloat16"),
         Ranks("test_jax_tp.py::test_two_tensor_parallel_ranks_train_what_one_process_trains",
-              "jax", {"tp2": 2e-6}, outside_ci="49 s, beyond JAX's CI share")),
+              "jax", {"tp2": 2e-6})),
 )

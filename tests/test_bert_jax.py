@@ -59,9 +59,6 @@ print(json.dumps({
 """
 
 
-@pytest.mark.outside_ci(
-    "42 s, CI's 35 minutes (issue 54): torch's weights, loaded by name, give torch's "
-    "outputs in CI (below)")
 def test_bert_base_has_torchs_parameters_by_name_initialized_as_transformers(
         jax_python: str) -> None:
     """BERT-base from the built-in CPU case's recipe, built only (a forward and backward of

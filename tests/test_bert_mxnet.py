@@ -63,8 +63,7 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("precision", ["fp32", pytest.param("amp", marks=pytest.mark.outside_ci(
-    "7 s, beyond MXNet's CI share: fp32 stays"))])
+@pytest.mark.parametrize("precision", ["fp32", "amp"])
 def test_the_recipe_trains_eager_and_hybridized(mxnet_python: str, precision: str) -> None:
     """BERT-base from the built-in CPU case's recipe (sequence 32, 5 masked positions, batch
     2): a step eager, then two of the same model and trainer hybridized with static shapes and

@@ -63,10 +63,6 @@ def weights(path: Path) -> list[Any]:
         return [saved[name] for name in saved.files]
 
 
-@pytest.mark.outside_ci(
-    "49 s, CI's 35 minutes (issue 54): JAX's two ranks train sharded (fsdp) against "
-    "one in CI (the conformance suite), and torch's tensor parallel trains what one "
-    "process trains (test_layouts_torch)")
 def test_two_tensor_parallel_ranks_train_what_one_process_trains(jax_python: str,
                                                                  tmp_path: Path) -> None:
     """tp2: each rank holds half of every matrix the plan names (the attention's heads and
