@@ -135,11 +135,9 @@ PORTS = (
         Trains("test_bert_oneflow.py::test_the_recipe_trains_through_the_adapter_eager_and_as_"
                "a_graph", ("eager", "compiled"), (2, 2), adapter=True, bounds=BERT_FIRST,
                outside_ci="36 s of the first pass, beyond OneFlow's CI share")),
-    Port("bert", "paddle", Shapes(
-        "test_bert_paddle.py::test_bert_base_has_torchs_parameters_by_name_with_the_decoder_"
-        "tied", total=110_106_428, probes=BERT_PROBES),
-        Outputs("test_bert_paddle.py::test_torchs_weights_give_torchs_outputs", ("eager",),
-                BERT_W),
+    Port("bert", "paddle", Shapes("test_ports.py::test_params_are_torchs_by_name_and_shape", total=110_106_428,
+                                  probes=BERT_PROBES),
+        Outputs("test_ports.py::test_torchs_weights_give_torchs_outputs", ("eager",), BERT_W),
         Trains("test_bert_paddle.py::test_the_recipe_trains_through_the_adapter_eager_and_"
                "under_to_static", ("eager", "compiled"), (2, 2), adapter=True,
                bounds={**BERT_FIRST, "programs": ("<", 2), "compiled[0] / eager[0] - 1":
