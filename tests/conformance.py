@@ -146,9 +146,7 @@ FP32 = ("test_mlp[2n1d-fp32-compiled]", "test_mlp[2n1d-fp32-eager]")
 FRAMEWORKS = (
     Framework("torch", None, "pip install torch", optimizers=("eager",)),
     Framework("tensorflow", None, "pip install 'pytest-dlperf[tensorflow]'", averages=(
-        Average("eager", together={"xla_compiles": None}, alone={"xla_compiles": None},
-                outside_ci="34 s, CI's 35 minutes (issue 54): its compiled twin (below), which "
-                           "CI runs, averages the same workers' gradients"),
+        Average("eager", together={"xla_compiles": None}, alone={"xla_compiles": None}),
         # On CPU, XLA cannot compile the all-reduce of two workers: compiled around it.
         Average("compiled", "compiled", together={"xla_compiles": COMPILED_AROUND},
                 alone={"xla_compiles": "the step"})),
@@ -168,7 +166,7 @@ FRAMEWORKS = (
               # compiler gets processes of its own.
               phases=Phases({"eager": FOUR, "compiled": (DATA, merged(FOUR[1:]))},
                             frozenset({"eager"}), one_trainer_a_process=True),
-              max_batch=MaxBatch("41 s, beyond OneFlow's CI share")),
+              max_batch=MaxBatch()),
     Framework("paddle", None, "pip install 'pytest-dlperf[paddle]'",
               averages=(Average("eager"), Average("compiled", "compiled")),
               window=Window(("eager", "compiled"), frozenset(), steps=8),
@@ -222,10 +220,7 @@ FRAMEWORKS = (
             ("test_mlp[2n1d-amp-compiled]", "test_mlp[2n1d-fp32-compiled]",
              "test_mlp[2n1d-fsdp2-amp-compiled]", "test_mlp[2n1d-fsdp2-fp32-compiled]"),
             "*jax has no eager mode to measure: JAX trains under jax.jit*", ("dp", "fsdp"),
-            own_step=False,  # its one compiled step holds the all-reduce
-            outside_ci="~2 minutes, beyond JAX's CI share: the two-rank averages cross ranks "
-                       "under both layouts in CI, and the GPT case records and judges fsdp on "
-                       "two ranks"),
+            own_step=False),  # its one compiled step holds the all-reduce
         max_batch=MaxBatch("71 s, beyond JAX's CI share")),
 )
 

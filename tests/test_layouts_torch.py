@@ -165,9 +165,6 @@ def test_a_shard_that_overflows_skips_the_step_on_every_rank(trained: dict[str, 
     assert all(math.isfinite(loss) for loss in result["losses"]), result["losses"]
 
 
-@pytest.mark.outside_ci(
-    "42 s, CI's 35 minutes (issue 54): a compiled pipeline trains what one process "
-    "trains in CI (pp2-compiled, above)")
 def test_a_pipeline_stage_compiles_more_blocks_than_dynamos_recompile_limit() -> None:
     # A stage's blocks are traced modules sharing one forward code object: GPT-2's 12 blocks
     # passed dynamo's limit of 8 on an H200 and the compiled pipeline case failed.

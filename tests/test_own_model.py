@@ -14,8 +14,11 @@ from pytest_dlperf.core.recipes import recipe_reference
 from pytest_dlperf.core.workload import CaseWorkload, Workload, WorkloadError
 from pytest_dlperf.plugin.settings import default_machine
 
-# Those that record then judge timings run alone; the sharded example records with any spread
-# (--dlperf-unstable-cv 100) and judges nothing, so it may share the machine.
+# Those that record then judge timings run alone; so does the sharded example, which records
+# with any spread (--dlperf-unstable-cv 100) and judges nothing, but whose 1n2d case's recording
+# refuses a scaling efficiency above 150% (issue 52): its 1n1d rank's two threads beside another
+# job, or under CI's first pass's OMP_WAIT_POLICY=PASSIVE (each op waking a sleeping thread),
+# ran this small model 3x slower than two one-thread ranks each (2026-12-06), and the case failed.
 ALONE = pytest.mark.alone("it records then judges timings on one and two ranks")
 
 # At import, before any pytester snapshot of sys.modules: a torch imported inside a pytester
@@ -105,11 +108,8 @@ def sharded_example() -> str:
     return match.group(1)
 
 
+@ALONE
 @pytest.mark.usefixtures("subprocess_env")
-@pytest.mark.outside_ci(
-    "69 s alone, CI's 35 minutes (issue 54): each of its layouts trains against one "
-    "process in CI (test_layouts_torch), and the layout-kind docs' example trains and "
-    "reports through the plugin")
 def test_the_docs_sharded_example_trains_data_parallel_fsdp2_and_tensor_parallel(
         pytester: pytest.Pytester) -> None:
     """Issue 40: a user's own language model under FSDP2 and tensor parallel, as the docs give
@@ -140,12 +140,13 @@ def test_the_docs_sharded_example_trains_data_parallel_fsdp2_and_tensor_parallel
     result.stdout.fnmatch_lines(["*test_lm[[]1n2d-fsdp2[]]*1 x 2*tokens/s*recorded*"])
     # Issue 52: the FLOP count took the default loss on the sequence's logits ("Expected target
     # size [1, 512], got [1, 64]"), so MFU was missing without a word; the count uses the
-    # trainer's loss, and a case without MFU says why on the terminal.
+    # trainer's loss, and each case's MFU is taken against the CPU's measured GEMM rate (issue
+    # 74), said under the table.
     for name, info in cases.items():
         assert info["flops_problem"] is None and info["flops_per_sample"] > 0, name
-    result.stdout.fnmatch_lines(["pytest-dlperf: no MFU for test_my_lm.py::test_lm[[]*: the peak "
-                                 "FLOP/s of this CPU in fp32 is not known: give it with "
-                                 "--dlperf-peak-flops"])
+        assert info["mfu"] > 0, name
+    result.stdout.fnmatch_lines(["pytest-dlperf: MFU of test_my_lm.py::test_lm[[]*against *"
+                                 "a dense GEMM measured here*"])
     # What the tensor-parallel plan sharded (the embedding and the head stay whole), and FSDP's
     # units.
     sharded = {name: info["environment"].get("sharded_modules") for name, info in cases.items()}

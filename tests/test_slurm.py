@@ -144,9 +144,6 @@ def test_slurm_launcher_outside_an_allocation_is_a_usage_error(
 # what a real cluster (tests/test_slurm_cluster.py, where torch, TensorFlow and OneFlow train
 # through the real srun, each node its own host) cannot show.
 @pytest.mark.parametrize("framework", ["oneflow"])
-@pytest.mark.outside_ci(
-    "35 s, CI's 35 minutes (issue 54): OneFlow's ranks take the real srun on two node "
-    "hosts in CI (test_slurm_cluster)")
 def test_two_node_allocation_trains_through_srun(
         pytester: pytest.Pytester, fake_hardware: Callable[..., object], framework: str) -> None:
     # Looked up, not imported: pytester drops modules imported during a test, and importing

@@ -298,33 +298,21 @@ def framework_args(framework: str, request: pytest.FixtureRequest) -> list[str]:
     return []
 
 
-@pytest.mark.usefixtures("subprocess_env")
 @pytest.mark.parametrize("framework, how, layout", [
     ("torch", "sbatch", "dp"),
-    # TensorFlow's workers across two node hosts, binding their node's address, train in CI
-    # through the local launcher (test_fabric, test_tensorflow), as Paddle's do (the
-    # conformance suite's own model on two nodes); the Slurm launcher starts every
-    # framework's ranks alike (~90 s of the first pass on a slow VM, 2026-11-28).
-    pytest.param("tensorflow", "salloc", "dp", marks=pytest.mark.outside_ci(
-        "57 s: TensorFlow's two node hosts train in CI through the local launcher")),
+    # Every framework's ranks through srun on two node hosts (MindSpore's, MXNet's, JAX's and
+    # OneFlow's under an interpreter of their own): 18-32 s each here beside another job,
+    # 2026-12-06.
+    ("tensorflow", "salloc", "dp"),
     ("oneflow", "salloc", "dp"),
-    pytest.param("paddle", "salloc", "dp", marks=pytest.mark.outside_ci(
-        "34 s: Paddle's two node hosts train in CI through the local launcher")),
-    # MindSpore's, MXNet's and JAX's ranks under an interpreter of their own, through srun on
-    # two node hosts: OneFlow's (above) take that path in CI; theirs train on two nodes in CI
-    # through the local launcher (the conformance suite's own model). 35-51 s each of the
-    # first pass, 2026-11-28.
-    pytest.param("mindspore", "salloc", "dp", marks=pytest.mark.outside_ci(
-        "46 s: OneFlow's ranks take srun under an interpreter of their own in CI")),
-    pytest.param("mxnet", "salloc", "dp", marks=pytest.mark.outside_ci(
-        "35 s: OneFlow's ranks take srun under an interpreter of their own in CI")),
+    ("paddle", "salloc", "dp"),
+    ("mindspore", "salloc", "dp"),
+    ("mxnet", "salloc", "dp"),
     # compiled: the test names no compiler, and JAX has no eager
-    pytest.param("jax", "salloc", "dp", marks=pytest.mark.outside_ci(
-        "51 s: OneFlow's ranks take srun under an interpreter of their own in CI")),
+    ("jax", "salloc", "dp"),
     # Issue 40: FSDP2 over two Slurm nodes, its all-gathers between their namespaces.
-    pytest.param("torch", "salloc", "fsdp", marks=pytest.mark.outside_ci(
-        "41 s, CI's 35 minutes (issue 54): torch's sbatch job crosses the same nodes in CI, "
-        "and FSDP2 trains what one process trains there (test_layouts_torch)"))])
+    ("torch", "salloc", "fsdp")])
+@pytest.mark.usefixtures("subprocess_env")
 def test_a_two_node_job_trains_one_rank_on_each_node(
         slurm: LocalSlurm, pytester: pytest.Pytester, request: pytest.FixtureRequest,
         framework: str, how: str, layout: str) -> None:

@@ -163,9 +163,6 @@ def test_an_own_keras_model_trains_in_fp32_and_mixed_precision(pytester: pytest.
         assert info["flops_per_sample"] is None and "no torch recipe" in info["flops_problem"]
 
 
-@pytest.mark.outside_ci("45 s, beyond TensorFlow's CI share: the conformance suite's compiled "
-                        "average trains two workers compiled around the all-reduce, and checks "
-                        "the same xla_compiles")
 @pytest.mark.usefixtures("subprocess_env")
 def test_a_compiled_case_trains_on_two_cpu_workers(pytester: pytest.Pytester) -> None:
     """XLA cannot compile MultiWorkerMirroredStrategy's all-reduce on CPU (TensorFlow 2.21:
