@@ -1,7 +1,8 @@
 """The port contract's work (tests/ports.py) inside a framework's own interpreter, one process
 for every port of that framework: its parameters by torch's names and shapes, with the model's
 own facts (probes), and what torch's weights give it, against torch's references
-(tests/port_references.py). No pytest here: it reads a JSON spec (argv[1]) and prints one JSON
+(tests/port_references.py) (job ``static``); or each model's recipe trained through the
+framework's adapter (job ``recipe``). No pytest here: it reads a JSON spec (argv[1]) and prints one JSON
 line, ``{model: figures}``, a port that raised holding ``{"error": traceback}`` instead.
 
 Runs under every framework's interpreter: Python 3.10 syntax (OneFlow's), and a framework is
@@ -433,12 +434,43 @@ STATIC: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
 }
 
 
+def recipe(framework: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """The model's recipe through the framework's adapter (its trainer: optimizer, clip,
+    compiler), on one process: ``steps`` steps per compiler, fresh batches, the losses and
+    the parameters it counts; under Paddle's to_static, the programs it built."""
+    from pytest_dlperf import models
+    from pytest_dlperf.core.protocol import QUICK
+    from pytest_dlperf.core.recipes import load_recipe
+    from pytest_dlperf.core.spec import spec_for
+    from pytest_dlperf.frameworks import DistEnv, load
+
+    out: dict[str, Any] = {}
+    for mode, steps in zip(spec["compilers"], spec["steps"]):
+        case = spec_for(framework, getattr(models, spec["workload"]), protocol=QUICK,
+                        device_type="cpu", compiler=mode, batch_size=spec["batch"],
+                        sizes=spec["sizes"])
+        trainer = load(framework).build_trainer(case, DistEnv(0, 1, 0, 1, 0),
+                                                load_recipe(case.recipe))
+        losses = []
+        for _ in range(steps):
+            trainer.step()
+            losses.append(trainer.loss())
+        out[mode] = {"losses": losses, "parameters": trainer.parameters}
+        if framework == "paddle" and mode == "compiled":  # to_static's programs, run
+            out["programs"] = len(trainer.model.forward.program_cache)
+    return out
+
+
 def main(spec: dict[str, Any]) -> dict[str, Any]:
-    """Each port of ``spec["framework"]`` named in ``spec["ports"]`` (model -> its spec)."""
+    """Each port of ``spec["framework"]`` named in ``spec["ports"]`` (model -> its spec), in
+    the job ``spec["job"]``: ``static`` (the default) or ``recipe``."""
     out = {}
     for model, port in spec["ports"].items():
         try:
-            out[model] = STATIC[model, spec["framework"]](port)
+            if spec.get("job", "static") == "recipe":
+                out[model] = recipe(spec["framework"], port)
+            else:
+                out[model] = STATIC[model, spec["framework"]](port)
         except Exception:  # one port's failure fails its own rows only
             out[model] = {"error": traceback.format_exc()}
     return out

@@ -1,9 +1,9 @@
 """InsightFace on OneFlow: torch's model (torch's weights give torch's loss, MobileFaceNet and
-IResNet-18, ArcFace and CosFace), trained through the adapter on one process and, with its head's
-centres split by class over two ranks (``pfc2``, oneflow_face's way: global tensors, SBP), to
+IResNet-18, ArcFace and CosFace) and, with its head's centres split by class over two ranks (``pfc2``, oneflow_face's way: global tensors, SBP), to
 where one process with the whole head trains on the same global batch, each rank holding half
 the classes; Partial FC (written here: OneFlow 0.9's sampling op has no CPU kernel) keeps the
-batch's classes and takes the softmax over the centres it kept.
+batch's classes and takes the softmax over the centres it kept. Trained through the adapter on
+one process: the port contract's row in tests/ports.py, run by tests/test_ports_trained.py.
 
 They run under OneFlow's interpreter (``scripts/setup-oneflow``, or DLPERF_TEST_ONEFLOW_PYTHON)
 and skip without it. One job of two ranks (tests/insightface_oneflow_rank.py, OneFlow's own
@@ -109,36 +109,6 @@ def test_torchs_weights_give_torchs_loss(oneflow_python: str, tmp_path: Path) ->
         assert got["loss"] == pytest.approx(float(ref[f"{key}/loss"]), rel=1e-5), key
         assert got["head_std"] == pytest.approx(0.01, rel=0.05), key
         assert abs(got["head_mean"]) < 1e-3, key
-
-
-ONE_PROCESS = """
-import json
-from pytest_dlperf.core.protocol import QUICK
-from pytest_dlperf.core.recipes import load_recipe
-from pytest_dlperf.core.spec import spec_for
-from pytest_dlperf.frameworks import DistEnv, load
-from pytest_dlperf.models import INSIGHTFACE
-spec = spec_for("oneflow", INSIGHTFACE, protocol=QUICK, device_type="cpu", compiler="eager",
-                batch_size=2, sizes={"num_classes": 1000})
-trainer = load("oneflow").build_trainer(spec, DistEnv(0, 1, 0, 1, 0), load_recipe(spec.recipe))
-losses = []
-for _ in range(3):
-    trainer.step()
-    losses.append(trainer.loss())
-print(json.dumps({"losses": losses, "parameters": trainer.environment()["parameters"]}))
-"""
-
-
-def test_the_recipe_trains_mobilefacenet_on_one_process(oneflow_python: str) -> None:
-    out = run_snippet(oneflow_python, ONE_PROCESS)
-    assert isinstance(out, dict)
-    losses = out["losses"]
-    # ArcFace at scale 64 from centres near orthogonal to every face: each own class's logit
-    # at cos(pi/2 + 0.5) * 64 = -30.7, so log(1000) + 30.7 = 37.6 and more as the others'
-    # spread (torch's recipe at these sizes: 43.9, 51.3, 48.8; OneFlow's: 43.5, 48.8, 51.9).
-    assert all(35 < loss < 60 for loss in losses), losses
-    assert len(set(losses)) == 3, losses  # a fresh batch every step
-    assert out["parameters"] > 1000 * 512  # the head and a backbone
 
 
 @pytest.fixture(scope="module")

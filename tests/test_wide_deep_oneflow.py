@@ -1,7 +1,8 @@
 """Wide & Deep on OneFlow: torch's model (torch's weights give torch's loss, the ids follow
-torch's power law), trained through the adapter on one process (eager and nn.Graph) and, with
-its tables split by rows over two ranks (``emb-rw``, OneFlow-Benchmark's way: global tensors,
+torch's power law) and, with its tables split by rows over two ranks (``emb-rw``, OneFlow-Benchmark's way: global tensors,
 SBP), to where one process trains on the same global batch, each rank holding half the rows.
+Trained through the adapter on one process (eager and nn.Graph): the port contract's row in
+tests/ports.py, run by tests/test_ports_trained.py.
 
 They run under OneFlow's interpreter (``scripts/setup-oneflow``, or DLPERF_TEST_ONEFLOW_PYTHON)
 and skip without it. One job of two ranks (tests/wide_deep_oneflow_rank.py, OneFlow's own
@@ -114,42 +115,6 @@ def test_torchs_weights_give_torchs_loss_and_ids(oneflow_python: str, tmp_path: 
     assert out["table_std"] == pytest.approx(0.05 / 3 ** 0.5, rel=0.02), out
     assert 0.95 < out["first_bound"] <= 1.0, out  # Xavier's bound, nearly reached
     assert out["biases"] == 0.0, out
-
-
-ONE_PROCESS = """
-import json, math
-from pytest_dlperf.core.protocol import QUICK
-from pytest_dlperf.core.recipes import load_recipe
-from pytest_dlperf.core.spec import spec_for
-from pytest_dlperf.frameworks import DistEnv, load
-from pytest_dlperf.models import WIDE_DEEP
-out = {}
-for mode in ("eager", "compiled"):
-    spec = spec_for("oneflow", WIDE_DEEP, protocol=QUICK, device_type="cpu", compiler=mode,
-                    batch_size=16, sizes={"vocab": 3000, "hidden_size": 32})
-    trainer = load("oneflow").build_trainer(spec, DistEnv(0, 1, 0, 1, 0),
-                                            load_recipe(spec.recipe))
-    losses = []
-    for _ in range(3):
-        trainer.step()
-        losses.append(trainer.loss())
-    out[mode] = {"losses": losses, "parameters": trainer.environment()["parameters"]}
-print(json.dumps(out))
-"""
-
-
-def test_the_recipe_trains_on_one_process_eager_and_as_a_graph(oneflow_python: str) -> None:
-    from pytest_dlperf.models.wide_deep import CPU_SIZES, parameter_count
-
-    out = run_snippet(oneflow_python, ONE_PROCESS)
-    assert isinstance(out, dict)
-    count = parameter_count({**CPU_SIZES, "vocab": 3000, "hidden_size": 32})
-    for mode in ("eager", "compiled"):
-        losses = out[mode]["losses"]
-        # A click's cross-entropy starts near log 2, and fresh ids every step keep it there.
-        assert all(0.3 < loss < 1.5 for loss in losses), (mode, losses)
-        assert len(set(losses)) == 3, (mode, losses)  # a fresh batch every step
-        assert out[mode]["parameters"] == count
 
 
 @pytest.fixture(scope="module")

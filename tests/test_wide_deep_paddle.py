@@ -1,6 +1,7 @@
 """Paddle's Wide & Deep is torch's (``wide_deep_torch.build``): the formula's parameters under
 torch's names and shapes, torch's logits and loss from torch's weights, the same power-law ids
-drawn afresh every step, and the recipe trains through the adapter, eager and under to_static.
+drawn afresh every step. That the recipe trains through the adapter, eager and under
+to_static, is the port contract's row in tests/ports.py, run by tests/test_ports_trained.py.
 
 Paddle runs in a subprocess in each (importing it beside TensorFlow, as the rest of the suite
 does, crashes the process); torch's side is computed here.
@@ -127,38 +128,3 @@ print(json.dumps({{"shapes": [dense.shape, wide.shape, deep.shape],
     assert out["hottest"] == [s * (vocab // 28) for s in range(28)]
     assert out["hottest_count"] > 100  # a uniform draw's: 4096 / 5000
     assert out["fresh"] and out["clicks"] == [0.0, 1.0]
-
-
-TRAIN = """
-import json
-from pytest_dlperf.frameworks import DistEnv, load
-from pytest_dlperf.models import WIDE_DEEP
-from pytest_dlperf.core.protocol import QUICK
-from pytest_dlperf.core.spec import spec_for
-from pytest_dlperf.core.recipes import load_recipe
-out = {}
-for mode in ("eager", "compiled"):
-    spec = spec_for("paddle", WIDE_DEEP, protocol=QUICK, device_type="cpu", compiler=mode,
-                    batch_size=64, sizes={"vocab": 5000, "hidden_size": 64})
-    trainer = load("paddle").build_trainer(spec, DistEnv(0, 1, 0, 1, 0),
-                                           load_recipe(spec.recipe))
-    losses = []
-    for _ in range(3):
-        trainer.step()
-        losses.append(trainer.loss())
-    out[mode] = {"losses": losses, "parameters": trainer.parameters}
-    if mode == "compiled":  # to_static built one static program and ran it
-        out["programs"] = len(trainer.model.forward.program_cache)
-print(json.dumps(out))
-"""
-
-
-def test_the_recipe_trains_through_the_adapter_eager_and_under_to_static() -> None:
-    """Three steps through the real adapter, eager and under ``to_static(full_graph=True)``:
-    the workload's parameters, and a loss near log 2, an untrained click model's."""
-    out = run_snippet(sys.executable, TRAIN)
-    assert isinstance(out, dict) and sorted(out) == ["compiled", "eager", "programs"]
-    assert out.pop("programs") == 1  # no fallback to eager
-    for mode, run in out.items():
-        assert all(abs(loss - 0.693) < 0.2 for loss in run["losses"]), (mode, run)
-        assert run["parameters"] == wide_deep.parameter_count(SMALL)

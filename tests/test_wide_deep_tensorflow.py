@@ -1,6 +1,8 @@
 """The TensorFlow recipe's Wide & Deep is torch's (``wide_deep_torch.build``): the formula's
 parameters under torch's names and shapes, torch's logits and loss from torch's weights, and
-the same power-law ids, drawn by TensorFlow ops inside the step, afresh every step."""
+the same power-law ids, drawn by TensorFlow ops inside the step, afresh every step. That the
+recipe trains through the adapter, eager and under XLA, is the port contract's row in
+tests/ports.py, run by tests/test_ports_trained.py."""
 
 from __future__ import annotations
 
@@ -103,39 +105,6 @@ def test_the_case_seed_decides_the_weights_tables_uniform_within_a_twentieth() -
     deep, wide = (one.get_layer(name).embeddings.numpy()
                   for name in ("deep_embedding", "wide_embedding"))
     assert 0.045 < np.abs(deep).max() <= 0.05 and not np.array_equal(deep[:, :1], wide)
-
-
-TRAIN = """
-import json
-from pytest_dlperf.frameworks import DistEnv, load  # noqa: E402
-from pytest_dlperf.models import WIDE_DEEP  # noqa: E402
-from pytest_dlperf.core.protocol import QUICK  # noqa: E402
-from pytest_dlperf.core.spec import spec_for  # noqa: E402
-from pytest_dlperf.core.recipes import load_recipe  # noqa: E402
-out = {}
-for mode in ("eager", "compiled"):
-    spec = spec_for("tensorflow", WIDE_DEEP, protocol=QUICK, device_type="cpu", compiler=mode,
-                    batch_size=64, sizes={"vocab": 5000, "hidden_size": 64})
-    trainer = load("tensorflow").build_trainer(spec, DistEnv(0, 1, 0, 1, 0),
-                                               load_recipe(spec.recipe))
-    losses = []
-    for _ in range(3):
-        trainer.step()
-        losses.append(trainer.loss())
-    out[mode] = {"losses": losses, "parameters": trainer.parameters}
-print(json.dumps(out))
-"""
-
-
-def test_the_recipe_trains_through_the_adapter_eager_and_under_xla() -> None:
-    """Three steps through the real adapter, eager and under XLA (the ids drawn inside the
-    compiled step): the workload's parameters, and a loss near log 2, an untrained click
-    model's."""
-    out = run_snippet(sys.executable, TRAIN)
-    assert isinstance(out, dict) and sorted(out) == ["compiled", "eager"]
-    for mode, run in out.items():
-        assert all(abs(loss - 0.693) < 0.2 for loss in run["losses"]), (mode, run)
-        assert run["parameters"] == wide_deep.parameter_count(SMALL)
 
 
 # Three AdamW steps from torch's weights on the same batches, torch's first (torch after
