@@ -166,20 +166,16 @@ def test_bisect_names_the_commit_that_made_the_model_slower(
 
 
 @pytest.mark.usefixtures("subprocess_env")
-@pytest.mark.outside_ci(
-    "45 s alone, CI's 35 minutes (issue 54): A/B's slower commit fails and the faster "
-    "passes as an improvement in CI, and the base side's worktree runs under pytest's "
-    "interpreter there")
 def test_the_same_code_passes_and_a_second_interpreter_runs_the_base_side(
         pytester: pytest.Pytester, repo: Path, tmp_path: Path) -> None:
     """Both sides the same code (--dlperf-ab HEAD) and the same build: it passes, the interval
-    around 1. The base side's ranks start under --dlperf-ab-python (here a wrapper that marks
-    each start and runs this interpreter); one that lacks the framework fails naming the
-    side."""
+    around 1. The base side's ranks start under --dlperf-ab-python (here a wrapper that writes
+    down each start's arguments and runs this interpreter); one that lacks the framework fails
+    naming the side."""
     marks = tmp_path / "marks"
     marks.mkdir()
     wrapper = tmp_path / "other-python"
-    wrapper.write_text(f"#!/bin/sh\ntouch {marks}/$$\nexec {sys.executable} \"$@\"\n")
+    wrapper.write_text(f"#!/bin/sh\necho \"$@\" > {marks}/$$\nexec {sys.executable} \"$@\"\n")
     wrapper.chmod(0o755)
     # (PATH after "=": pytest would take a separate path argument for a test path when it
     # looks for the rootdir)
@@ -200,9 +196,16 @@ def test_the_same_code_passes_and_a_second_interpreter_runs_the_base_side(
     result.stdout.fnmatch_lines([f"*A/B, head against base (base: *ranks under {wrapper} "
                                  f"(numpy_mlp_adapter {version}); head: *(numpy_mlp_adapter "
                                  f"{version}))*"])
-    # the option's check (is it a Python 3.10+?), then the base side's launches (one rank
-    # each, one a pair); never the head's
-    assert len(list(marks.iterdir())) == 1 + len(ab["pairs"])
+    # the option's check (is it a Python 3.10+?), what the base side's interpreter has
+    # installed (read once: core.installs), then the base side's launches (one rank each, one
+    # a pair); never the head's
+    started = [p.read_text() for p in marks.iterdir()]
+    said = {what: sum(mark in c for c in started) for what, mark in (
+        ("version", "print(*sys.version_info[:2])"),
+        ("installs", "from pytest_dlperf.core.installs import report"),
+        ("launches", "-m pytest_dlperf.rank.worker"))}
+    assert said == {"version": 1, "installs": 1, "launches": len(ab["pairs"])}, started
+    assert len(started) == 2 + len(ab["pairs"]), started
 
     bare = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)

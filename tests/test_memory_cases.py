@@ -227,10 +227,6 @@ def test_a_workload_that_grew_fails_as_a_memory_regression(
 
 @pytest.mark.alone("a rank slowed on purpose is named a straggler by its timings")
 @pytest.mark.usefixtures("subprocess_env")
-@pytest.mark.outside_ci(
-    "31 s alone, CI's 35 minutes (issue 54): each rank's own step and MFU are "
-    "reported in CI (test_conformance_measured, test_flops), and a workload that grew fails by "
-    "memory (above)")
 def test_a_rank_slowed_on_purpose_is_named_and_min_mfu_fails_a_case_below_it(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makepyfile(test_w=WORKLOADS)

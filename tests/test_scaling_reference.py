@@ -49,9 +49,6 @@ def test_scaled(cluster, throughput_meter):
 """
 
 
-@pytest.mark.outside_ci(
-    "34 s alone, CI's 35 minutes (issue 54): a refused recording leaves its stored "
-    "baseline as it was in CI (test_bad_inputs' record-unstable)")
 def test_a_refused_reference_leaves_nothing_derived_from_it_recorded(
         pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_scaled=DISTURBED)

@@ -412,9 +412,6 @@ def test_a_rank_killed_fails_the_case_naming_its_node(
 
 @pytest.mark.alone("it bounds how soon a fault ends the case")
 @pytest.mark.usefixtures("subprocess_env")
-@pytest.mark.outside_ci(
-    "30 s alone, CI's 35 minutes (issue 54): a rank killed and the job cancelled fail "
-    "the case in CI")
 def test_a_node_lost_fails_the_case_naming_it(
         slurm: LocalSlurm, pytester: pytest.Pytester) -> None:
     lost: list[str] = []

@@ -67,9 +67,6 @@ def unprivileged() -> Iterator[tuple[Path, list[str]]]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.mark.outside_ci(
-    "31 s alone, CI's 35 minutes (issue 54): root's nodes as hosts carry a shaped "
-    "link, and a slower one fails as a regression, in CI (test_fabric)")
 def test_a_user_who_is_not_root_gets_nodes_as_hosts_and_their_shaped_link(
         unprivileged: tuple[Path, list[str]]) -> None:
     from test_fabric import ACROSS, WIDE, WIDE_TEST
