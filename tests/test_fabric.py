@@ -255,7 +255,7 @@ class Reshaper:
 @pytest.mark.usefixtures("subprocess_env")
 @pytest.mark.parametrize(("layout", "ident"), [
     ("dp", "2n1d"), pytest.param("fsdp", "2n1d-fsdp2", marks=pytest.mark.outside_ci(
-        "~1 minute: plain data parallelism over the same link stays in CI"))])
+        "75 s alone (2026-12-06): plain data parallelism over the same link stays in CI"))])
 def test_a_slower_link_behind_the_plugins_back_is_a_regression(
         pytester: pytest.Pytester, layout: str, ident: str) -> None:
     """What a communication regression on a real cluster looks like: the fingerprint (10 Gbit/s

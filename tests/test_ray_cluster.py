@@ -401,7 +401,7 @@ ACROSS = ["-m", "multinode", "--nodes", "2", "--devices-per-node", "1", "-k", "2
 
 @pytest.mark.alone("it judges a slower link by the case's timings")
 @pytest.mark.outside_ci(
-    "75-90 s alone, past the Ray launcher's ~2.5-minute share of CI (issue 57): a slowed link "
+    "70 s alone (2026-12-06), past the Ray launcher's ~2.5-minute share of CI: a slowed link "
     "is judged in CI through the local launcher (test_fabric), and the Ray launcher's measured "
     "link is checked in CI by the own-model test")
 @pytest.mark.usefixtures("subprocess_env")

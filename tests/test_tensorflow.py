@@ -68,9 +68,10 @@ def test_tf(cluster, amp, compiler, throughput_meter):
 """
 
 
-@pytest.mark.outside_ci("45 s of the first pass, beyond TensorFlow's CI share: the conformance "
-                        "suite's compiled TensorFlow rank compiles its whole step with XLA in CI, "
-                        "and the warm-up step a compiled case needs is checked below")
+@pytest.mark.outside_ci("36 s beside another job (2026-12-06), beyond TensorFlow's CI share: the "
+                        "conformance suite's compiled TensorFlow rank compiles its whole step "
+                        "with XLA in CI, and the warm-up step a compiled case needs is checked "
+                        "below")
 @pytest.mark.usefixtures("subprocess_env")
 def test_a_compiled_case_trains_under_xla_and_reports_compile_time_apart(
         pytester: pytest.Pytester) -> None:
@@ -141,9 +142,9 @@ TWO_WORKERS = ("-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--device
 
 @pytest.mark.usefixtures("subprocess_env")
 @pytest.mark.outside_ci(
-    "70 s, CI's 35 minutes (issue 54): TensorFlow's workers train a recipe of the "
-    "user's across two node hosts in CI (test_fabric), and Keras's mixed_bfloat16 "
-    "policy builds BERT-base there (test_bert_tensorflow)")
+    "29 s beside another job (2026-12-06), CI's 35 minutes: TensorFlow's workers train a "
+    "recipe of the user's across two node hosts in CI (test_fabric), and Keras's "
+    "mixed_bfloat16 policy builds BERT-base there (test_bert_tensorflow)")
 def test_an_own_keras_model_trains_in_fp32_and_mixed_precision(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_own=OWN_MODEL)
     result = pytester.runpytest_subprocess(*TWO_WORKERS, "-k", "1n2d", "--dlperf-precisions",
