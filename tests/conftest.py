@@ -47,7 +47,6 @@ LONGEST_FIRST = (  # worker-seconds in the first pass, 2026-11-28
     "test_conformance.py",  # ~225 s
     "test_tensorflow.py",  # ~175 s
     "test_ray_cluster.py",  # ~150 s (2026-12-01)
-    "test_bert_jax.py",  # ~150 s
     "test_layouts_torch.py",  # ~145 s, 100 of them the 2-D layout's
     "test_slurm_cluster.py",  # ~140 s
     "test_conformance_measured.py",  # ~140 s
