@@ -70,10 +70,6 @@ def last_good(tmp_path: Path, which: str = "last_good") -> str | None:
     return state[which]["commit"] if state.get(which) else None
 
 
-@pytest.mark.outside_ci(
-    "191 s alone, CI's 35 minutes (issue 54): its judges "
-    "(test_judges_make_the_night), A/B's slower commit and the bisect of a range "
-    "(test_ab) run in CI")
 def test_nights_judge_by_ab_against_the_last_good_commit_then_by_the_baselines(
         tmp_path: Path) -> None:
     repo, first, tests = team_repository(tmp_path)
@@ -104,7 +100,10 @@ def test_nights_judge_by_ab_against_the_last_good_commit_then_by_the_baselines(
 
     third = commit_model(repo, SLOW, "a wider hidden layer")
     fourth = commit_model(repo, SLOW, "a comment")
-    three = night(tmp_path, tests, env={"DLPERF_NIGHTLY_BISECT": "1"})
+    # A 5x slower model: shorter windows (a protocol, so a history key, of their own) tell it
+    # as surely, A/B and the bisect's probes (this test: 92 s with the others' windows, 68-80 s
+    # with these, quiet here 2026-12-06).
+    three = night(tmp_path, tests, *SHORT, env={"DLPERF_NIGHTLY_BISECT": "1"})
     assert three.returncode == 1, three.stdout[-3000:] + three.stderr[-3000:]
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert summary.startswith("# Nightly perf gate: failed")
@@ -144,12 +143,14 @@ def test_nights_judge_by_ab_against_the_last_good_commit_then_by_the_baselines(
     assert [n["outcome"] for n in state["nights"]] == ["passed", "passed", "failed", "passed"]
     assert "rerecord" not in state  # once, the night after the accept
 
-    # Every night is in the runner's history, beside its baselines.
+    # Every night is in the runner's history, beside its baselines: nights 1, 2 and 4 under
+    # one protocol, night 3 under its shorter one.
     from pytest_dlperf.store.history import History
 
     history = History.open(str(tmp_path / "runner-store" / "runner" / "history.db"))
-    (key,) = history.keys()
-    assert key["runs"] == 4 and key["case_key"] == "test_my_model.py::test_mlp[1n1d-fp32]"
+    keys = history.keys()
+    assert sorted(key["runs"] for key in keys) == [1, 3], keys
+    assert {key["case_key"] for key in keys} == {"test_my_model.py::test_mlp[1n1d-fp32]"}
 
 
 def bench(case: str = "t.py::t[1n1d]", outcome: str = "pass", **extra: object
