@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+from module_times import ModuleTimes
 from snippets import (
     jax_interpreter,
     mindspore_interpreter,
@@ -55,6 +56,12 @@ LONGEST_FIRST = (  # worker-seconds in the first pass, 2026-11-28
     "test_external.py",  # ~75 s
     "test_own_model.py",  # ~70 s, the docs' sharded example
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Each module's worker-seconds at the end of a run (tests/module_times.py): what
+    # LONGEST_FIRST's figures are read from.
+    config.pluginmanager.register(ModuleTimes(), "module-times")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
