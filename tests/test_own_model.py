@@ -16,9 +16,10 @@ from pytest_dlperf.plugin.settings import default_machine
 
 # Those that record then judge timings run alone; so does the sharded example, which records
 # with any spread (--dlperf-unstable-cv 100) and judges nothing, but whose 1n2d case's recording
-# refuses a scaling efficiency above 150% (issue 52): its 1n1d rank's two threads beside another
-# job, or under CI's first pass's OMP_WAIT_POLICY=PASSIVE (each op waking a sleeping thread),
-# ran this small model 3x slower than two one-thread ranks each (2026-12-06), and the case failed.
+# refuses a scaling efficiency above 150% (issue 52): under CI's first pass's
+# OMP_WAIT_POLICY=PASSIVE (each op waking a sleeping thread), with another job on the machine,
+# its 1n1d rank's two threads ran this small model 3x slower than two one-thread ranks each
+# (2026-12-06; not measured on a quiet machine), and the case failed.
 ALONE = pytest.mark.alone("it records then judges timings on one and two ranks")
 
 # At import, before any pytester snapshot of sys.modules: a torch imported inside a pytester
