@@ -105,7 +105,7 @@ def test_an_own_model_trains_on_two_nodes(pytester: pytest.Pytester,
                                                   layout="layout, " if own.layouts else ""))
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--dlperf-protocol", "quick", "-m", "multinode", "--nodes",
-        "2", "--devices-per-node", "1", "--dlperf-compilers", "eager,compiled", "-k", "2n1d",
+        "2", "--devices-per-node", "1", "--dlperf-compilers", "eager,compiled", "-k", own.keyword,
         "--dlperf-precisions", "fp32,amp", "--dlperf-json", "r.json", "-rs",
         "--dlperf-launches", "1", "--dlperf-unstable-cv", "50",
         # (a CPU's scaling ladder runs dp alone unless the layouts are named: issue 74)

@@ -400,25 +400,20 @@ ACROSS = ["-m", "multinode", "--nodes", "2", "--devices-per-node", "1", "-k", "2
 
 
 @pytest.mark.alone("it judges a slower link by the case's timings")
-@pytest.mark.outside_ci(
-    "70 s alone (2026-12-06), past the Ray launcher's ~2.5-minute share of CI: a slowed link "
-    "is judged in CI through the local launcher (test_fabric), and the Ray launcher's measured "
-    "link is checked in CI by the own-model test")
 @pytest.mark.usefixtures("subprocess_env")
 def test_a_slower_link_behind_the_plugins_back_is_a_regression(
         ray_cluster: LocalRay, pytester: pytest.Pytester) -> None:
-    """Recorded on the cluster's link as it is; the same again passes; the nodes' links slowed
-    to 50 Mbit/s (the gradients' all-reduce crosses them: ~0.7 s for the 4 MiB a step) fail it
-    as a regression, the link measured at the slower rate. Judged at 90%, as test_fabric's
-    (this VM drifts by tens of percent between sessions minutes apart)."""
+    """Recorded on the cluster's link as it is; the nodes' links slowed to 50 Mbit/s (the
+    gradients' all-reduce crosses them: ~0.7 s for the 4 MiB a step) fail it as a regression,
+    the link measured at the slower rate. Judged at 90%, as test_fabric's (this VM drifts by
+    tens of percent between sessions minutes apart). That the same setting, nothing changed,
+    passes at 90% is test_fabric's third session (the verdict is the launcher's no more than
+    here); a third Ray session for it cost ~23 s of CI's alone pass (2026-12-06)."""
     files = {"wide.py": WIDE, "test_wide.py": WIDE_TEST}
     recorded = Run(ray_cluster, pytester.path, "torch",
                    [*ACROSS, "--dlperf-update-baselines"], files=files)
     assert recorded.start().wait(timeout=300) == 0, recorded.text()
     fast = recorded.case()
-    same = Run(ray_cluster, pytester.path, "torch", [*ACROSS, "--dlperf-tolerance", "90%"],
-               files=files)
-    assert same.start().wait(timeout=300) == 0, same.text()
     shape(ray_cluster, "50mbit")
     try:
         slowed = Run(ray_cluster, pytester.path, "torch", [*ACROSS, "--dlperf-tolerance", "90%"],

@@ -289,12 +289,6 @@ class Job:
         return dict(info)
 
 
-# Why four frameworks' Slurm jobs stay out of CI: with them a fresh-clone rehearsal of CI took
-# 35.9 minutes (2026-12-06).
-WHY_OUT = ("CI's 35 minutes: OneFlow's ranks take srun under an interpreter of their own in CI, "
-           "and this framework's ranks train on two node hosts there through the local launcher")
-
-
 def framework_args(framework: str, request: pytest.FixtureRequest) -> list[str]:
     if framework in ("oneflow", "mindspore", "mxnet", "jax"):
         python = request.getfixturevalue(f"{framework}_python")
@@ -306,22 +300,15 @@ def framework_args(framework: str, request: pytest.FixtureRequest) -> list[str]:
 
 @pytest.mark.parametrize("framework, how, layout", [
     ("torch", "sbatch", "dp"),
-    # Every framework's ranks through srun on two node hosts: 19-31 s each in CI's first pass.
-    # In CI: OneFlow's (under an interpreter of its own) and torch's; the others' ranks start
-    # alike (--dlperf-python where the framework has its own interpreter) and train on two node
-    # hosts in CI through the local launcher (test_fabric, the conformance suite's own model).
-    pytest.param("tensorflow", "salloc", "dp", marks=pytest.mark.outside_ci(
-        "31 s in CI's first pass (2026-12-06): " + WHY_OUT)),
+    # Every framework's ranks through srun on two node hosts (19-31 s each in CI's first pass,
+    # 2026-12-06), where it has an interpreter of its own (--dlperf-python) included.
+    ("tensorflow", "salloc", "dp"),
     ("oneflow", "salloc", "dp"),
-    pytest.param("paddle", "salloc", "dp", marks=pytest.mark.outside_ci(
-        "~21 s in CI's first pass (2026-12-06): " + WHY_OUT)),
-    pytest.param("mindspore", "salloc", "dp", marks=pytest.mark.outside_ci(
-        "31 s in CI's first pass (2026-12-06): " + WHY_OUT)),
-    pytest.param("mxnet", "salloc", "dp", marks=pytest.mark.outside_ci(
-        "~19 s in CI's first pass (2026-12-06): " + WHY_OUT)),
+    ("paddle", "salloc", "dp"),
+    ("mindspore", "salloc", "dp"),
+    ("mxnet", "salloc", "dp"),
     # compiled: the test names no compiler, and JAX has no eager
-    pytest.param("jax", "salloc", "dp", marks=pytest.mark.outside_ci(
-        "27 s in CI's first pass (2026-12-06): " + WHY_OUT)),
+    ("jax", "salloc", "dp"),
     # Issue 40: FSDP2 over two Slurm nodes, its all-gathers between their namespaces.
     ("torch", "salloc", "fsdp")])
 @pytest.mark.usefixtures("subprocess_env")
