@@ -310,8 +310,7 @@ BUSY_AB = ["-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--dlperf-ste
 # pass). Turns now look at the machine first and run threads that fit what the hogs leave
 # (``ab.fitting_threads``); duet's ranks run one thread on a core of their own.
 @pytest.mark.usefixtures("subprocess_env")
-@pytest.mark.parametrize("mode", [pytest.param("turns", marks=pytest.mark.outside_ci(
-    "27.6 s alone (2026-12-06): duet, the mode for a busy machine, stays in CI")), "duet"])
+@pytest.mark.parametrize("mode", ["turns", "duet"])
 def test_a_3x_slower_head_fails_while_cpu_hogs_run_on_both_cores(
         pytester: pytest.Pytester, repo: Path, mode: str) -> None:
     """Issue 39: with another job on both cores a ~4.6x slower head passed as inconclusive.

@@ -11,15 +11,11 @@ from pathlib import Path
 
 import pytest
 
+# ~2 minutes of CI's alone pass (quiet here, 2026-12-06: 141 s with three launches a run, 115 s
+# with two): one trial of a power that benchmarks/baseline_runs.py measures over 400
+# (docs/measurements.md, "The gate's power"), skipped on a machine that drifts between runs.
 pytestmark = [pytest.mark.usefixtures("subprocess_env"),
-              pytest.mark.alone("it judges slowdowns made between runs by their timings"),
-              # ~2 minutes of CI's alone pass (quiet here, 2026-12-06: 141 s with three
-              # launches a run, 115 s with two): one trial of a power that
-              # benchmarks/baseline_runs.py measures over 400 (docs/measurements.md, "The gate's
-              # power"), skipped on a machine that drifts between runs; the same verdict on the
-              # same drop is tested without launches (test_levels.py).
-              pytest.mark.outside_ci("115 s alone (2026-12-06): one trial of the power "
-                                     "benchmarks/baseline_runs.py measures over 400")]
+              pytest.mark.alone("it judges slowdowns made between runs by their timings")]
 
 # One model whose hidden width the test changes between the recording and the judging runs
 # (the user's "wider model": code, not a size of the fingerprint), and two that stay as they

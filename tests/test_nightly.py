@@ -70,11 +70,6 @@ def last_good(tmp_path: Path, which: str = "last_good") -> str | None:
     return state[which]["commit"] if state.get(which) else None
 
 
-@pytest.mark.outside_ci(
-    "60 s in CI's pass alone (2026-12-06; a rehearsal of CI took 35.9 minutes with it): its "
-    "judges (test_judges_make_the_night), a busy night and an upgrade failing by A/B against "
-    "the kept environment (below), A/B's slower commit and the bisect of a range (test_ab) run "
-    "in CI")
 def test_nights_judge_by_ab_against_the_last_good_commit_then_by_the_baselines(
         tmp_path: Path) -> None:
     repo, first, tests = team_repository(tmp_path)

@@ -158,10 +158,6 @@ def test_the_docs_sharded_example_trains_data_parallel_fsdp2_and_tensor_parallel
 
 
 @ALONE
-@pytest.mark.outside_ci(
-    "32 s alone (2026-12-06), three launches on 1 and 2 ranks: the rule it guards (windows "
-    "apart within a launch refuse a baseline, launches apart do not) is test_decide's, and the "
-    "README's file records and is judged in CI (test_the_readme_example_records_then_compares)")
 @pytest.mark.usefixtures("subprocess_env")
 def test_the_readme_examples_first_recording_run_records_as_a_new_user_runs_it(
         pytester: pytest.Pytester) -> None:
