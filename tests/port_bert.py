@@ -272,3 +272,92 @@ def bert_paddle(spec: dict[str, Any]) -> dict[str, Any]:
         "loss": float(abs(loss.numpy() - ref["loss"]))}}
     out["once"] = {"gelu": float(np.abs(post - erf_gelu).max())}
     return out
+
+
+def bert_jax(spec: dict[str, Any]) -> dict[str, Any]:
+    """BERT-base from the built-in CPU case's recipe, built only (a forward and backward of
+    BERT-base takes ~15 s eagerly here): its parameters by name, order and shape, the arrays
+    it holds (the tied decoder none of its own), transformers' initialization, torch's
+    padding_idx. Then TINY from torch's weights (given as a ``state_dict`` names them, the
+    tied tensors twice), in eval mode (no dropout) on torch's batch, whose attention mask has
+    zeros, eager and through ``nnx.split``/``nnx.merge`` under ``jax.jit``, errors relative to
+    the largest logit (the loss's to the loss). Measured with TINY on JAX 0.12's CPU kernels
+    (2026-11-26): LayerNorm epsilon 1e-5 moves the masked-LM logits by 1.5e-3, an ignored mask
+    by 2.1e-3, tanh-approximated GELU everywhere by 7.8e-6; a faithful model is within 3.4e-7
+    (next-sentence logits 2e-7, loss 1.8e-7). The GELU kind is also checked directly, as it is
+    the closest call: 3.6e-7 from float64's erf GELU, the tanh kind 4.7e-4; and its
+    derivative, the model's own (JAX's fails under shard_map), 1.2e-7."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from pytest_dlperf.core.workload import BuildContext
+    from pytest_dlperf.models import BERT_BASE
+    from pytest_dlperf.models.bert import BertShape
+    from pytest_dlperf.models.bert.jax import (
+        load_torch_weights,
+        model,
+        named_parameters,
+        pretraining_loss,
+        recipe,
+        torch_named_shapes,
+    )
+
+    ctx = BuildContext(framework="jax", device_type="cpu", device="cpu",
+                       batch_size=BERT_BASE.batch_for("cpu", "fp32"),
+                       sizes=BERT_BASE.sizes_for("cpu", "fp32"), precision="fp32",
+                       amp_dtype="float32", compiled=True, seed=0, rank=0, world_size=1,
+                       local_rank=0)
+    base = recipe(ctx).model
+    params = jax.tree.leaves(nnx.state(base, nnx.Param))
+    named = {name: np.asarray(value) for name, value in named_parameters(base).items()}
+    # torch's padding_idx: the lookup sends the padding row (id 0) no gradient, id 7 one.
+    base.eval()
+    embeddings = base.bert.embeddings
+    ids = jnp.array([[0, 7, 0]], jnp.int32)
+    weights = jax.random.normal(jax.random.key(1), (1, 3, 768))  # a sum of LayerNorm's is flat
+    grads = nnx.grad(lambda e: (e(ids, jnp.zeros_like(ids)) * weights).sum())(embeddings)
+    lookup = grads["word_embeddings"]["embedding"][...]
+    out: dict[str, Any] = {"shapes": torch_named_shapes(base), "probes": {
+        "held": [len(params), sum(int(p.size) for p in params)],
+        "init": {name: [float(a.mean()), float(a.std()), float(np.abs(a).max()), float(a.min())]
+                 for name, a in named.items()},
+        "padding_row": float(np.abs(named["bert.embeddings.word_embeddings.weight"][0]).max()),
+        "lookup_grad": [float(jnp.abs(lookup[i]).max()) for i in (0, 7)]}}
+    del base, params, named, embeddings, grads
+
+    ref = np.load(spec["reference"])
+    bert = model(BertShape(**spec["shape"]))
+    arrays = {k.removeprefix("param/"): ref[k] for k in ref.files if k.startswith("param/")}
+    load_torch_weights(bert, {**arrays,  # a state_dict names the tied tensors twice
+                              "cls.predictions.decoder.weight":
+                                  arrays["bert.embeddings.word_embeddings.weight"],
+                              "cls.predictions.decoder.bias": arrays["cls.predictions.bias"]})
+    bert.eval()
+    inputs = tuple(jnp.asarray(ref[k], jnp.int32) for k in
+                   ("input_ids", "token_type_ids", "attention_mask", "masked_positions"))
+    labels = (jnp.asarray(ref["mlm_labels"], jnp.int32),
+              jnp.asarray(ref["nsp_labels"], jnp.int32))
+    graphdef, state, rest = nnx.split(bert, nnx.Param, ...)
+    jitted = jax.jit(lambda state, rest: nnx.merge(graphdef, state, rest, copy=True)(*inputs))
+    outputs = {}
+    for mode, (mlm, nsp) in (("eager", bert(*inputs)), ("jit", jitted(state, rest))):
+        loss = pretraining_loss((mlm, nsp), labels)
+        outputs[mode] = {
+            "mlm_logits": float(np.abs(mlm - ref["mlm_logits"]).max()
+                                / np.abs(ref["mlm_logits"]).max()),
+            "nsp_logits": float(np.abs(nsp - ref["nsp_logits"]).max()
+                                / np.abs(ref["nsp_logits"]).max()),
+            "loss": float(abs(loss - ref["loss"]) / ref["loss"])}
+    intermediate = bert.bert.encoder.layer[0].intermediate
+    # Pre-activations of about N(0, 2.3): where exact and tanh GELU differ (by up to 4.7e-4).
+    x = jax.random.normal(jax.random.key(0), (64, spec["shape"]["hidden_size"])) * 20
+    pre, post = np.asarray(intermediate.dense(x)), np.asarray(intermediate(x))
+    x64 = pre.astype(np.float64)
+    cdf = 0.5 * (1 + np.vectorize(math.erf)(x64 / math.sqrt(2)))
+    grad = np.asarray(jax.vmap(jax.grad(intermediate.activation))(pre.reshape(-1)))
+    exact = cdf + x64 * np.exp(-0.5 * x64 * x64) / math.sqrt(2 * math.pi)
+    out["outputs"] = outputs
+    out["once"] = {"gelu": float(np.abs(post - x64 * cdf).max()),
+                   "gelu_grad": float(np.abs(grad - exact.reshape(-1)).max())}
+    return out

@@ -7,7 +7,7 @@ one JSON line, ``{model: figures}``, a port that raised holding ``{"error": trac
 
 Runs under every framework's interpreter: Python 3.10 syntax (OneFlow's), and a framework is
 imported inside its ports' functions only (one module a model: tests/port_bert.py,
-tests/port_resnet50.py).
+tests/port_resnet50.py, tests/port_gpt.py).
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its ports' modules beside it
-from port_bert import bert_mindspore, bert_mxnet, bert_oneflow, bert_paddle  # noqa: E402
-from port_resnet50 import resnet50_mindspore, resnet50_mxnet  # noqa: E402
+from port_bert import bert_jax, bert_mindspore, bert_mxnet, bert_oneflow, bert_paddle  # noqa: E402
+from port_gpt import gpt_jax  # noqa: E402
+from port_resnet50 import resnet50_jax, resnet50_mindspore, resnet50_mxnet  # noqa: E402
 
 STATIC: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("bert", "mxnet"): bert_mxnet,
@@ -30,6 +31,9 @@ STATIC: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("resnet50", "mindspore"): resnet50_mindspore,
     ("bert", "oneflow"): bert_oneflow,
     ("bert", "paddle"): bert_paddle,
+    ("bert", "jax"): bert_jax,
+    ("resnet50", "jax"): resnet50_jax,
+    ("gpt", "jax"): gpt_jax,
 }
 
 

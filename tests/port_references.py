@@ -120,15 +120,49 @@ def resnet50_reference(path: Path) -> None:
              **{f"biased/{n}": a for n, a in biased.items()})
 
 
+def gpt_reference(path: Path) -> None:
+    """torch's GPT of the CPU sizes, its weights drawn wider than GPT-2's initialization (which
+    leaves biases and LayerNorm at 0 and 1 and the MLP's inputs where every GELU is linear): a
+    batch of two full sequences, the logits, and the loss of torch's recipe for random
+    targets, written to ``path`` (an .npz) with the weights as ``param/<name>``."""
+    import numpy as np
+    import torch
+
+    from pytest_dlperf.core.workload import BuildContext
+    from pytest_dlperf.models import gpt
+    from pytest_dlperf.models.gpt import torch as gpt_torch
+
+    small = gpt.GPTShape.of(gpt.CPU_SIZES)
+    torch.manual_seed(0)
+    model = gpt_torch.build(small)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2:
+                p.normal_(std=0.5 if "embeddings" in name else 0.1)
+            else:  # LayerNorm's weights about one, every bias about zero
+                p.normal_(mean=0.0 if name.endswith("bias") else 1.0, std=0.1)
+        tokens = torch.randint(0, small.vocab_size, (2, small.seq_length))
+        targets = torch.randint(0, small.vocab_size, (2, small.seq_length))
+        logits = model(tokens)
+        context = BuildContext("torch", "cpu", "meta", 2, dict(gpt.CPU_SIZES), "fp32",
+                               "float32", False, 0, 0, 1, 0)
+        recipe_loss = gpt_torch.recipe(context).loss
+        assert recipe_loss is not None
+        loss = recipe_loss(logits, targets)
+    np.savez(path, tokens=tokens.numpy(), targets=targets.numpy(), logits=logits.numpy(),
+             loss=loss.numpy(), **{f"param/{n}": a.numpy() for n, a in model.state_dict().items()})
+
+
 @functools.cache
 def torch_reference(model: str) -> Path:
     """torch's reference for ``model``'s ports, written once a process to a folder of its own,
-    removed at exit: BERT's for TINY (a torch subprocess: ~7 s), ResNet-50's in this process."""
+    removed at exit: BERT's for TINY (a torch subprocess: ~7 s), ResNet-50's and GPT's in this
+    process."""
     if model == "bert":
         return tiny_reference()
     folder = Path(tempfile.mkdtemp(prefix=f"dlperf-{model}-reference-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    resnet50_reference(folder / "ref.npz")
+    {"resnet50": resnet50_reference, "gpt": gpt_reference}[model](folder / "ref.npz")
     return folder / "ref.npz"
 
 
@@ -138,13 +172,20 @@ def _shapes(model: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
         from pytest_dlperf.models.bert.torch import torch_named_shapes
 
         return tuple(torch_named_shapes().items())
+    if model == "gpt":  # the CPU sizes, on the meta device
+        from pytest_dlperf.models import gpt
+        from pytest_dlperf.models.gpt import torch as gpt_torch
+
+        return tuple((n, tuple(p.shape)) for n, p in gpt_torch.build(
+            gpt.GPTShape.of(gpt.CPU_SIZES), "meta").named_parameters())
     import torchvision
 
     return tuple((n, tuple(p.shape)) for n, p in torchvision.models.resnet50().named_parameters())
 
 
 def torch_shapes(model: str) -> dict[str, tuple[int, ...]]:
-    """torch's parameters of ``model`` (``bert``: BERT-base; ``resnet50``: torchvision's) by
+    """torch's parameters of ``model`` (``bert``: BERT-base; ``resnet50``: torchvision's;
+    ``gpt``: the CPU sizes) by
     name and shape, in its order (tied weights once), each built once a process (BERT-base:
     5 s of CPU), not once a test."""
     return dict(_shapes(model))

@@ -150,3 +150,71 @@ def resnet50_mindspore(spec: dict[str, Any]) -> dict[str, Any]:
         "statistics": max(worst(a, ref["after/" + n]) for n, a in stats.items())}}
     out["once"] = {"scale": float(np.abs(ref["logits"]).max())}
     return out
+
+
+def resnet50_jax(spec: dict[str, Any]) -> dict[str, Any]:
+    """Built only: names, shapes, strides, initialization. Then, from torchvision's weights:
+    Eval mode (BatchNorm on its running statistics, loaded too), then one forward in training
+    mode (on the batch's statistics, which moves the running ones), on two 64x64 images (NHWC,
+    JAX's layout), each compiled with ``nnx.jit``. Errors are relative to the largest value of
+    each array.
+
+    Measured with JAX 0.12.0.1 and Flax 0.12.12 on CPU: eval logits within 7.5e-7 (of logits
+    up to 130), training-mode logits 8.5e-5, running means 4.8e-5, running variances 8.7e-5 of
+    Flax's rule (and, not asserted here, the gradients of a cross-entropy 2.0e-2 of torch's as
+    one vector: a training-mode BatchNorm over 8 values a channel is ill-conditioned, MXNet's
+    are 2.5e-2). Epsilon 2e-5 instead of 1e-5 moves the eval logits by 1.6e-4; momentum 0.89
+    (torch's 0.11) the running means by 0.11, 0.1 (torch's 0.1 passed as it is) by 9.0; the
+    max pool unpadded the eval logits by 6.5e-2, Flax's ``"SAME"`` padding by 0.20, the stride
+    on the 1x1 by 0.20, a kernel loaded by reshaping instead of transposing by 1.3.
+
+    Flax moves the running variance with the batch's biased variance, torch with the unbiased
+    one, as MXNet: checked against that rule applied to what torch's BatchNorms saw (the
+    running means against torch's own), and shown apart from torch's (in layer4, 8 values a
+    channel: 0.1 x 1/7 of the batch's variance). What a training step normalizes with is the
+    batch's biased variance in both."""
+    from flax import nnx
+
+    from pytest_dlperf.models.resnet50.jax import (
+        load_torch_weights,
+        named_parameters,
+        resnet50,
+        torch_named_shapes,
+    )
+
+    model = resnet50()
+    block = model.layer2[0]
+    params = {n: np.asarray(a) for n, a in named_parameters(model).items()}
+    convs = [a.std() / math.sqrt(2 / (a.shape[0] * a.shape[2] * a.shape[3]))
+             for n, a in params.items() if a.ndim == 4]
+    out: dict[str, Any] = {"shapes": torch_named_shapes(model), "probes": {
+        "strides": [list(conv.strides) for conv in (block.conv1, block.conv2, block.conv3)],
+        "conv_std_over_he": [float(min(convs)), float(max(convs))],
+        "fc_over_bound": [float(abs(params[n]).max() * math.sqrt(2048))
+                          for n in ("fc.weight", "fc.bias")],
+        "norms": sorted({float(v) for n, a in params.items() if a.ndim == 1
+                         and not n.startswith("fc.") for v in set(a.tolist())})}}
+    del model, params
+
+    ref = np.load(spec["reference"])
+    model = resnet50(seed=1)
+    load_torch_weights(model, {k[len("param/"):]: ref[k] for k in ref.files
+                               if k.startswith("param/")})
+    images = ref["images"].transpose(0, 2, 3, 1)  # NCHW -> NHWC
+    forward = nnx.jit(lambda model, images: model(images))
+    model.eval()  # BatchNorm on its running statistics
+    logits = np.asarray(forward(model, images))
+    model.train()  # on the batch's statistics, moving the running ones
+    train_logits = np.asarray(forward(model, images))
+    stats = {n: np.asarray(a) for n, a in named_parameters(model).items()
+             if n.endswith(("running_mean", "running_var"))}
+    out["outputs"] = {"jit": {
+        "eval": worst(logits, ref["logits"]), "train": worst(train_logits, ref["train_logits"]),
+        "means": max(worst(a, ref["after/" + n]) for n, a in stats.items()
+                     if n.endswith("mean")),
+        "variances": max(worst(a, ref["biased/" + n]) for n, a in stats.items()
+                         if n.endswith("var")),
+        "variances_vs_torch": max(worst(a, ref["after/" + n]) for n, a in stats.items()
+                                  if n.endswith("var"))}}
+    out["once"] = {"scale": float(np.abs(ref["logits"]).max())}
+    return out

@@ -143,9 +143,9 @@ PORTS = (
     # bert: torch's is the reference (models/bert/torch.py, tests/port_references.py).
     Port("bert", "torch"),
     Port("bert", "jax", Shapes(
-        "test_bert_jax.py::test_bert_base_has_torchs_parameters_by_name_initialized_as_"
-        "transformers", total=110_106_428, probes=(*BERT_PROBES, "init")),
-        Outputs("test_bert_jax.py::test_torchs_weights_give_torchs_outputs", ("eager", "jit"),
+        "test_ports.py::test_params_are_torchs_by_name_and_shape", total=110_106_428,
+        probes=("held", "padding_row", "lookup_grad", "init")),
+        Outputs("test_ports.py::test_torchs_weights_give_torchs_outputs", ("eager", "jit"),
                 {"mlm_logits": ("<", 3e-6), "nsp_logits": ("<", 3e-6), "loss": ("<", 1e-5),
                  "gelu": ("<", 1e-5), "gelu_grad": ("<", 1e-5)}, relative=True),
         Trains("test_bert_jax.py::test_the_recipe_trains_under_jit_with_dropout", ("jit",),
@@ -192,10 +192,9 @@ PORTS = (
         amp=Amp("test_bert_mxnet.py::test_the_recipe_trains_eager_and_hybridized")),
     # resnet50: torchvision's is the reference; oneflow's is flowvision's (counted only).
     Port("resnet50", "jax", Shapes(
-        "test_resnet50_jax.py::test_resnet50_is_torchvisions_layer_for_layer",
-        total=25_557_032, probes=("strides", "init")),
-        Outputs("test_resnet50_jax.py::test_torchvisions_weights_give_torchvisions_logits_and_"
-                "statistics", ("jit",), {**RESNET_W, "means": ("<", 5e-4), "variances": ("<", 5e-4),
+        "test_ports.py::test_params_are_torchs_by_name_and_shape", total=25_557_032,
+        probes=("strides", "init")),
+        Outputs("test_ports.py::test_torchs_weights_give_torchs_outputs", ("jit",), {**RESNET_W, "means": ("<", 5e-4), "variances": ("<", 5e-4),
                                          "variances_vs_torch": (">", 1e-2)}, relative=True),
         Trains("test_resnet50_jax.py::test_the_recipe_trains_with_a_finite_loss", ("jit",),
                (3,), adapter=False, bounds=RESNET_FIRST),
@@ -286,9 +285,8 @@ PORTS = (
         "test_gpt.py::test_two_tensor_parallel_ranks_train_what_one_process_trains", "torchrun",
         {"tp2 loss": 1e-5, "tp2 grad": 1e-4})),
     Port("gpt", "jax", Shapes(
-        "test_gpt_jax.py::test_parameters_are_torchs_by_name_order_shape_and_initialization",
-        probes=("init",)),
-        Outputs("test_gpt_jax.py::test_torchs_weights_give_torchs_logits_causally", ("jit",),
+        "test_ports.py::test_params_are_torchs_by_name_and_shape", total=867_072),
+        Outputs("test_ports.py::test_torchs_weights_give_torchs_outputs", ("jit",),
                 {"scale": (">", 1.0), "logits": ("<", 5e-6), "loss": ("<", 5e-6)},
                 relative=True),
         Trains("test_gpt_jax.py::test_the_recipe_trains_in_float32_and_computes_in_bfloat16",

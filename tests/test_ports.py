@@ -21,6 +21,7 @@ from snippets import run_snippet
 TESTS = Path(__file__).resolve().parent
 MODELS = TESTS.parent / "pytest_dlperf" / "models"
 CHECKS = ("shapes", "outputs", "trains", "amp", "ranks")
+STD = 0.02  # BertConfig's initializer_range
 
 
 def test_every_port_module_has_a_row() -> None:
@@ -95,8 +96,8 @@ def static(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Port], dict[st
     return figures
 
 
-NEEDS = {"bert": "transformers", "resnet50": "torchvision"}  # what torch's references need
-MODELS_FIRST = ["bert", "resnet50"]  # BERT first: Gluon names a process's first BERT as torch
+NEEDS = {"bert": "transformers", "resnet50": "torchvision", "gpt": "torch"}  # torch's side
+MODELS_FIRST = ["bert", "resnet50", "gpt"]  # BERT first: Gluon names a process's first BERT as torch
 JOB = TESTS / "port_job.py"
 
 
@@ -140,8 +141,11 @@ def test_torchs_weights_give_torchs_outputs(static: Any, port: Port, mode: str) 
                                   if p.values[0].model == "bert"])
 def test_bert_ties_its_decoder_and_pads_as_transformers(static: Any, port: Port) -> None:
     """One array for the embeddings and the masked-LM decoder (the padding row, never looked
-    up, gets a gradient through the decoder, eager and compiled); the padding row zero, as
-    transformers initializes its padding_idx; the lookup itself sends it no gradient."""
+    up, gets a gradient through the decoder, eager and compiled; or, ``held``, the model
+    holds torch's arrays and no more); the padding row zero, as transformers initializes its
+    padding_idx; the lookup itself sends it no gradient; the rest initialized as transformers
+    (``init``): N(0, 0.02), not truncated (BERT-base's smallest matrix has 1,536 values),
+    LayerNorm's weights 1, biases 0."""
     assert port.shapes is not None
     probes = static(port)["probes"]
     if "names" in probes:  # the framework's own parameter names are torch's, all trained
@@ -152,11 +156,22 @@ def test_bert_ties_its_decoder_and_pads_as_transformers(static: Any, port: Port)
         if "arrays" in probes:  # nor a copy of its array (MXNet's parameters hold one each)
             assert probes["arrays"] == 1
         assert all(grad > 0 for grad in probes["decoder_grad"]), probes["decoder_grad"]
+    if "held" in port.shapes.probes:  # arrays and elements: the decoder has none of its own
+        assert probes["held"] == [len(torch_shapes("bert")), port.shapes.total]
     if "padding_row" in port.shapes.probes:
         assert probes["padding_row"] == 0.0
     if "lookup_grad" in port.shapes.probes:
         padding, looked_up = probes["lookup_grad"]
         assert padding == 0.0 and looked_up > 0
+    if "init" in port.shapes.probes:
+        for name, (mean, std, largest, smallest) in probes["init"].items():
+            if name.endswith("LayerNorm.weight"):
+                assert mean == smallest == 1.0, name
+            elif name.endswith("bias"):
+                assert largest == 0.0, name
+            else:
+                assert abs(mean) < 0.003 and abs(std - STD) < 0.05 * STD, (name, mean, std)
+                assert largest > 3 * STD, (name, largest)
 
 
 @pytest.mark.parametrize("port", [p for p in port_cases("shapes")
