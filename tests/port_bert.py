@@ -361,3 +361,54 @@ def bert_jax(spec: dict[str, Any]) -> dict[str, Any]:
     out["once"] = {"gelu": float(np.abs(post - x64 * cdf).max()),
                    "gelu_grad": float(np.abs(grad - exact.reshape(-1)).max())}
     return out
+
+
+def bert_tensorflow(spec: dict[str, Any]) -> dict[str, Any]:
+    """The recipe's BERT-base built only, under mixed bfloat16 as an AMP case on CPU builds it
+    (its variables are float32 whatever the policy): its trainable weights by torch's name and
+    shape, as many as torch's, the tied decoder once. Then TINY from torch's weights on torch's
+    batch, whose attention mask has zeros; fp32 on both sides: 1.2e-7 apart here. Tight on
+    purpose: at TINY's N(0, 0.02) weights the tanh GELU moves the logits by 2.7e-6 only, a
+    wrong LayerNorm eps (1e-5) by 5e-4, an ignored attention mask by 7e-4; so the GELU is also
+    checked against torch's where the two forms differ most (|x| ~ 2: 5e-4)."""
+    import keras
+
+    from pytest_dlperf.core.workload import BuildContext
+    from pytest_dlperf.models.bert import BertShape
+    from pytest_dlperf.models.bert import tensorflow as bert_keras
+
+    small = BuildContext(
+        framework="tensorflow", device_type="cpu", device="cpu", batch_size=2,
+        sizes={"seq_length": 16, "max_predictions_per_seq": 3}, precision="amp",
+        amp_dtype="bfloat16", compiled=False, seed=0, rank=0, world_size=1, local_rank=0)
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        keras.utils.set_random_seed(0)
+        model = bert_keras.recipe(small).model
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    word_embeddings = model.get_layer("bert.embeddings.word_embeddings").embeddings
+    out: dict[str, Any] = {"shapes": bert_keras.torch_named_shapes(model), "probes": {
+        "held": [len(model.trainable_weights),
+                 sum(int(np.prod(w.shape)) for w in model.trainable_weights)],
+        "embeddings": sum(w is word_embeddings for w in model.trainable_weights)}}
+    del model, word_embeddings
+
+    ref = np.load(spec["reference"])
+    model = bert_keras.bert_pretraining(BertShape(**spec["shape"]))
+    bert_keras.load_torch_weights(model, {k.removeprefix("param/"): ref[k] for k in ref.files
+                                          if k.startswith("param/")})
+    inputs = tuple(ref[k].astype("int32") for k in
+                   ("input_ids", "token_type_ids", "attention_mask", "masked_positions"))
+    mlm, nsp = model(inputs, training=False)
+    loss = bert_keras.pretraining_loss(
+        (mlm, nsp), (ref["mlm_labels"].astype("int32"), ref["nsp_labels"].astype("int32")))
+    out["outputs"] = {"eager": {
+        "mlm_logits": float(np.abs(mlm.numpy() - ref["mlm_logits"]).max()),
+        "nsp_logits": float(np.abs(nsp.numpy() - ref["nsp_logits"]).max()),
+        "loss": float(abs(float(loss) - float(ref["loss"])))}}
+    out["once"] = {"gelu": max(
+        float(np.abs(np.asarray(model.get_layer(name).activation(ref["gelu_x"]))
+                     - ref["gelu"]).max())
+        for name in ("bert.encoder.layer.1.intermediate.dense", "cls.predictions.transform.dense"))}
+    return out

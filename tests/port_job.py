@@ -20,9 +20,21 @@ from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its ports' modules beside it
-from port_bert import bert_jax, bert_mindspore, bert_mxnet, bert_oneflow, bert_paddle  # noqa: E402
+from port_bert import (  # noqa: E402
+    bert_jax,
+    bert_mindspore,
+    bert_mxnet,
+    bert_oneflow,
+    bert_paddle,
+    bert_tensorflow,
+)
 from port_gpt import gpt_jax  # noqa: E402
-from port_resnet50 import resnet50_jax, resnet50_mindspore, resnet50_mxnet  # noqa: E402
+from port_resnet50 import (  # noqa: E402
+    resnet50_jax,
+    resnet50_mindspore,
+    resnet50_mxnet,
+    resnet50_tensorflow,
+)
 
 STATIC: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("bert", "mxnet"): bert_mxnet,
@@ -34,6 +46,8 @@ STATIC: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("bert", "jax"): bert_jax,
     ("resnet50", "jax"): resnet50_jax,
     ("gpt", "jax"): gpt_jax,
+    ("bert", "tensorflow"): bert_tensorflow,
+    ("resnet50", "tensorflow"): resnet50_tensorflow,
 }
 
 

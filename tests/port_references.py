@@ -7,7 +7,7 @@ torch do not share a process safely; OneFlow's interpreter has no torch).
 
 Arrays in the file: ``param/<torch name>`` (torch layout), ``input_ids``, ``token_type_ids``,
 ``attention_mask``, ``masked_positions``, ``mlm_logits``, ``nsp_logits``, and ``loss`` for
-``mlm_labels`` / ``nsp_labels`` under the recipe's loss.
+``mlm_labels`` / ``nsp_labels`` under the recipe's loss; torch's GELU (``gelu``) of ``gelu_x``.
 """
 
 from __future__ import annotations
@@ -60,6 +60,10 @@ arrays.update(input_ids=input_ids.numpy(), token_type_ids=token_type_ids.numpy()
               attention_mask=attention_mask.numpy(), masked_positions=positions.numpy(),
               mlm_labels=mlm_labels.numpy(), nsp_labels=nsp_labels.numpy(),
               mlm_logits=mlm_logits.numpy(), nsp_logits=nsp_logits.numpy(), loss=loss.numpy())
+# torch's GELU where the exact and tanh forms differ most (|x| ~ 2: 5e-4), which TINY's small
+# activations never reach.
+arrays["gelu_x"] = np.linspace(-6, 6, 1001, dtype="float32")
+arrays["gelu"] = torch.nn.functional.gelu(torch.from_numpy(arrays["gelu_x"])).numpy()
 np.savez(sys.argv[1], **arrays)
 """
 

@@ -218,3 +218,19 @@ def resnet50_jax(spec: dict[str, Any]) -> dict[str, Any]:
                                   if n.endswith("var"))}}
     out["once"] = {"scale": float(np.abs(ref["logits"]).max())}
     return out
+
+
+def resnet50_tensorflow(spec: dict[str, Any]) -> dict[str, Any]:
+    """Built only, at 64x64: its trainable weights by torch's name and shape (Keras counts
+    BatchNorm's moving statistics too, where torch keeps them as buffers), v1.5's strides."""
+    import keras
+
+    from pytest_dlperf.models.resnet50.tensorflow import resnet50_v15, torch_named_shapes
+
+    model = resnet50_v15(num_classes=1000, image_size=64)
+    return {"shapes": torch_named_shapes(model), "probes": {
+        "strides": [list(layer.strides) for layer in model.layers  # conv1, conv2, conv3
+                    if layer.name.startswith("layer2_0_conv")
+                    and isinstance(layer, keras.layers.Conv2D)],
+        "counted": [sum(int(np.prod(w.shape)) for w in model.trainable_weights),
+                    model.count_params()]}}

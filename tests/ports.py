@@ -154,9 +154,9 @@ PORTS = (
         amp=Amp("test_bert_jax.py::test_the_recipe_trains_under_jit_with_dropout",
                 outside_ci="11 s more, beyond JAX's CI share")),
     Port("bert", "tensorflow", Shapes(
-        "test_bert_tensorflow.py::test_every_parameter_has_torchs_name_and_shape", order=False,
-        total=110_106_428, probes=("tied",)),
-        Outputs("test_bert_tensorflow.py::test_torchs_weights_give_torchs_logits_and_loss",
+        "test_ports.py::test_params_are_torchs_by_name_and_shape", order=False,
+        total=110_106_428, probes=("held",)),
+        Outputs("test_ports.py::test_torchs_weights_give_torchs_outputs",
                 ("eager",),  {"mlm_logits": ("<", 1e-6), "nsp_logits": ("<", 1e-6),
                              "loss": ("<", 1e-6), "gelu": ("<", 2e-6)}),
         amp=Amp("test_bert_tensorflow.py::test_recipe_trains_in_mixed_bfloat16_with_a_float32_"
@@ -201,8 +201,8 @@ PORTS = (
         amp=Amp("test_resnet50_jax.py::test_under_amp_the_recipe_computes_in_bfloat16_on_"
                 "float32_parameters")),
     Port("resnet50", "tensorflow", Shapes(
-        "test_tensorflow.py::test_every_layer_has_torchs_shape", order=False, total=25_557_032,
-        probes=("strides",))),
+        "test_ports.py::test_params_are_torchs_by_name_and_shape", order=False,
+        total=25_557_032, probes=("strides", "counted"))),
     Port("resnet50", "oneflow", Shapes(  # flowvision's: its count, in a case's environment
         "test_oneflow.py::test_cases_run_under_their_own_interpreter_and_skip_without_one",
         order=False, total=25_557_032)),

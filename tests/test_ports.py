@@ -22,6 +22,7 @@ TESTS = Path(__file__).resolve().parent
 MODELS = TESTS.parent / "pytest_dlperf" / "models"
 CHECKS = ("shapes", "outputs", "trains", "amp", "ranks")
 STD = 0.02  # BertConfig's initializer_range
+STATISTICS = 53_120  # ResNet-50's BatchNorms' running means and variances, torch's buffers
 
 
 def test_every_port_module_has_a_row() -> None:
@@ -158,6 +159,8 @@ def test_bert_ties_its_decoder_and_pads_as_transformers(static: Any, port: Port)
         assert all(grad > 0 for grad in probes["decoder_grad"]), probes["decoder_grad"]
     if "held" in port.shapes.probes:  # arrays and elements: the decoder has none of its own
         assert probes["held"] == [len(torch_shapes("bert")), port.shapes.total]
+        if "embeddings" in probes:  # and holds the embeddings once
+            assert probes["embeddings"] == 1
     if "padding_row" in port.shapes.probes:
         assert probes["padding_row"] == 0.0
     if "lookup_grad" in port.shapes.probes:
@@ -180,13 +183,17 @@ def test_resnet50_is_v1_5_initialized_as_torchvision(static: Any, port: Port) ->
     """v1.5: a stage's first block strides on its 3x3 conv, not on its first 1x1 (a count
     cannot see it). torchvision's initialization: He-normal over fan-out (measured
     0.993-1.019 of its std; the smallest conv has 4,096 weights), torch Linear's uniform
-    bound, BatchNorm's 1 and 0; every parameter made at construction; built for training."""
+    bound, BatchNorm's 1 and 0; every parameter made at construction; built for training;
+    where its framework counts BatchNorm's running statistics as weights (Keras), as many as
+    torch's buffers."""
     assert port.shapes is not None
     probes = static(port)["probes"]
     if "strides" in port.shapes.probes:
         assert probes["strides"] == [[1, 1], [2, 2], [1, 1]]
     if "deferred" in port.shapes.probes:
         assert probes["deferred"] == []  # none waits for data
+    if "counted" in port.shapes.probes:  # trainable; and all, BatchNorm's statistics too
+        assert probes["counted"] == [port.shapes.total, port.shapes.total + STATISTICS]
     if "training" in port.shapes.probes:
         assert probes["training"] is True  # out of training, BatchNorm normalizes nothing
     if "init" in port.shapes.probes:

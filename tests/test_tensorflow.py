@@ -1,4 +1,5 @@
-"""The TensorFlow adapter's model is the torch adapter's model: ResNet-50 v1.5, layer for layer."""
+"""The TensorFlow adapter's model is the torch adapter's model: ResNet-50 v1.5, layer for layer
+(the port contract's, tests/ports.py, checked in tests/test_ports.py); Keras's own is v1."""
 
 from __future__ import annotations
 
@@ -15,39 +16,6 @@ from snippets import run_snippet
 torchvision = pytest.importorskip("torchvision")
 pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip install "
                                          "'pytest-dlperf[tensorflow]')")
-
-
-@pytest.fixture(scope="module")
-def keras_model():  # type: ignore[no-untyped-def]
-    from pytest_dlperf.models.resnet50.tensorflow import resnet50_v15
-
-    return resnet50_v15(num_classes=1000, image_size=64)
-
-
-def test_same_trainable_parameter_count_as_torch(keras_model) -> None:  # type: ignore[no-untyped-def]
-    import numpy as np
-
-    trainable = sum(int(np.prod(w.shape)) for w in keras_model.trainable_weights)
-    torch_model = torchvision.models.resnet50()
-    assert trainable == sum(p.numel() for p in torch_model.parameters()) == 25_557_032
-    # Keras counts BN moving statistics too (torch keeps them as buffers): like with like.
-    assert keras_model.count_params() == 25_610_152
-
-
-def test_every_layer_has_torchs_shape(keras_model) -> None:  # type: ignore[no-untyped-def]
-    from pytest_dlperf.models.resnet50.tensorflow import torch_named_shapes
-
-    torch_shapes = {n: tuple(p.shape) for n, p in torchvision.models.resnet50().named_parameters()}
-    keras_shapes = torch_named_shapes(keras_model)
-    assert sorted(keras_shapes) == sorted(torch_shapes)
-    mismatched = {n: (keras_shapes[n], s) for n, s in torch_shapes.items() if keras_shapes[n] != s}
-    assert not mismatched
-    # v1.5, not v1: a stage's first block strides on its 3x3 conv, its first 1x1 conv does not.
-    import keras
-
-    strides = {layer.name: layer.strides for layer in keras_model.layers
-               if layer.name.startswith("layer2_0_conv") and isinstance(layer, keras.layers.Conv2D)}
-    assert strides == {"layer2_0_conv1": (1, 1), "layer2_0_conv2": (2, 2), "layer2_0_conv3": (1, 1)}
 
 
 def test_keras_own_resnet50_is_v1_which_is_why_the_adapter_builds_its_own() -> None:
