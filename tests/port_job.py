@@ -7,7 +7,7 @@ one JSON line, ``{model: figures}``, a port that raised holding ``{"error": trac
 
 Runs under every framework's interpreter: Python 3.10 syntax (OneFlow's), and a framework is
 imported inside its ports' functions only (one module a model: tests/port_bert.py,
-tests/port_resnet50.py, tests/port_gpt.py).
+tests/port_resnet50.py, tests/port_gpt.py, tests/port_wide_deep.py).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from port_resnet50 import (  # noqa: E402
     resnet50_mxnet,
     resnet50_tensorflow,
 )
+from port_wide_deep import wide_deep_paddle, wide_deep_tensorflow  # noqa: E402
 
 STATIC: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("bert", "mxnet"): bert_mxnet,
@@ -48,6 +49,8 @@ STATIC: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("gpt", "jax"): gpt_jax,
     ("bert", "tensorflow"): bert_tensorflow,
     ("resnet50", "tensorflow"): resnet50_tensorflow,
+    ("wide_deep", "tensorflow"): wide_deep_tensorflow,
+    ("wide_deep", "paddle"): wide_deep_paddle,
 }
 
 

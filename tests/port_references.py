@@ -157,16 +157,46 @@ def gpt_reference(path: Path) -> None:
              loss=loss.numpy(), **{f"param/{n}": a.numpy() for n, a in model.state_dict().items()})
 
 
+def wide_deep_reference(path: Path) -> None:
+    """torch's Wide & Deep at SMALL's sizes (a CPU case's, vocab 5,000, hidden 64) from a
+    seed, in eval mode (no dropout), a batch of 64 of its power-law ids and what it makes of
+    them: logits, and the loss for random clicks, written to ``path`` (an .npz) with the
+    weights as ``param/<name>``."""
+    import numpy as np
+    import torch
+
+    from pytest_dlperf.models import wide_deep
+    from pytest_dlperf.models.wide_deep import torch as wide_deep_torch
+
+    shape = wide_deep.WideDeepShape.of({**wide_deep.WORKLOAD.sizes_for("cpu", "fp32"),
+                                        "vocab": 5_000, "hidden_size": 64})
+    torch.manual_seed(0)
+    reference = wide_deep_torch.build(shape).eval()
+    generator = torch.Generator().manual_seed(1)
+    batch = 64
+    dense = torch.rand(batch, shape.dense_fields, generator=generator)
+    wide = wide_deep_torch.power_law_ids(shape, batch, shape.wide_slots, shape.deep_slots,
+                                         generator, "cpu")
+    deep = wide_deep_torch.power_law_ids(shape, batch, shape.deep_slots, 0, generator, "cpu")
+    clicks = torch.randint(0, 2, (batch,), generator=generator).float()
+    with torch.no_grad():
+        logits = reference(dense, wide, deep)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, clicks)
+    np.savez(path, dense=dense.numpy(), wide=wide.numpy(), deep=deep.numpy(),
+             clicks=clicks.numpy(), logits=logits.numpy(), loss=loss.numpy(),
+             **{f"param/{n}": p.detach().numpy() for n, p in reference.named_parameters()})
+
+
 @functools.cache
 def torch_reference(model: str) -> Path:
     """torch's reference for ``model``'s ports, written once a process to a folder of its own,
-    removed at exit: BERT's for TINY (a torch subprocess: ~7 s), ResNet-50's and GPT's in this
-    process."""
+    removed at exit: BERT's for TINY (a torch subprocess: ~7 s), the others' in this process."""
     if model == "bert":
         return tiny_reference()
     folder = Path(tempfile.mkdtemp(prefix=f"dlperf-{model}-reference-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    {"resnet50": resnet50_reference, "gpt": gpt_reference}[model](folder / "ref.npz")
+    {"resnet50": resnet50_reference, "gpt": gpt_reference,
+     "wide_deep": wide_deep_reference}[model](folder / "ref.npz")
     return folder / "ref.npz"
 
 
@@ -176,12 +206,21 @@ def _shapes(model: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
         from pytest_dlperf.models.bert.torch import torch_named_shapes
 
         return tuple(torch_named_shapes().items())
-    if model == "gpt":  # the CPU sizes, on the meta device
+    # Built on the CPU, not the meta device: torch's meta tensors, first used after
+    # TensorFlow's import (by another module in this process), crash it.
+    if model == "wide_deep":  # a CPU case's sizes (vocab 200k)
+        from pytest_dlperf.models import wide_deep
+        from pytest_dlperf.models.wide_deep import torch as wide_deep_torch
+
+        return tuple((n, tuple(p.shape)) for n, p in wide_deep_torch.build(
+            wide_deep.WideDeepShape.of(wide_deep.WORKLOAD.sizes_for("cpu", "fp32"))
+        ).named_parameters())
+    if model == "gpt":  # the CPU sizes
         from pytest_dlperf.models import gpt
         from pytest_dlperf.models.gpt import torch as gpt_torch
 
         return tuple((n, tuple(p.shape)) for n, p in gpt_torch.build(
-            gpt.GPTShape.of(gpt.CPU_SIZES), "meta").named_parameters())
+            gpt.GPTShape.of(gpt.CPU_SIZES)).named_parameters())
     import torchvision
 
     return tuple((n, tuple(p.shape)) for n, p in torchvision.models.resnet50().named_parameters())
@@ -189,7 +228,7 @@ def _shapes(model: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
 
 def torch_shapes(model: str) -> dict[str, tuple[int, ...]]:
     """torch's parameters of ``model`` (``bert``: BERT-base; ``resnet50``: torchvision's;
-    ``gpt``: the CPU sizes) by
+    ``gpt``: the CPU sizes; ``wide_deep``: a CPU case's) by
     name and shape, in its order (tied weights once), each built once a process (BERT-base:
     5 s of CPU), not once a test."""
     return dict(_shapes(model))

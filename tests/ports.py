@@ -233,17 +233,17 @@ PORTS = (
         "test_wide_deep_sharded.py::test_a_plan_trains_what_one_process_trains", "torchrun",
         {"*": 1e-4}, ("emb2-rw-wrong-split", 0.05))),
     Port("wide_deep", "tensorflow", Shapes(
-        "test_wide_deep_tensorflow.py::test_the_formulas_parameters_under_torchs_names_and_"
-        "shapes", order=False, total=4_890_945),
-        Outputs("test_wide_deep_tensorflow.py::test_torchs_weights_give_torchs_logits_and_loss",
+        "test_ports.py::test_params_are_torchs_by_name_and_shape", order=False,
+        total=4_890_945, probes=("trainable",)),
+        Outputs("test_ports.py::test_torchs_weights_give_torchs_outputs",
                 ("eager",), {"logits": ("<", 1e-6), "loss": ("<", 1e-6)}),
         Trains(TRAINED, ("eager", "compiled"), (3, 3), adapter=True, workload="WIDE_DEEP",
                batch=64, sizes={"vocab": 5000, "hidden_size": 64}, every=(0.693, 0.2),
                parameters=wide_deep_count(5000, 64))),
     Port("wide_deep", "paddle", Shapes(
-        "test_wide_deep_paddle.py::test_the_formulas_parameters_under_torchs_names_and_shapes",
-        total=4_890_945),
-        Outputs("test_wide_deep_paddle.py::test_torchs_weights_give_torchs_logits_and_loss",
+        "test_ports.py::test_params_are_torchs_by_name_and_shape", total=4_890_945,
+        probes=("trainable",)),
+        Outputs("test_ports.py::test_torchs_weights_give_torchs_outputs",
                 ("eager",), {"logits": ("<", 1e-6), "loss": ("<", 1e-6)}),
         Trains(TRAINED, ("eager", "compiled"), (3, 3), adapter=True, workload="WIDE_DEEP",
                batch=64, sizes={"vocab": 5000, "hidden_size": 64}, every=(0.693, 0.2),

@@ -97,8 +97,9 @@ def static(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Port], dict[st
     return figures
 
 
-NEEDS = {"bert": "transformers", "resnet50": "torchvision", "gpt": "torch"}  # torch's side
-MODELS_FIRST = ["bert", "resnet50", "gpt"]  # BERT first: Gluon names a process's first BERT as torch
+NEEDS = {"bert": "transformers", "resnet50": "torchvision", "gpt": "torch",
+         "wide_deep": "torch"}  # torch's side
+MODELS_FIRST = ["bert", "resnet50", "gpt", "wide_deep"]  # BERT first: Gluon names a process's first BERT as torch
 JOB = TESTS / "port_job.py"
 
 
@@ -124,6 +125,8 @@ def test_params_are_torchs_by_name_and_shape(static: Any, port: Port) -> None:
         assert list(shapes) == list(torchs)
     if port.shapes.total is not None:
         assert sum(math.prod(shape) for shape in shapes.values()) == port.shapes.total
+    if "trainable" in port.shapes.probes:  # what its framework trains: these, no more
+        assert static(port)["probes"]["trainable"] == port.shapes.total
 
 
 @pytest.mark.parametrize("port, mode", port_cases("outputs", modes=True))
