@@ -35,7 +35,11 @@ from port_resnet50 import (  # noqa: E402
     resnet50_mxnet,
     resnet50_tensorflow,
 )
-from port_wide_deep import wide_deep_paddle, wide_deep_tensorflow  # noqa: E402
+from port_wide_deep import (  # noqa: E402
+    wide_deep_oneflow,
+    wide_deep_paddle,
+    wide_deep_tensorflow,
+)
 
 STATIC: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("bert", "mxnet"): bert_mxnet,
@@ -51,6 +55,7 @@ STATIC: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("resnet50", "tensorflow"): resnet50_tensorflow,
     ("wide_deep", "tensorflow"): wide_deep_tensorflow,
     ("wide_deep", "paddle"): wide_deep_paddle,
+    ("wide_deep", "oneflow"): wide_deep_oneflow,
 }
 
 

@@ -159,9 +159,9 @@ def gpt_reference(path: Path) -> None:
 
 def wide_deep_reference(path: Path) -> None:
     """torch's Wide & Deep at SMALL's sizes (a CPU case's, vocab 5,000, hidden 64) from a
-    seed, in eval mode (no dropout), a batch of 64 of its power-law ids and what it makes of
-    them: logits, and the loss for random clicks, written to ``path`` (an .npz) with the
-    weights as ``param/<name>``."""
+    seed, in eval mode (no dropout), a batch of 64 of its power-law ids (and the uniforms they
+    were drawn from, ``u/wide`` and ``u/deep``) and what it makes of them: logits, and the loss
+    for random clicks, written to ``path`` (an .npz) with the weights as ``param/<name>``."""
     import numpy as np
     import torch
 
@@ -175,15 +175,19 @@ def wide_deep_reference(path: Path) -> None:
     generator = torch.Generator().manual_seed(1)
     batch = 64
     dense = torch.rand(batch, shape.dense_fields, generator=generator)
-    wide = wide_deep_torch.power_law_ids(shape, batch, shape.wide_slots, shape.deep_slots,
-                                         generator, "cpu")
-    deep = wide_deep_torch.power_law_ids(shape, batch, shape.deep_slots, 0, generator, "cpu")
+    ids = {}
+    for name, slots, first in (("wide", shape.wide_slots, shape.deep_slots),
+                               ("deep", shape.deep_slots, 0)):
+        state = generator.get_state()
+        ids[name] = wide_deep_torch.power_law_ids(shape, batch, slots, first, generator, "cpu")
+        generator.set_state(state)  # the uniforms those ids came from
+        ids[f"u/{name}"] = torch.rand(batch, slots, generator=generator, dtype=torch.float64)
     clicks = torch.randint(0, 2, (batch,), generator=generator).float()
     with torch.no_grad():
-        logits = reference(dense, wide, deep)
+        logits = reference(dense, ids["wide"], ids["deep"])
         loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, clicks)
-    np.savez(path, dense=dense.numpy(), wide=wide.numpy(), deep=deep.numpy(),
-             clicks=clicks.numpy(), logits=logits.numpy(), loss=loss.numpy(),
+    np.savez(path, dense=dense.numpy(), clicks=clicks.numpy(), logits=logits.numpy(),
+             loss=loss.numpy(), **{k: v.numpy() for k, v in ids.items()},
              **{f"param/{n}": p.detach().numpy() for n, p in reference.named_parameters()})
 
 

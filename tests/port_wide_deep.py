@@ -82,3 +82,41 @@ def wide_deep_paddle(spec: dict[str, Any]) -> dict[str, Any]:
                                 "loss": float(abs(float(loss) - float(ref["loss"])))}}
     out["once"] = {}
     return out
+
+
+def wide_deep_oneflow(spec: dict[str, Any]) -> dict[str, Any]:
+    """Built at a CPU case's sizes: its parameters by name and shape, initialized as torch's
+    (tables uniform in (-0.05, 0.05), the tower Xavier-uniform, zero biases); its ids from
+    torch's uniforms. Then SMALL from torch's weights, in eval mode (no dropout on either
+    side), on torch's batch of 64."""
+    import oneflow as flow
+
+    from pytest_dlperf.models.wide_deep import WideDeepShape
+    from pytest_dlperf.models.wide_deep.oneflow import build, ids_of
+
+    model = build(WideDeepShape.of(sizes(False)))
+    fresh = {n: p.numpy().copy() for n, p in model.named_parameters()}
+    tables = np.concatenate([fresh["wide_embedding.weight"].ravel(),
+                             fresh["deep_embedding.weight"].ravel()])
+    first = fresh["tower.0.weight"]
+    ref = np.load(spec["reference"])
+    shape = WideDeepShape.of(sizes(True))
+    ids = {name: ids_of(shape, flow.tensor(ref["u/" + name]), first_slot).numpy()
+           for name, first_slot in (("wide", shape.deep_slots), ("deep", 0))}
+    out: dict[str, Any] = {"shapes": {n: list(a.shape) for n, a in fresh.items()}, "probes": {
+        "ids_differ": {k: int((ids[k] != ref[k]).sum()) for k in ids},
+        "table_range": [float(tables.min()), float(tables.max())],
+        "table_std": float(tables.std()),
+        "first_bound": float(np.abs(first).max()) / float(np.sqrt(6 / sum(first.shape))),
+        "biases": max(float(np.abs(v).max()) for n, v in fresh.items() if n.endswith("bias"))}}
+    del model, fresh, tables
+    model = build(shape).eval()
+    model.load_state_dict({n: flow.tensor(ref["param/" + n]) for n, _ in model.named_parameters()})
+    with flow.no_grad():
+        logits = model(*(flow.tensor(ref[k]) for k in ("dense", "wide", "deep")))
+        loss = flow.nn.functional.binary_cross_entropy_with_logits(logits,
+                                                                   flow.tensor(ref["clicks"]))
+    out["outputs"] = {"eager": {"logits": float(np.abs(logits.numpy() - ref["logits"]).max()),
+                                "loss": float(abs(loss.numpy() - ref["loss"]))}}
+    out["once"] = {}
+    return out

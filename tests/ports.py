@@ -249,9 +249,9 @@ PORTS = (
                batch=64, sizes={"vocab": 5000, "hidden_size": 64}, every=(0.693, 0.2),
                parameters=wide_deep_count(5000, 64), programs=1)),
     Port("wide_deep", "oneflow", Shapes(
-        "test_wide_deep_oneflow.py::test_torchs_weights_give_torchs_loss_and_ids",
-        probes=("uniform",)),
-        Outputs("test_wide_deep_oneflow.py::test_torchs_weights_give_torchs_loss_and_ids",
+        "test_ports.py::test_params_are_torchs_by_name_and_shape", total=4_890_945,
+        probes=("uniform", "ids")),
+        Outputs("test_ports.py::test_torchs_weights_give_torchs_outputs",
                 ("eager",), {"logits": ("<", 1e-5), "loss": ("<", 1e-6)}),
         Trains(TRAINED, ("eager", "compiled"), (3, 3), adapter=True, workload="WIDE_DEEP",
                batch=16, sizes={"vocab": 3000, "hidden_size": 32}, band=(0.3, 1.5),

@@ -204,3 +204,20 @@ def test_resnet50_is_v1_5_initialized_as_torchvision(static: Any, port: Port) ->
         assert 0.95 < low <= high < 1.05, probes["conv_std_over_he"]
         assert all(0.99 < ratio <= 1 for ratio in probes["fc_over_bound"]), probes
         assert probes["norms"] == [0.0, 1.0]  # gamma and running var 1, beta and mean 0
+
+
+@pytest.mark.parametrize("port", [p for p in port_cases("shapes")
+                                  if {"uniform", "ids"} & set(p.values[0].shapes.probes)])
+def test_wide_deep_draws_torchs_ids_initialized_as_torch(static: Any, port: Port) -> None:
+    """Its ids from torch's uniforms are torch's ids (``ids``); initialized as torch's is
+    (``uniform``): tables uniform in (-0.05, 0.05), the tower Xavier-uniform, zero biases."""
+    assert port.shapes is not None
+    probes = static(port)["probes"]
+    if "ids" in port.shapes.probes:
+        assert probes["ids_differ"] == {"wide": 0, "deep": 0}, probes
+    if "uniform" in port.shapes.probes:
+        low, high = probes["table_range"]
+        assert -0.05 <= low < -0.049 and 0.049 < high <= 0.05, probes
+        assert probes["table_std"] == pytest.approx(0.05 / 3 ** 0.5, rel=0.02), probes
+        assert 0.95 < probes["first_bound"] <= 1.0, probes  # Xavier's bound, nearly reached
+        assert probes["biases"] == 0.0, probes

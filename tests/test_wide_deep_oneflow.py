@@ -1,5 +1,6 @@
 """Wide & Deep on OneFlow: torch's model (torch's weights give torch's loss, the ids follow
-torch's power law) and, with its tables split by rows over two ranks (``emb-rw``, OneFlow-Benchmark's way: global tensors,
+torch's power law, initialized as torch's: the port contract's, tests/ports.py, checked in
+tests/test_ports.py) and, with its tables split by rows over two ranks (``emb-rw``, OneFlow-Benchmark's way: global tensors,
 SBP), to where one process trains on the same global batch, each rank holding half the rows.
 Trained through the adapter on one process (eager and nn.Graph): the port contract's row in
 tests/ports.py, run by tests/test_ports_trained.py.
@@ -13,12 +14,11 @@ emb2-dp all within 9.9e-7 of how far the parameters moved (0.030), a wrong data 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from snippets import oneflow_launch_runs, run_snippet
+from snippets import oneflow_launch_runs
 
 # name: (layout, compiler, options)
 RUNS: dict[str, tuple[str | None, str, dict[str, Any]]] = {
@@ -31,90 +31,6 @@ RUNS: dict[str, tuple[str | None, str, dict[str, Any]]] = {
 }
 SAME = 1e-5  # float32, reduction orders apart: 9.9e-7 of how far the parameters moved, seen
 VOCAB, WIDTH = 1000, 8  # tests/wide_deep_oneflow_rank.py's SIZES
-
-
-def torch_reference(path: Path) -> None:
-    """torch's model (dropout off: eval), a batch, its logits and loss, and the uniforms its
-    ids were drawn from, written to ``path`` (npz)."""
-    import torch
-
-    from pytest_dlperf.models.wide_deep import CPU_SIZES, WideDeepShape
-    from pytest_dlperf.models.wide_deep.torch import build, power_law_ids
-
-    shape = WideDeepShape.of({**CPU_SIZES, "vocab": 5000, "hidden_size": 32})
-    torch.manual_seed(3)
-    model = build(shape).eval()
-    out: dict[str, Any] = {f"param/{n}": p.detach().numpy() for n, p in model.named_parameters()}
-    generator = torch.Generator().manual_seed(5)
-    batch = 64
-    dense = torch.rand(batch, shape.dense_fields, generator=generator)
-    for name, slots, first in (("wide", shape.wide_slots, shape.deep_slots),
-                               ("deep", shape.deep_slots, 0)):
-        state = generator.get_state()
-        out[name] = power_law_ids(shape, batch, slots, first, generator, "cpu").numpy()
-        generator.set_state(state)  # the uniforms those ids came from
-        out[f"u/{name}"] = torch.rand(batch, slots, generator=generator,
-                                      dtype=torch.float64).numpy()
-    labels = torch.rand(batch, generator=generator).round()
-    with torch.no_grad():
-        logits = model(dense, torch.from_numpy(out["wide"]), torch.from_numpy(out["deep"]))
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
-    np.savez(path, dense=dense.numpy(), labels=labels.numpy(), logits=logits.numpy(),
-             loss=loss.numpy(), **out)
-
-
-SAME_MODEL = """
-import json
-import numpy as np
-import oneflow as flow
-from pytest_dlperf.models.wide_deep import CPU_SIZES, WideDeepShape
-from pytest_dlperf.models.wide_deep.oneflow import build, ids_of
-ref = np.load(REFERENCE)
-shape = WideDeepShape.of({**CPU_SIZES, "vocab": 5000, "hidden_size": 32})
-model = build(shape).eval()
-fresh = {n: p.numpy().copy() for n, p in model.named_parameters()}
-shapes = [[n, list(p.shape)] for n, p in model.named_parameters()]
-model.load_state_dict({n: flow.tensor(ref["param/" + n]) for n, _ in model.named_parameters()})
-ids = {name: ids_of(shape, flow.tensor(ref["u/" + name]), first).numpy()
-       for name, first in (("wide", shape.deep_slots), ("deep", 0))}
-with flow.no_grad():
-    logits = model(flow.tensor(ref["dense"]), flow.tensor(ref["wide"]), flow.tensor(ref["deep"]))
-    loss = flow.nn.functional.binary_cross_entropy_with_logits(logits, flow.tensor(ref["labels"]))
-tables = np.concatenate([fresh["wide_embedding.weight"].ravel(),
-                         fresh["deep_embedding.weight"].ravel()])
-first = fresh["tower.0.weight"]
-print(json.dumps({
-    "shapes": shapes,
-    "logits": float(np.abs(logits.numpy() - ref["logits"]).max()),
-    "loss": float(abs(loss.numpy() - ref["loss"])),
-    "ids_differ": {k: int((ids[k] != ref[k]).sum()) for k in ids},
-    "table_range": [float(tables.min()), float(tables.max())],
-    "table_std": float(tables.std()),
-    "first_bound": float(np.abs(first).max()) / float(np.sqrt(6 / sum(first.shape))),
-    "biases": max(float(np.abs(v).max()) for n, v in fresh.items() if n.endswith("bias"))}))
-"""
-
-
-def test_torchs_weights_give_torchs_loss_and_ids(oneflow_python: str, tmp_path: Path) -> None:
-    """The OneFlow model has torch's parameters by name and shape, in torch's order; given
-    torch's weights it gives torch's logits and loss on torch's batch; its ids from torch's
-    uniforms are torch's ids; and it is initialized as torch's is (tables uniform in
-    (-0.05, 0.05), the tower Xavier-uniform, zero biases)."""
-    pytest.importorskip("torch")
-    reference = tmp_path / "ref.npz"
-    torch_reference(reference)
-    out = run_snippet(oneflow_python, SAME_MODEL.replace("REFERENCE", repr(str(reference))))
-    assert isinstance(out, dict)
-    ref = np.load(reference)
-    assert out["shapes"] == [[key[6:], list(ref[key].shape)] for key in ref.files
-                             if key.startswith("param/")]
-    assert out["logits"] < 1e-5 and out["loss"] < 1e-6, out
-    assert out["ids_differ"] == {"wide": 0, "deep": 0}, out
-    low, high = out["table_range"]
-    assert -0.05 <= low < -0.049 and 0.049 < high <= 0.05, out
-    assert out["table_std"] == pytest.approx(0.05 / 3 ** 0.5, rel=0.02), out
-    assert 0.95 < out["first_bound"] <= 1.0, out  # Xavier's bound, nearly reached
-    assert out["biases"] == 0.0, out
 
 
 @pytest.fixture(scope="module")
