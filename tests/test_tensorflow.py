@@ -36,10 +36,6 @@ def test_tf(cluster, amp, compiler, throughput_meter):
 """
 
 
-@pytest.mark.outside_ci("36 s beside another job (2026-12-06), beyond TensorFlow's CI share: the "
-                        "conformance suite's compiled TensorFlow rank compiles its whole step "
-                        "with XLA in CI, and the warm-up step a compiled case needs is checked "
-                        "below")
 @pytest.mark.usefixtures("subprocess_env")
 def test_a_compiled_case_trains_under_xla_and_reports_compile_time_apart(
         pytester: pytest.Pytester) -> None:
@@ -109,20 +105,27 @@ TWO_WORKERS = ("-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--device
 
 
 @pytest.mark.usefixtures("subprocess_env")
-@pytest.mark.outside_ci(
-    "29 s beside another job (2026-12-06), CI's 35 minutes: TensorFlow's workers train a "
-    "recipe of the user's across two node hosts in CI (test_fabric), and Keras's "
-    "mixed_bfloat16 policy builds BERT-base there (test_bert_tensorflow)")
-def test_an_own_keras_model_trains_in_fp32_and_mixed_precision(pytester: pytest.Pytester) -> None:
+def test_an_own_keras_model_trains_in_fp32_mixed_precision_and_compiled_on_two_workers(
+        pytester: pytest.Pytester) -> None:
+    """fp32 and Keras's mixed_bfloat16 eager, and fp32 compiled: three cases of one session
+    (two sessions took 29 s and 22 s beside another job, 2026-12-06). XLA cannot compile
+    MultiWorkerMirroredStrategy's all-reduce on CPU (TensorFlow 2.21: "Only compiling NCCL/auto
+    collective is supported, got: ring"; with auto, "Collectives are not yet implemented for
+    CPU devices when compiling with XLA"): there the adapter compiles the step around it, and
+    says so."""
     pytester.makepyfile(test_own=OWN_MODEL)
-    result = pytester.runpytest_subprocess(*TWO_WORKERS, "-k", "1n2d", "--dlperf-precisions",
-                                           "fp32,amp", timeout=300)
-    result.assert_outcomes(passed=2)
-    benches = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
-    precisions = sorted(b["extra_info"]["precision"] for b in benches)
-    assert precisions == ["amp(bfloat16)", "fp32"]
-    assert {b["extra_info"]["fingerprint"]["model"] for b in benches} == {"tf-mlp"}
-    for bench in benches:
+    result = pytester.runpytest_subprocess(*TWO_WORKERS, "-k", "1n2d and (eager or fp32)",
+                                           "--dlperf-precisions", "fp32,amp",
+                                           "--dlperf-compilers", "eager,compiled", timeout=400)
+    result.assert_outcomes(passed=3)
+    benches = {b["name"]: b for b in json.loads((pytester.path / "r.json").read_text())[
+        "benchmarks"]}
+    assert sorted(benches) == ["test_mlp[1n2d-amp-eager]", "test_mlp[1n2d-fp32-compiled]",
+                               "test_mlp[1n2d-fp32-eager]"]
+    precisions = sorted(b["extra_info"]["precision"] for b in benches.values())
+    assert precisions == ["amp(bfloat16)", "fp32", "fp32"]
+    assert {b["extra_info"]["fingerprint"]["model"] for b in benches.values()} == {"tf-mlp"}
+    for bench in benches.values():
         info = bench["extra_info"]
         # Each worker's own step (no all-reduce) for the straggler check, and its peak memory.
         ranks = info["peak_memory_per_rank"]
@@ -130,23 +133,10 @@ def test_an_own_keras_model_trains_in_fp32_and_mixed_precision(pytester: pytest.
         assert all(r["own_step_s"] > 0 and r["peak_memory_bytes"] > 0 for r in ranks)
         # No torch recipe: no FLOPs, and the reason is said.
         assert info["flops_per_sample"] is None and "no torch recipe" in info["flops_problem"]
-
-
-@pytest.mark.usefixtures("subprocess_env")
-def test_a_compiled_case_trains_on_two_cpu_workers(pytester: pytest.Pytester) -> None:
-    """XLA cannot compile MultiWorkerMirroredStrategy's all-reduce on CPU (TensorFlow 2.21:
-    "Only compiling NCCL/auto collective is supported, got: ring"; with auto, "Collectives are
-    not yet implemented for CPU devices when compiling with XLA"): there the adapter compiles
-    the step around it, and says so."""
-    pytester.makepyfile(test_own=OWN_MODEL)
-    result = pytester.runpytest_subprocess(*TWO_WORKERS, "-k", "1n2d and fp32",
-                                           "--dlperf-compilers", "compiled", timeout=300)
-    result.assert_outcomes(passed=1)
-    (bench,) = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
-    assert bench["name"] == "test_mlp[1n2d-fp32-compiled]"
-    env = bench["extra_info"]["environment"]
+    env = benches["test_mlp[1n2d-fp32-compiled]"]["extra_info"]["environment"]
     assert env["jit_compile"] is True and env["data_parallel_ranks"] == 2
     assert env["xla_compiles"] == "forward-backward and update, not the all-reduce"
+    assert benches["test_mlp[1n2d-fp32-eager]"]["extra_info"]["environment"]["jit_compile"] is False
 
 
 NO_PARAMETERS = """
