@@ -149,10 +149,8 @@ PORTS = (
                 {"mlm_logits": ("<", 3e-6), "nsp_logits": ("<", 3e-6), "loss": ("<", 1e-5),
                  "gelu": ("<", 1e-5), "gelu_grad": ("<", 1e-5)}, relative=True),
         Trains("test_bert_jax.py::test_the_recipe_trains_under_jit_with_dropout", ("jit",),
-               (3,), adapter=False, bounds={"first - (lnV + ln2)": ("<", 0.5)},
-               outside_ci="73 s of the first pass, beyond JAX's CI share"),
-        amp=Amp("test_bert_jax.py::test_the_recipe_trains_under_jit_with_dropout",
-                outside_ci="11 s more, beyond JAX's CI share")),
+               (3,), adapter=False, bounds={"first - (lnV + ln2)": ("<", 0.5)}),
+        amp=Amp("test_bert_jax.py::test_the_recipe_trains_under_jit_with_dropout")),
     Port("bert", "tensorflow", Shapes(
         "test_ports.py::test_params_are_torchs_by_name_and_shape", order=False,
         total=110_106_428, probes=("held",)),
@@ -165,11 +163,7 @@ PORTS = (
                                    probes=BERT_PROBES),
         Outputs("test_ports.py::test_torchs_weights_give_torchs_outputs", ("eager",), BERT_W),
         Trains(TRAINED, ("eager", "compiled"), (2, 2), adapter=True, workload="BERT_BASE",
-               sizes=BERT_SMALL, first=BERT_CHANCE,
-               outside_ci="26 s (2026-12-06), beyond OneFlow's CI share: the conformance suite "
-                          "checks OneFlow's AdamW and clip against torch's in CI, its ResNet-50 "
-                          "trains as an nn.Graph on two nodes (test_oneflow), and its BERT gives "
-                          "torch's outputs from torch's weights (test_ports)")),
+               sizes=BERT_SMALL, first=BERT_CHANCE)),
     Port("bert", "paddle", Shapes("test_ports.py::test_params_are_torchs_by_name_and_shape", total=110_106_428,
                                   probes=BERT_PROBES),
         Outputs("test_ports.py::test_torchs_weights_give_torchs_outputs", ("eager",), BERT_W),

@@ -165,10 +165,6 @@ print(json.dumps({
 """
 
 
-@pytest.mark.outside_ci("73 s of the first pass (11 more in bf16), beyond JAX's CI share: JAX's "
-                        "BERT gives torch's outputs from torch's weights in CI (test_ports), and "
-                        "ResNet-50's recipe trains under jit with its non-parameter state (batch "
-                        "norm's statistics) handed out and back in CI (test_resnet50_jax)")
 @pytest.mark.parametrize("precision", ["fp32", "amp"])
 def test_the_recipe_trains_under_jit_with_dropout(jax_python: str, precision: str) -> None:
     """TINY from the recipe (the CPU case's sequence 32, 5 masked positions, batch 2): three
