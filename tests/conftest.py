@@ -50,10 +50,10 @@ LONGEST_FIRST = (  # worker-seconds in CI's first pass (tests/module_times.py), 
     "test_ray_cluster.py",  # ~145 s
     "test_bad_inputs.py",  # ~100 s
     "test_memory_cases.py",  # ~90 s
+    "test_ports.py",  # ~75 s (every framework's static job)
     "test_sweep.py",  # ~75 s
     "test_oneflow.py",  # ~70 s
     "test_layouts_torch.py",  # ~65 s
-    "test_ports.py",  # ~45 s
 )
 
 
