@@ -17,6 +17,19 @@ def worst(got: Any, want: Any) -> float:
     return float(np.abs(got - want).max() / np.abs(want).max())
 
 
+def init_probes(params: dict[str, Any]) -> dict[str, Any]:
+    """How the parameters (NumPy arrays, torch's names and layout) were initialized, as
+    torchvision initializes them: each conv's std over He's, the head's largest value over
+    Linear's bound, the values BatchNorm's weights and biases start at."""
+    convs = [a.std() / math.sqrt(2 / (a.shape[0] * a.shape[2] * a.shape[3]))
+             for a in params.values() if a.ndim == 4]
+    return {"conv_std_over_he": [float(min(convs)), float(max(convs))],
+            "fc_over_bound": [float(abs(params[n]).max() * math.sqrt(2048))
+                              for n in ("fc.weight", "fc.bias")],
+            "norms": sorted({float(v) for n, a in params.items() if a.ndim == 1
+                             and not n.startswith("fc.") for v in set(a.tolist())})}
+
+
 def resnet50_mxnet(spec: dict[str, Any]) -> dict[str, Any]:
     """Built only: names, shapes, strides, initialization. Then, from torchvision's weights:
     Eval mode (BatchNorm on its running statistics, loaded too), then one forward in
@@ -57,17 +70,11 @@ def resnet50_mxnet(spec: dict[str, Any]) -> dict[str, Any]:
     model = resnet50()
     block = model.layer2[0]
     params = {n: p.data().asnumpy() for n, p in named_parameters(model).items()}
-    convs = [a.std() / math.sqrt(2 / (a.shape[0] * a.shape[2] * a.shape[3]))
-             for n, a in params.items() if a.ndim == 4]
     out: dict[str, Any] = {"shapes": torch_named_shapes(model), "probes": {
         "strides": [list(conv._kwargs["stride"]) for conv in (block.conv1, block.conv2,
                                                               block.conv3)],
         "deferred": [n for n, p in model.collect_params().items() if p._deferred_init],
-        "conv_std_over_he": [float(min(convs)), float(max(convs))],
-        "fc_over_bound": [float(abs(params[n]).max() * math.sqrt(2048))
-                          for n in ("fc.weight", "fc.bias")],
-        "norms": sorted({float(v) for n, a in params.items() if a.ndim == 1
-                         and not n.startswith("fc.") for v in set(a.tolist())})}}
+        **init_probes(params)}}
 
     ref = np.load(spec["reference"])
     weights = {k[len("param/"):]: ref[k] for k in ref.files if k.startswith("param/")}
@@ -185,15 +192,9 @@ def resnet50_jax(spec: dict[str, Any]) -> dict[str, Any]:
     model = resnet50()
     block = model.layer2[0]
     params = {n: np.asarray(a) for n, a in named_parameters(model).items()}
-    convs = [a.std() / math.sqrt(2 / (a.shape[0] * a.shape[2] * a.shape[3]))
-             for n, a in params.items() if a.ndim == 4]
     out: dict[str, Any] = {"shapes": torch_named_shapes(model), "probes": {
         "strides": [list(conv.strides) for conv in (block.conv1, block.conv2, block.conv3)],
-        "conv_std_over_he": [float(min(convs)), float(max(convs))],
-        "fc_over_bound": [float(abs(params[n]).max() * math.sqrt(2048))
-                          for n in ("fc.weight", "fc.bias")],
-        "norms": sorted({float(v) for n, a in params.items() if a.ndim == 1
-                         and not n.startswith("fc.") for v in set(a.tolist())})}}
+        **init_probes(params)}}
     del model, params
 
     ref = np.load(spec["reference"])
