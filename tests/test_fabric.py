@@ -258,8 +258,8 @@ def test_a_slower_link_behind_the_plugins_back_is_a_regression(
     """What a communication regression on a real cluster looks like: the fingerprint (10 Gbit/s
     asked) is unchanged, the link is not. Under DDP the gradients' all-reduce crosses it; under
     FSDP2 (issue 40) the parameters' all-gathers and the gradients' reduce-scatters do. Both
-    layouts are cases of the same three sessions (one fabric each, its two veths slowed once):
-    ~100 s alone against 64 + 75 as two tests (2026-12-06)."""
+    layouts are cases of the same two sessions (one fabric each, its two veths slowed in the
+    second)."""
     pytester.makepyfile(wide=WIDE, test_wide=WIDE_TEST)
     at_10g = [*ACROSS, "--dlperf-link", "10gbit", "--dlperf-layouts", "dp,fsdp"]
     idents = ("2n1d", "2n1d-fsdp2")
@@ -273,20 +273,23 @@ def test_a_slower_link_behind_the_plugins_back_is_a_regression(
         network = case["network"]
         assert network["link"] == "10gbit" and case["fingerprint"]["link"] == "10gbit"
         assert len(set(network["addresses"])) == 2, network  # two nodes, two addresses
+    # One device trains alike under both layouts: the 1n1d reference is measured once (a
+    # launch of each of them before, whose medians differed).
+    dp, fsdp = (cases[f"test_wide[{ident}]"] for ident in idents)
+    assert dp["samples_per_s"] / dp["speedup"] == pytest.approx(
+        fsdp["samples_per_s"] / fsdp["speedup"], rel=1e-9)
 
-    # The same setting, nothing changed: it passes. Judged at 90%: this VM drifts by tens of
-    # percent between sessions minutes apart, and the 1n1d reference that the efficiency is
-    # judged by has come out 4x slower in one session than the next with other work on the two
-    # cores. The slowed link below must cost well beyond it: at 200 Mbit/s a step took 0.2 s
-    # (16 samples at 79.5 samples/s, against 647 recorded minutes earlier and 853 in between:
-    # -87.7%, a pass at 90%, 2026-11-28); at 50 Mbit/s, ~0.7 s to carry the 4 MiB of
-    # gradients, ~-97%.
-    same = pytester.runpytest_subprocess(*at_10g, "--dlperf-tolerance", "90%", timeout=400)
-    same.assert_outcomes(passed=2)
-
-    with Reshaper("50mbit", asked="10Gbit") as reshaper:
-        slowed = pytester.runpytest_subprocess(*at_10g, "--dlperf-tolerance", "90%",
-                                               timeout=400)
+    # The link slowed behind the plugin's back, judged as a user's run is, at the default
+    # tolerance: at 200 Mbit/s a step of either layout takes ~0.2-0.35 s to carry the 4 MiB of
+    # gradients (quiet here, 2026-12-07: dp 78.9 samples/s against 875 recorded, -91.0%, p 5e-5;
+    # fsdp2 46.2 against 518, -91.1%, p 0.002), beyond the factor of 2 that this VM drifts
+    # between runs, so the verdict rests on the launches alone. (Before: 50 Mbit/s at a 90%
+    # tolerance, -98%, and a third session between, unchanged, that passed at 90%, as it does
+    # whatever this VM does: the test took 142 s, now 69. What says the link is the cause is the
+    # message's split of the step, below.)
+    with Reshaper("200mbit", asked="10Gbit") as reshaper:
+        # (judged by its throughput: no 1n1d reference launched for a speedup, a launch less)
+        slowed = pytester.runpytest_subprocess(*at_10g, "--dlperf-speedup", "off", timeout=400)
     assert len(reshaper.done) >= 2, reshaper.done  # both nodes' veths were slowed
     slowed.assert_outcomes(failed=2)
     for ident in idents:
@@ -326,7 +329,8 @@ def test_tensorflow_workers_train_across_two_node_hosts(pytester: pytest.Pyteste
         "-p", "no:cacheprovider", "-m", "multinode", "--nodes", "2", "--devices-per-node", "1",
         "-k", "2n1d", "--dlperf-warmup-steps", "1", "--dlperf-steps", "2", "--dlperf-repeats",
         "1", "--dlperf-launches", "1", "--dlperf-json", "r.json", "--dlperf-unstable-cv", "10",
-        "--dlperf-timeout", "180", timeout=300)
+        "--dlperf-timeout", "180", "--dlperf-speedup", "off",  # (no 1n1d TensorFlow beside it)
+        timeout=300)
     result.assert_outcomes(passed=1)
     (bench,) = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
     network = bench["extra_info"]["network"]

@@ -51,11 +51,13 @@ def test_cases_run_under_their_own_interpreter_and_skip_without_one(
     # Configured: two local nodes training an nn.Graph data-parallel under Python 3.10, beside
     # torchrun's own store (OneFlow's control plane on the launcher's spare port); AMP skips on
     # CPU. As root each node is a host of its own, so OneFlow sees two nodes at two addresses;
-    # else one host address (OneFlow must then see host-wide local ranks).
+    # else one host address (OneFlow must then see host-wide local ranks). No speedup: its 1n1d
+    # reference, a graph of ResNet-50 built and run on one rank, took 22 of the test's 51 s
+    # (2026-12-07).
     result = run_graph_case(
         pytester, *common, "--dlperf-python", f"oneflow={oneflow_python}", "--dlperf-compilers",
         "compiled", "-k", "2n1d", "--dlperf-json", "r.json", "--dlperf-precisions", "fp32,amp",
-        timeout=400)
+        "--dlperf-speedup", "off", timeout=400)
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*oneflow has no AMP on cpu*"])
     (bench,) = json.loads((pytester.path / "r.json").read_text())["benchmarks"]
@@ -64,7 +66,7 @@ def test_cases_run_under_their_own_interpreter_and_skip_without_one(
     assert info["environment"]["python"].startswith("3.10.")
     assert info["fingerprint"]["python"] == "3.10"  # the ranks' Python, not pytest's
     assert info["environment"]["compiled"] is True
-    assert info["fingerprint"]["framework"] == "oneflow" and info["speedup"] > 0
+    assert info["fingerprint"]["framework"] == "oneflow" and info["samples_per_s"] > 0
     from pytest_dlperf.launch.onehost import fabric
 
     if fabric.available()[0]:
@@ -104,6 +106,7 @@ def test_an_own_model_trains_eager_and_as_a_graph_on_two_ranks(
         pytester, "-p", "no:cacheprovider", "--dlperf-protocol", "quick", "--devices-per-node",
         "2", "--dlperf-python", f"oneflow={oneflow_python}", "--dlperf-compilers",
         "eager,compiled", "-k", "1n2d", "--dlperf-json", "r.json", "--dlperf-unstable-cv", "10",
+        "--dlperf-speedup", "off",  # (the ranks are checked: no 1n1d launch beside each case)
         timeout=400)
     result.assert_outcomes(passed=2)
     benches = json.loads((pytester.path / "r.json").read_text())["benchmarks"]

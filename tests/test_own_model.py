@@ -353,6 +353,22 @@ def test_parametrized_ids_come_from_pytest_and_find_the_one_device_reference(
     assert data["benchmarks"][0]["params"]["cluster"] == "1n2d"
 
 
+@pytest.mark.usefixtures("subprocess_env")
+def test_speedup_off_launches_no_one_device_reference(pytester: pytest.Pytester) -> None:
+    """``--dlperf-speedup off``: a 1n2d case alone in its session (no 1n1d case, no baseline)
+    is measured with no 1n1d launch beside it, and reports no speedup or efficiency."""
+    pytester.makepyfile(test_ids=IDS)
+    run = (*QUICK, "--devices-per-node", "2", "-k", "1n2d", "--dlperf-precisions", "fp32",
+           "--dlperf-launches", "1", "--dlperf-repeats", "1", "--dlperf-json", "r.json")
+    off = pytester.runpytest_subprocess(*run, "--dlperf-speedup", "off", timeout=300)
+    off.assert_outcomes(passed=1)
+    assert not [line for line in off.outlines if "1n1d reference" in line], off.outlines
+    [info] = benches(pytester.path / "r.json").values()
+    assert info["topology"]["id"] == "1n2d"
+    assert info["speedup"] is None and info["scaling_efficiency"] is None
+    assert info["samples_per_s"] > 0
+
+
 def build_for_reference(ctx: object) -> object:  # a module-level function: importable
     return None
 

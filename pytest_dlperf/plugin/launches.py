@@ -234,10 +234,13 @@ class Launches:
         """``reference``'s whole result (its phases too). ``at_the_edge``: out of memory, it
         raises ``OutOfMemoryAtTheEdge`` (one device alone may not fit what the case's ranks
         share, sharded tables; the case is measured all the same) instead of failing."""
-        # One device trains alone, whatever the case's layout: what one device does without
-        # any parallel machinery (DLPerf's speedup's denominator).
-        replicas = spec.parallel(self.case.cluster.world_size).data_parallel
-        single = replace(spec, optimizer=spec.optimizer.for_batch_ratio(1 / replicas),
-                         layout=None)
-        return self.run((cluster or self.case.cluster).at(topology), single,
+        return self.run((cluster or self.case.cluster).at(topology), self.reference_spec(spec),
                         at_the_edge=at_the_edge, label="1n1d reference")[0]
+
+    def reference_spec(self, spec: RankSpec) -> RankSpec:
+        """What the 1n1d reference of a case of ``spec`` trains: one device alone, whatever the
+        case's layout, what it does without any parallel machinery (DLPerf's speedup's
+        denominator), its learning rate scaled to the one device's global batch."""
+        replicas = spec.parallel(self.case.cluster.world_size).data_parallel
+        return replace(spec, optimizer=spec.optimizer.for_batch_ratio(1 / replicas),
+                       layout=None)

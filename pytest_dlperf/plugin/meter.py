@@ -230,13 +230,13 @@ class ThroughputMeter:
         sized, env = measured.sized, measured.environment
         # Counted (and kept for the session) before anything else can fail the case.
         flops = self._count_flops(case, launches, workload, measured)
-        fp = case.fingerprint(self.cluster.topology, version, env, sized,
-                              search.size if search else None)
+        searched = search.size if search else None
+        fp = case.fingerprint(self.cluster.topology, version, env, sized, searched)
         baseline = baselines.load(case, fp)
         policy = case.policy(baseline)
-        reference, one_device = (
-            self._reference(case, launches, measured, version, search.size if search else None)
-            if self.cluster.world_size > 1 else (None, None))
+        scaled = self.cluster.world_size > 1 and self.state.settings.speedup == "on"
+        reference, one_device = (self._reference(case, launches, measured, version, searched)
+                                 if scaled else (None, None))
         result, verdicts = self._verdicts(launches, measured, baseline, reference, policy,
                                           baselines.machine_drift(case, fp))
         # Before anything is recorded: an MFU above 100% (a wrong peak) fails the case here.
@@ -340,9 +340,8 @@ class ThroughputMeter:
     def _reference(self, case: Case, launches: Launches, measured: Measured,
                    version: str, searched: str | None) -> tuple[float | None, Phases | None]:
         """The 1n1d median for this test and precision, with the same per-device batch, and
-        its phases: from this session, else from its baseline, else measured now (and not
-        reported); None when the launcher cannot run 1n1d (external mode) and nothing else
-        has it."""
+        its phases: from this session, else from its baseline, else measured now (not
+        reported, once a session); None where nothing has it and the launcher cannot run 1n1d."""
         topology = make_topology(self.state.hardware, 1, 1, self.cluster.device_type)
         # As the 1n1d case itself is filed: a searched batch's fingerprint says "max"; one
         # device trains alone, whatever this case's layout (DLPerf's speedup's denominator).
@@ -353,6 +352,10 @@ class ThroughputMeter:
             return found
         if not self.cluster.launcher.can_run(topology):
             return None, None
+        # Once a session: cases whose reference trains the same (dp's, fsdp2's) share it.
+        key = launches.reference_spec(measured.spec).with_(count_flops=False).dumps()
+        if key in self.state.references:
+            return self.state.references[key]
         try:
             single = launches.reference_result(measured.spec, topology, at_the_edge=True)
         except OutOfMemoryAtTheEdge as edge:
@@ -360,7 +363,8 @@ class ThroughputMeter:
                 f"pytest-dlperf: {case.id}: no speedup: one device alone (its 1n1d reference) "
                 f"ran out of memory at this size: {edge.message}"))
             return None, None
-        return single.median, phases.of(single)
+        kept = self.state.references[key] = single.median, phases.of(single)
+        return kept
 
     def _count_flops(self, case: Case, launches: Launches, workload: Workload,
                      measured: Measured) -> FlopsCount:

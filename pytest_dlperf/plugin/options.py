@@ -168,6 +168,12 @@ OPTIONS: tuple[Option, ...] = (
            "optimizer, exposed communication), which the results, the baseline and a "
            "regression's message report; off: none. Default: on.",
            _choice("on", "off"), "on", metavar="on|off"),
+    Option("speedup", "on: each multi-device case's speedup and scaling efficiency against "
+           "the 1n1d median of the same test (this session's 1n1d case, else its baseline, "
+           "else a launch at 1n1d measured for it: docs/multinode.md, Scaling), the efficiency "
+           "recorded and judged; off: none, and no 1n1d launch, for runs that gate the cases' "
+           "throughput alone (a multi-node case's reference is a launch of its own). "
+           "Default: on.", _choice("on", "off"), "on", metavar="on|off"),
     Option("allocator", "the heap allocator every rank runs under, set the same way in every "
            "launch and part of the fingerprint: glibc (glibc's malloc with its mmap and trim "
            "thresholds fixed at 32M and 64M, the most its own dynamic rule reaches: every "

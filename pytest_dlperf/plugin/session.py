@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from ..core.lifeline import claim, sweep
+from ..core.phases import Phases
 from ..core.topology import Hardware, Topology, detect_hardware, make_topology
 from ..launch import BUILTIN_LAUNCHERS, Launcher, detect, make_builtin
 from ..launch.protocol import missing_members
@@ -94,6 +95,9 @@ class SessionState:
     siblings: dict[SiblingKey, dict[tuple[str, str | None], str]] = field(default_factory=dict)
     # FLOPs per sample, counted once per workload, recipe and sizes in a session.
     flops_counts: dict[str, FlopsCount] = field(default_factory=dict)
+    # 1n1d references measured in this session (not reported), by what they train: their
+    # median and phases (plugin.meter).
+    references: dict[str, tuple[float, Phases | None]] = field(default_factory=dict)
     # Asked once for the commit the measured code is at (the pytest_dlperf_commit_info hook).
     commit_info: Callable[[], dict[str, Any] | None] = dict
     launchers: LauncherHooks = field(default_factory=LauncherHooks)

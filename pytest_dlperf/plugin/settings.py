@@ -31,6 +31,7 @@ class Settings:
     straggler_threshold: float
     peak_flops: float | None
     phases: str  # "on": diagnostic steps cut into phases after the windows; "off": none
+    speedup: str  # "on": multi-device cases' speedup against the 1n1d median; "off": none
     allocator: Allocator  # the ranks' heap allocator
     launches: int
     max_repeats: int
