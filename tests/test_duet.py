@@ -43,6 +43,24 @@ except BarrierError as exc:
 """
 
 
+# Reads every broken marker as a waiting rank would, as fast as it can, until told to stop.
+LOOKER = """
+import json, sys
+from pathlib import Path
+folder = Path(sys.argv[1])
+read = blank = 0
+print("looking", flush=True)
+while not (folder / "done").exists():
+    for marker in folder.glob("broken-*"):
+        try:
+            read += 1
+            blank += not marker.read_text().strip()
+        except FileNotFoundError:
+            pass
+print(json.dumps({"read": read, "blank": blank}))
+"""
+
+
 def party(folder: Path, delay: float, name: str, parties: int = 2,
           timeout: float = 30.0) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-c", PARTY, str(folder), str(parties), str(delay),
@@ -88,6 +106,24 @@ def test_a_side_that_failed_stops_the_other_at_once(tmp_path: Path) -> None:
     assert time.time() - started < 10
     assert "a rank of the other side failed while this one waited: rank 0: RuntimeError: " \
            "the base's recipe broke" in said
+
+
+def test_a_broken_marker_is_never_seen_without_its_reason(tmp_path: Path) -> None:
+    """The waiting side polls every millisecond: a marker it can see before its reason is
+    written gives it an error with the reason blank (CI of 2026-12-07 read "... failed while
+    this one waited: " and nothing after). Another process polls as the barrier does while this
+    one breaks one barrier after another."""
+    looker = subprocess.Popen([sys.executable, "-c", LOOKER, str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert looker.stdout is not None and looker.stdout.readline() == "looking\n"
+        for number in range(3000):
+            Barrier(tmp_path, 2, 1.0, "failed").break_(f"rank 0: reason {number}")
+            (tmp_path / "broken-failed").unlink()
+    finally:
+        (tmp_path / "done").touch()
+    seen = json.loads(looker.communicate(timeout=60)[0])
+    assert seen["read"] > 0 and seen["blank"] == 0, seen
 
 
 # A rank's placement as the worker does it first thing (``rank.worker.place``), then what the

@@ -57,8 +57,12 @@ class Barrier:
 
     def break_(self, why: str) -> None:
         """Tell the waiting ranks this one will not come."""
+        # Written under a name nobody looks for, then renamed: a waiting rank polls every
+        # millisecond and once read the marker before its reason was in it (a blank reason).
+        writing = self.folder / f".writing-broken-{self.name}"
         try:
-            (self.folder / f"broken-{self.name}").write_text(why)
+            writing.write_text(why)
+            os.replace(writing, self.folder / f"broken-{self.name}")
         except OSError:
             pass  # the folder went with its launch: nobody waits there any more
 
