@@ -2,7 +2,7 @@
 ``@pytest.mark.sweep``), each rung its own id and baseline, the rungs' latency and peak memory
 per device together, the memory a unit costs fitted over them, and the first rung that runs out
 of memory ending the sweep (a result, not an error) unless a baseline says it fit before. Real
-ranks under a memory limit the OS enforces (the NumPy wide workload of test_memory_cases: ~64 MiB
+ranks under a memory limit the OS enforces (the NumPy wide workload of test_memory_cases: ~16 MiB
 a sample at its step's peak)."""
 
 from __future__ import annotations
@@ -100,8 +100,8 @@ def test_a_sweep_stops_at_the_first_rung_that_runs_out_of_memory(
     cgroups = limit_cgroups()
     run = (*SHORT, "-k", "test_swept", "-rsx", "--dlperf-launches", "1", "--devices-per-node",
            "1", "--dlperf-steps", "2", "--dlperf-repeats", "2")
-    limited = ("--dlperf-memory-limit", "1G")
-    # The first rungs fit under 1 GiB; one of them runs out of memory and ends the sweep: the
+    limited = ("--dlperf-memory-limit", "256M")
+    # The first rungs fit under 256 MiB; one of them runs out of memory and ends the sweep: the
     # rungs above it are not run.
     first = pytester.runpytest_subprocess(*run, *limited, "--dlperf-update-baselines",
                                           "--dlperf-json", "1.json", timeout=600)
@@ -116,21 +116,21 @@ def test_a_sweep_stops_at_the_first_rung_that_runs_out_of_memory(
     assert record["largest_fit"] == oom // 2 and [p["value"] for p in record["points"]] == [
         2 ** i for i in range(1, fitted + 2)]
     assert "ran out of memory" in record["points"][-1]["message"]
-    # The line through the rungs that fit: ~64 MiB a sample (the trainer's widened activation
+    # The line through the rungs that fit: ~16 MiB a sample (the trainer's widened activation
     # and its ReLU'd copy), within what the allocator and the process add.
-    assert 48 * 2 ** 20 < record["memory_per_unit_bytes"] < 80 * 2 ** 20, record
+    assert 12 * 2 ** 20 < record["memory_per_unit_bytes"] < 20 * 2 ** 20, record
     first.stdout.fnmatch_lines([
         "*pytest-dlperf: sweeps*",
         "*test_swept?1n1d?: batch_size over * of 6 rung(s)*",
         "*batch_size*throughput (samples/s)*latency/iter*peak mem/device*",
         f"*{oom}*OOM*-*OOM*",
-        "*memory per batch_size unit: 6?.?? MiB a device (a line over * rungs*",
+        "*memory per batch_size unit: 1?.?? MiB a device (a line over * rungs*",
         f"*largest that fit: {oom // 2}; {oom} ran out of memory:*",
         f"*SKIPPED*batch_size={oom * 2}: batch_size={oom} ran out of memory (a sweep stops at "
         f"the first rung that does); the largest that fit: {oom // 2}*",
         f"*XFAIL*test_swept?1n1d-batch_size{oom}?*batch_size={oom} ran out of memory on 1n1d: "
         f"the sweep of batch_size ends here (the largest that fit: {oom // 2}; "
-        "--dlperf-memory-limit 1.00 GiB)*"])
+        "--dlperf-memory-limit 256.00 MiB)*"])
     # Each rung that fit has a baseline of its own, under its own id.
     stored = sorted(p.parent.name for p in (pytester.path / "bl").rglob("*.json"))
     assert stored == sorted(f"test_swept-1n1d-batch_size{2 ** i}"
@@ -161,14 +161,14 @@ def test_shared(cluster, sweep, throughput_meter):
 def test_a_one_device_reference_that_runs_out_of_memory_leaves_the_case_without_speedup(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     # Two ranks share each sample's memory (as sharded tables do): batch 16 fits a rank as 8
-    # samples' ~0.5 GiB, and one device alone, the speedup's reference, runs out at 16 x 64 MiB.
+    # samples' ~128 MiB, and one device alone, the speedup's reference, runs out at 16 x 16 MiB.
     # The case is measured all the same; only its speedup is unknown.
     pytester.makepyfile(test_w=WORKLOADS + SHARED, wide_adapter=WIDE_ADAPTER,
                         numpy_mlp_adapter=ADAPTER)
     monkeypatch.setenv("SHARED_BATCH", "1")
     result = pytester.runpytest_subprocess(
         *SHORT, "-k", "test_shared and 1n2d", "--dlperf-launches", "1", "--devices-per-node",
-        "2", "--dlperf-steps", "2", "--dlperf-repeats", "2", "--dlperf-memory-limit", "1G",
+        "2", "--dlperf-steps", "2", "--dlperf-repeats", "2", "--dlperf-memory-limit", "256M",
         "--dlperf-busy-threshold", "1", "--dlperf-json", "r.json", timeout=600)
     result.assert_outcomes(passed=2)
     cases = {b["name"]: b["extra_info"]
@@ -240,7 +240,7 @@ def grow(ctx):
     import numpy as np
 
     rng = np.random.default_rng(ctx.seed)
-    width = int(ctx.sizes["width"])  # the step's peak: ~64 KiB a unit of width, a sample
+    width = int(ctx.sizes["width"])  # the step's peak: ~24 KiB a unit of width
     return Parts(model=rng.standard_normal((1024, width)) / 32.0,
                  inputs=rng.standard_normal((ctx.batch_size, 1024)),
                  targets=rng.integers(0, 10, ctx.batch_size))
@@ -260,7 +260,7 @@ def test_a_size_max_finds_the_largest_value_that_fits_under_a_memory_limit(
     pytester.makepyfile(test_w=WORKLOADS + GROWN, wide_adapter=WIDE_ADAPTER,
                         numpy_mlp_adapter=ADAPTER)
     run = (*SHORT, "-k", "test_grow", "--dlperf-launches", "1", "--devices-per-node", "1",
-           "--dlperf-memory-limit", "1G", "--dlperf-steps", "2", "--dlperf-repeats", "1",
+           "--dlperf-memory-limit", "256M", "--dlperf-steps", "2", "--dlperf-repeats", "1",
            "--dlperf-max-repeats", "1", "--dlperf-size", "width=max")
     first = pytester.runpytest_subprocess(*run, "--dlperf-update-baselines", "--dlperf-json",
                                           "1.json", timeout=600)
@@ -271,7 +271,7 @@ def test_a_size_max_finds_the_largest_value_that_fits_under_a_memory_limit(
     found = searched["found"]
     assert info["batch_search"] is None and searched["size"] == "width"
     assert info["sizes"]["width"] == found and info["fingerprint"]["width"] == "max"
-    assert 4096 < found < 16384, "1 GiB at ~72 KiB a unit of width"
+    assert 4096 < found < 16384, "256 MiB at ~24 KiB a unit of width"
     probes = {p["value"]: p for p in searched["probes"]}
     above = min(v for v, p in probes.items() if not p["fits"] and v > found)
     assert probes[found]["fits"] and above - found <= found // 64
