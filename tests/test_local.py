@@ -4,8 +4,8 @@ that shows the check can fail)."""
 
 from __future__ import annotations
 
+import os
 import socket
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,43 +17,74 @@ from pytest_dlperf.core import ports
 from pytest_dlperf.core.protocol import Protocol
 from pytest_dlperf.core.spec import OptimizerSpec, RankSpec
 from pytest_dlperf.core.topology import Topology
-from pytest_dlperf.launch import LaunchError, local
+from pytest_dlperf.launch import local
 from pytest_dlperf.launch.local import netns
 from pytest_dlperf.launch.onehost import fabric, userhosts
 
-pytestmark = pytest.mark.alone("it waits a bounded time for the agents' stores")
-
 pytest.importorskip("torch")
+
+
+def listening_ports(pid: int) -> dict[int, int]:
+    """The TCP listeners of ``pid``'s network namespace, as that namespace sees them
+    (``/proc/PID/net/tcp``: the namespace's table, whichever namespace reads it): socket inode
+    to port."""
+    ports: dict[int, int] = {}
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue  # ended meanwhile
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A":  # LISTEN
+                ports[int(fields[9])] = int(fields[1].rsplit(":", 1)[1], 16)
+    return ports
+
+
+def sockets_of(pid: int) -> set[int]:
+    """The inodes of the sockets ``pid`` holds open."""
+    inodes: set[int] = set()
+    try:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(int(target[8:-1]))
+    except OSError:
+        pass  # ended meanwhile
+    return inodes
+
 
 def listeners_of_running_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                               adapter: str, launcher: local.LocalLauncher) -> list[int]:
-    """Start a 2-node local case that idles, and list the TCP ports its processes listen on,
-    as seen from this (the host's) network namespace."""
+    """Start a 2-node local case that idles, wait until its stores listen where its processes
+    are (their own namespace's table), and list the TCP ports its processes listen on as seen
+    from this (the host's) network namespace; then stop it. (Before, the host was looked at for
+    a fixed 8 s and an empty answer could mean the stores had not started yet: the test ran
+    alone, 10 s each; now it waits for what it checks.)"""
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     spec = RankSpec(framework=adapter, model="idle", protocol=Protocol(1, 1, 1), batch_size=1,
                     optimizer=OptimizerSpec(0.0, 0.0, 0.0)).to_json()
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            launcher.run(spec, Topology(2, 1, "cpu", "cpu"), tmp_path / "run", 10)
-        except LaunchError as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
+    topology, run_dir = Topology(2, 1, "cpu", "cpu"), tmp_path / "run"
+    run_dir.mkdir()
+    meeting = launcher.rendezvous(topology, run_dir)
+    launch = launcher.start(spec, topology, run_dir, meeting, 120)
     me = psutil.Process()
-    ports: set[int] = set()
-    deadline = time.monotonic() + 8  # agents start their stores within ~3 s
-    while time.monotonic() < deadline and not ports:
+    try:
+        inside: set[int] = set()
+        deadline = time.monotonic() + 90  # ~3 s quiet; the machine may be shared
+        while not inside and time.monotonic() < deadline:
+            tree = {p.pid for p in me.children(recursive=True)}
+            held = {inode for pid in tree for inode in sockets_of(pid)}
+            inside = {port for pid in tree for inode, port in listening_ports(pid).items()
+                      if inode in held}
+            time.sleep(0.2)
+        assert inside, "the case's stores never listened, seen from inside its namespace"
         tree = {p.pid for p in me.children(recursive=True)}
-        ports |= {c.laddr.port for c in psutil.net_connections("tcp")
-                  if c.status == psutil.CONN_LISTEN and c.pid in tree}
-        time.sleep(0.5)
-    thread.join(timeout=60)
-    launcher.close()
-    assert errors and errors[0].kind == "timeout"  # the case itself idled until killed
-    return sorted(ports)
+        return sorted({c.laddr.port for c in psutil.net_connections("tcp")
+                       if c.status == psutil.CONN_LISTEN and c.pid in tree})
+    finally:
+        launcher.stop(launch)
+        launcher.close()
 
 
 @pytest.mark.parametrize("node_hosts", [False, True, "user"],

@@ -185,8 +185,11 @@ def test_an_own_model_trains_one_rank_on_each_ray_node(
         framework: str) -> None:
     """torch in pytest's interpreter, OneFlow under its own (Python 3.10), each rank an actor's
     process on its own node, the results back through Ray, the link between them measured."""
+    # (OneFlow's case alone, as the Slurm jobs of the frameworks but torch: no 1n1d launch
+    # beside it; torch's reference goes through Ray as its case does)
+    alone = ["--dlperf-speedup", "off"] if framework != "torch" else []
     run = Run(ray_cluster, pytester.path, framework,
-              [*TWO_NODES, "--dlperf-steps", "2", "--dlperf-timeout", "180",
+              [*TWO_NODES, "--dlperf-steps", "2", "--dlperf-timeout", "180", *alone,
                *framework_args(framework, request)])
     began = time.monotonic()
     done = run.start().wait(timeout=400)
@@ -217,8 +220,8 @@ def test_the_built_in_resnet50_case_runs_on_two_ray_nodes(ray_cluster: LocalRay,
         str(REPO / "perf_tests"), "--rootdir", str(REPO), "-m", "multinode", "--nodes", "2",
         "--devices-per-node", "1", "-k", "resnet50 and torch and fp32 and eager and 2n1d",
         "--dlperf-warmup-steps", "1", "--dlperf-steps", "2", "--dlperf-repeats", "1",
-        "--dlperf-launches", "1", "--dlperf-baselines",
-        str(tmp_path / "bl")], files={})
+        "--dlperf-launches", "1", "--dlperf-speedup", "off",  # (no 1n1d ResNet-50 beside it)
+        "--dlperf-baselines", str(tmp_path / "bl")], files={})
     done = run.start().wait(timeout=600)
     assert done == 0, run.text()[-6000:]
     case = run.case()
@@ -299,6 +302,10 @@ def test_a_cluster_that_does_not_answer_is_a_usage_error(
 
 
 # -- faults, done to the real cluster ---------------------------------------------------------
+# They share the machine (scripts/test's first pass): their bounds are several times what a fault
+# takes. Beside two CPU hogs on both cores, 2026-12-07: a rank killed ended its case 2.1 s after
+# (bound 30), a raylet killed 5.0 s (60), SIGINT, SIGTERM and SIGKILL to pytest 2.1, 2.2 and
+# 0.0 s (30).
 
 def node_of(cluster: LocalRay, rank: dict[str, Any]) -> str:
     """The node (node1, node2) whose namespace the rank ran in."""
@@ -316,7 +323,6 @@ def fault(cluster: LocalRay, folder: Path,
                   do, within_s)
 
 
-@pytest.mark.alone("it bounds how soon a fault ends the case")
 @pytest.mark.usefixtures("subprocess_env")
 def test_a_rank_killed_fails_the_case_naming_its_node(
         ray_cluster: LocalRay, pytester: pytest.Pytester) -> None:
@@ -328,7 +334,6 @@ def test_a_rank_killed_fails_the_case_naming_its_node(
     assert_nothing_left(ray_cluster)
 
 
-@pytest.mark.alone("it bounds how soon a fault ends the case")
 @pytest.mark.usefixtures("subprocess_env")
 def test_a_nodes_raylet_killed_fails_the_case_naming_the_node(
         ray_cluster: LocalRay, pytester: pytest.Pytester) -> None:
@@ -358,7 +363,6 @@ def test_a_nodes_raylet_killed_fails_the_case_naming_the_node(
     assert_nothing_left(ray_cluster, files=False)
 
 
-@pytest.mark.alone("it bounds how soon an interrupted pytest leaves the cluster clean")
 @pytest.mark.usefixtures("subprocess_env")
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL],
                          ids=["SIGINT", "SIGTERM", "SIGKILL"])
@@ -396,34 +400,34 @@ def shape(cluster: LocalRay, rate: str | None) -> None:
 ACROSS = ["-m", "multinode", "--nodes", "2", "--devices-per-node", "1", "-k", "2n1d",
           "--dlperf-warmup-steps", "2", "--dlperf-steps", "5", "--dlperf-repeats", "2",
           "--dlperf-launches", "2", "--dlperf-baselines", "bl", "--dlperf-machine", "box",
-          "--dlperf-unstable-cv", "10", "--dlperf-straggler-threshold", "0.99", "-rA"]
+          "--dlperf-unstable-cv", "10", "--dlperf-straggler-threshold", "0.99", "-rA",
+          # what is judged is the 2n1d case's throughput: no 1n1d reference launched for it
+          "--dlperf-speedup", "off"]
 
 
 @pytest.mark.alone("it judges a slower link by the case's timings")
 @pytest.mark.usefixtures("subprocess_env")
 def test_a_slower_link_behind_the_plugins_back_is_a_regression(
         ray_cluster: LocalRay, pytester: pytest.Pytester) -> None:
-    """Recorded on the cluster's link as it is; the nodes' links slowed to 50 Mbit/s (the
-    gradients' all-reduce crosses them: ~0.7 s for the 4 MiB a step) fail it as a regression,
-    the link measured at the slower rate. Judged at 90%, as test_fabric's (this VM drifts by
-    tens of percent between sessions minutes apart). That the same setting, nothing changed,
-    passes at 90% is test_fabric's third session (the verdict is the launcher's no more than
-    here); a third Ray session for it cost ~23 s of CI's alone pass (2026-12-06)."""
+    """Recorded on the cluster's link as it is; the nodes' links slowed to 200 Mbit/s (the
+    gradients' all-reduce crosses them: ~0.2 s for the 4 MiB a step, ~-90% here) fail it as a
+    regression at the default tolerance, the link measured at the slower rate. As test_fabric's
+    (which took 50 Mbit/s at a 90% tolerance before, 2026-12-07: a step of ~0.7 s, and nearly
+    twice the test's time, for a verdict no surer)."""
     files = {"wide.py": WIDE, "test_wide.py": WIDE_TEST}
     recorded = Run(ray_cluster, pytester.path, "torch",
                    [*ACROSS, "--dlperf-update-baselines"], files=files)
     assert recorded.start().wait(timeout=300) == 0, recorded.text()
     fast = recorded.case()
-    shape(ray_cluster, "50mbit")
+    shape(ray_cluster, "200mbit")
     try:
-        slowed = Run(ray_cluster, pytester.path, "torch", [*ACROSS, "--dlperf-tolerance", "90%"],
-                     files=files)
+        slowed = Run(ray_cluster, pytester.path, "torch", ACROSS, files=files)
         assert slowed.start().wait(timeout=300) == 1, slowed.text()
     finally:
         shape(ray_cluster, None)
     assert "REGRESSION in test_wide.py::test_wide[2n1d]" in slowed.text(), slowed.text()[-4000:]
     slow = slowed.case()
-    assert slow["network"]["measured_bps"] < 100e6 < fast["network"]["measured_bps"], \
+    assert slow["network"]["measured_bps"] < 400e6 < fast["network"]["measured_bps"], \
         (slow["network"], fast["network"])
     assert slow["fingerprint"] == fast["fingerprint"]  # the link is not the plugin's to know
 

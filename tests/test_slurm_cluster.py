@@ -315,9 +315,14 @@ def framework_args(framework: str, request: pytest.FixtureRequest) -> list[str]:
 def test_a_two_node_job_trains_one_rank_on_each_node(
         slurm: LocalSlurm, pytester: pytest.Pytester, request: pytest.FixtureRequest,
         framework: str, how: str, layout: str) -> None:
+    # torch's jobs take two steps, the 2n1d launch and its 1n1d reference (issue 54, below);
+    # the other frameworks' one, their ranks on the two nodes (--dlperf-speedup off; in a
+    # rehearsal's first pass, 2026-12-07, TensorFlow's job took 34 s against 56 with its
+    # reference's step).
+    alone = () if framework == "torch" else ("--dlperf-speedup", "off")
     job = Job(slurm, pytester.path, framework,
               ["--dlperf-steps", "2", "--dlperf-timeout", "120", "--dlperf-layouts", layout,
-               *framework_args(framework, request)])
+               *alone, *framework_args(framework, request)])
     logs = slurmd_logs(slurm)
     began = time.monotonic()
     done = job.start(how).wait(timeout=400)
@@ -340,7 +345,7 @@ def test_a_two_node_job_trains_one_rank_on_each_node(
     assert ranks[0]["netns"] != ranks[1]["netns"]
     # The case's scratch folder (under the rootdir, which every node sees) is gone.
     assert list((pytester.path / ".pytest-dlperf").iterdir()) == []
-    # Every step (the 2n1d launch, then its 1n1d reference) ended through its srun: had the
+    # Every step (the 2n1d launch, then torch's 1n1d reference) ended through its srun: had the
     # launcher killed srun once the results were in, each node's slurmstepd would have found no
     # srun to tell its tasks' exit to, retried for ~2 s, and held the step's CPUs until then and
     # until the tasks ended on their own, the next step pending behind it (issue 54).
@@ -391,12 +396,15 @@ def strike(job: Any, do: Callable[[dict[int, dict[str, Any]], subprocess.Popen[b
     text: str = job.text()
     said = [line for line in text.splitlines() if line.startswith("pytest-dlperf:")]
     print(f"\nended {took:.1f} s after the fault: {said}")
+    # The bounds are several times what a fault takes, so these tests share the machine
+    # (scripts/test's first pass): beside two CPU hogs on both cores, 2026-12-07, a rank killed
+    # ended its case 2.8 s after (bound 30), a node lost 14.7 s (srun's own wait; 40), scancel
+    # 2.4 s (30), a killed pytest 0.1 s (20).
     assert took < within_s, text
     assert "1 passed" not in text
     return text, ranks, took
 
 
-@pytest.mark.alone("it bounds how soon a fault ends the case")
 @pytest.mark.usefixtures("subprocess_env")
 def test_a_rank_killed_fails_the_case_naming_its_node(
         slurm: LocalSlurm, pytester: pytest.Pytester) -> None:
@@ -409,7 +417,6 @@ def test_a_rank_killed_fails_the_case_naming_its_node(
     assert_quiet(slurm)
 
 
-@pytest.mark.alone("it bounds how soon a fault ends the case")
 @pytest.mark.usefixtures("subprocess_env")
 def test_a_node_lost_fails_the_case_naming_it(
         slurm: LocalSlurm, pytester: pytest.Pytester) -> None:
@@ -431,7 +438,6 @@ def test_a_node_lost_fails_the_case_naming_it(
     assert_quiet(slurm)
 
 
-@pytest.mark.alone("it bounds how soon a fault ends the case")
 @pytest.mark.usefixtures("subprocess_env")
 def test_scancel_of_the_job_fails_the_case_saying_slurm_cancelled_it(
         slurm: LocalSlurm, pytester: pytest.Pytester) -> None:
@@ -445,7 +451,6 @@ def test_scancel_of_the_job_fails_the_case_saying_slurm_cancelled_it(
     assert_quiet(slurm)
 
 
-@pytest.mark.alone("it bounds how soon a fault ends the case")
 @pytest.mark.usefixtures("subprocess_env")
 def test_pytest_killed_leaves_nothing_on_any_node(
         slurm: LocalSlurm, pytester: pytest.Pytester) -> None:
