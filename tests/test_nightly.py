@@ -35,7 +35,11 @@ CASE = ["-k", "1n1d and fp32", "--dlperf-protocol", "quick", "--dlperf-steps", "
         "--dlperf-warmup-steps", "50", "--dlperf-repeats", "3", "--dlperf-launches", "3",
         "--dlperf-max-repeats", "6", "--dlperf-phases", "off",
         # one-step-per-window noise on a shared CPU: night one may not refuse its baseline
-        "--dlperf-unstable-cv", "10"]
+        "--dlperf-unstable-cv", "10",
+        # The nights' changes are 2x or more, and an unchanged night must be judged a pass: at
+        # 5% neither judge could (CI, 2026-12-07: A/B 0.972 [0.905, 1.045] in 6 duet pairs of
+        # 6.4% cv, the baselines -5.0% against one run's, so "not judged").
+        "--dlperf-tolerance", "15%"]
 # Nights whose change is 2x or more: shorter windows tell it as surely, in less of CI's time.
 SHORT = ["--dlperf-steps", "40", "--dlperf-warmup-steps", "10"]
 
