@@ -24,9 +24,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 # The child pytest runs of this suite (pytester's, scripts/nightly's, the plain subprocess ones:
 # ~100 in all) need no Hypothesis, whose plugin imports the whole library in its terminal
-# summary: 1.7 s of every child run here (measured with cProfile), ~3 min of the suite.
+# summary: 1.7 s of every child run here (measured with cProfile), ~3 min of the suite. Nor
+# anyio's plugin: 0.15 s of one core a child session (its 30 modules' asserts rewritten at each
+# start where PYTHONDONTWRITEBYTECODE is set; 2.8 against 2.95 s of a collecting session,
+# 2026-12-07).
 CHILD_ADDOPTS = " ".join(filter(None, [os.environ.get("PYTEST_ADDOPTS", ""),
-                                       "-p no:hypothesispytest"]))
+                                       "-p no:hypothesispytest", "-p no:anyio"]))
 os.environ["PYTEST_ADDOPTS"] = CHILD_ADDOPTS  # read by this run already; children inherit it
 
 # Hypothesis's checks on its own speed (an example within 200 ms, inputs drawn fast enough) are
@@ -43,17 +46,17 @@ settings.load_profile("suite")
 # jobs (~5 minutes) and TensorFlow's 7 tests (~3) out among the last, and the pass's last 15
 # tests took 3.5 of its 27 minutes: a long module late keeps one worker busy while the other
 # has nothing left. The rest follow in collection order.
-LONGEST_FIRST = (  # worker-seconds in CI's first pass (tests/module_times.py), 2026-12-06
-    "test_conformance_measured.py",  # ~300 s (its JAX own model and two batch maximums back)
-    "test_slurm_cluster.py",  # ~190 s (every framework's Slurm job)
-    "test_conformance.py",  # ~155 s (TensorFlow's eager averages back)
-    "test_ray_cluster.py",  # ~145 s
-    "test_bad_inputs.py",  # ~100 s
-    "test_memory_cases.py",  # ~90 s
-    "test_ports.py",  # ~75 s (every framework's static job)
-    "test_sweep.py",  # ~75 s
-    "test_oneflow.py",  # ~70 s
-    "test_layouts_torch.py",  # ~65 s
+LONGEST_FIRST = (  # worker-seconds in CI's first pass (tests/module_times.py), 2026-12-07
+    "test_conformance_measured.py",  # ~310 s (its JAX own model and two batch maximums back)
+    "test_slurm_cluster.py",  # ~215 s (every framework's Slurm job, and the faults)
+    "test_ray_cluster.py",  # ~185 s (with its faults)
+    "test_conformance.py",  # ~170 s (TensorFlow's eager averages back)
+    "test_ports.py",  # ~100 s (every framework's static job)
+    "test_bad_inputs.py",  # ~95 s
+    "test_tensorflow.py",  # ~90 s
+    "test_ports_trained.py",  # ~75 s
+    "test_layouts_torch.py",  # ~70 s
+    "test_oneflow.py",  # ~40-70 s
 )
 
 
