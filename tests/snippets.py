@@ -107,34 +107,63 @@ def torchrun_runs(script: str, out: Path, runs: dict[str, tuple[object, int, dic
     return given
 
 
-def oneflow_launch_runs(python: str, script: str, out: Path,
-                        runs: dict[str, tuple[object, str, dict]], what: str,
-                        timeout: float = 300) -> None:
-    """One job of two OneFlow ranks (OneFlow's own launcher, under ``python``) running
-    ``tests/<script>`` over ``runs`` (name: (layout, compiler, options)), their results saved in
-    ``out``; on a timeout the whole job is killed and ``what``'s test fails."""
+# OneFlow 0.9's control plane lost mid-job: a rank's barrier could not reach the other rank's
+# gRPC server (rpc_client.cpp: "Check failed: ... grpc::StatusCode::OK (14 vs. 0)", UNAVAILABLE),
+# and the rank aborts. Seen once in CI's first pass (2026-12-07, the layouts job 2 s into its
+# first layout, nothing else wrong); each rank's control port is one OneFlow found free and
+# bound later (oneflow/framework/env_util.py, _FindFreePort), which a neighbour's socket can
+# take between the two. Not what a test of a layout checks: such a job runs once more.
+ONEFLOW_CONTROL_LOST = ("rpc_client.cpp", "grpc::StatusCode::OK (14 vs. 0)")
+
+
+def oneflow_job(python: str, args: list[str], what: str, timeout: float = 300,
+                env: dict[str, str] | None = None) -> None:
+    """One job of two OneFlow ranks (OneFlow's own launcher, under ``python``) running ``args``;
+    on a timeout the whole job is killed and ``what``'s test fails, as it does where the job
+    fails (the head and the tail of what it printed). A job whose control plane was lost
+    (``ONEFLOW_CONTROL_LOST``) runs once more, saying so."""
     import signal
+    import sys
 
     import pytest  # here: ranks under other interpreters import this module without pytest
 
+    for attempt in (1, 2):
+        (port,) = free_ports(1)
+        # A session of its own: on a timeout the whole group goes (the launcher and both
+        # ranks), not the launcher alone, which left the ranks running.
+        job = subprocess.Popen(
+            [python, "-m", "oneflow.distributed.launch", "--nproc_per_node", "2",
+             "--master_port", str(port), *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env or {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}",
+                        "OMP_NUM_THREADS": "1", "GLOG_minloglevel": "2"},
+            cwd=REPO, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            _, err = job.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            _, err = job.communicate()
+            pytest.fail(f"the {what} OneFlow job ran past {timeout:.0f} s (killed with its "
+                        f"ranks): {err[-3000:]}")
+        if job.returncode == 0:
+            return
+        shown = err if len(err) <= 6000 else f"{err[:2000]}\n[...]\n{err[-4000:]}"
+        if attempt == 1 and all(mark in err for mark in ONEFLOW_CONTROL_LOST):
+            print(f"the {what} OneFlow job lost its control plane (run again):\n{shown}",
+                  file=sys.stderr)
+            continue
+        pytest.fail(f"the {what} OneFlow job failed (exit {job.returncode}):\n{shown}")
+
+
+def oneflow_launch_runs(python: str, script: str, out: Path,
+                        runs: dict[str, tuple[object, str, dict]], what: str,
+                        timeout: float = 300) -> None:
+    """``tests/<script>`` in a ``oneflow_job`` over ``runs`` (name: (layout, compiler,
+    options)), their results saved in ``out``."""
     given = [{"name": name, "layout": layout, "compiler": compiler, "options": options}
              for name, (layout, compiler, options) in runs.items()]
-    (port,) = free_ports(1)
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}",
-           "OMP_NUM_THREADS": "1", "GLOG_minloglevel": "2"}
-    # A session of its own: on a timeout the whole group goes (the launcher and both ranks).
-    job = subprocess.Popen(
-        [python, "-m", "oneflow.distributed.launch", "--nproc_per_node", "2",
-         "--master_port", str(port), str(REPO / "tests" / script), str(out), json.dumps(given)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
-        stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        _, err = job.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)
-        _, err = job.communicate()
-        pytest.fail(f"the {what} OneFlow job ran past {timeout:.0f} s (killed): {err[-3000:]}")
-    assert job.returncode == 0, err[-3000:]
+    oneflow_job(python, [str(REPO / "tests" / script), str(out), json.dumps(given)], what,
+                timeout)
 
 
 def oneflow_interpreter() -> Path:

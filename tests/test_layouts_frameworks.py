@@ -16,14 +16,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from snippets import REPO, free_ports
+from snippets import REPO, free_ports, oneflow_job
 
 RUNS_ONEFLOW = [
     {"name": "tp2-eager", "layout": "tp2", "compiler": "eager", "plan": "megatron"},
@@ -58,22 +57,9 @@ def test_oneflow_tensor_parallel_and_pipelines_train_as_one_process(
     """OneFlow's own launcher starts the two ranks; one job runs every layout (its start-up
     costs several seconds here). Eager pipelines and ZeRO refuse themselves in the rank too,
     where a caller did not ask layout_unavailable first."""
-    (port,) = free_ports(1)
-    # A session of its own: on a timeout the whole group goes (OneFlow's launcher and both
-    # ranks), not the launcher alone, which left the ranks running.
-    job = subprocess.Popen(
-        [oneflow_python, "-m", "oneflow.distributed.launch", "--nproc_per_node", "2",
-         "--master_port", str(port), str(REPO / "tests" / "layouts_frameworks_oneflow_rank.py"),
-         str(tmp_path), json.dumps(RUNS_ONEFLOW)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=rank_env(), cwd=REPO,
-        stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        _, err = job.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)
-        _, err = job.communicate()
-        pytest.fail(f"OneFlow's layouts job ran past 300 s (killed with its ranks): {err[-3000:]}")
-    assert job.returncode == 0, err[-3000:]
+    oneflow_job(oneflow_python, [str(REPO / "tests" / "layouts_frameworks_oneflow_rank.py"),
+                                 str(tmp_path), json.dumps(RUNS_ONEFLOW)],
+                "layouts", env=rank_env())
     results = json.loads((tmp_path / "oneflow.json").read_text())
     for name in ("tp2-eager", "tp2-graph", "pp2-graph"):
         check_trained_alike(results, name, relative=1e-5)  # float32: ~2.6e-7 of it seen
