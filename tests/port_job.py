@@ -7,7 +7,8 @@ one JSON line, ``{model: figures}``, a port that raised holding ``{"error": trac
 
 Runs under every framework's interpreter: Python 3.10 syntax (OneFlow's), and a framework is
 imported inside its ports' functions only (one module a model: tests/port_bert.py,
-tests/port_resnet50.py, tests/port_gpt.py, tests/port_wide_deep.py).
+tests/port_resnet50.py, tests/port_gpt.py, tests/port_wide_deep.py,
+tests/port_insightface.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from port_bert import (  # noqa: E402
     bert_tensorflow,
 )
 from port_gpt import gpt_jax  # noqa: E402
+from port_insightface import insightface_mxnet, insightface_oneflow  # noqa: E402
 from port_resnet50 import (  # noqa: E402
     resnet50_jax,
     resnet50_mindspore,
@@ -56,6 +58,8 @@ STATIC: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("wide_deep", "tensorflow"): wide_deep_tensorflow,
     ("wide_deep", "paddle"): wide_deep_paddle,
     ("wide_deep", "oneflow"): wide_deep_oneflow,
+    ("insightface", "oneflow"): insightface_oneflow,
+    ("insightface", "mxnet"): insightface_mxnet,
 }
 
 

@@ -191,6 +191,47 @@ def wide_deep_reference(path: Path) -> None:
              **{f"param/{n}": p.detach().numpy() for n, p in reference.named_parameters()})
 
 
+def insightface_reference(path: Path) -> None:
+    """torch's InsightFace models, each that a port checks (tests/port_insightface.py's
+    ``CHECKED``: a backbone, a margin, a class count) with the faces it is checked on, as
+    ``<key>/...``: its weights and BatchNorm's statistics before the step (``param/<name>``,
+    ``buffer/<name>``), two 112 x 112 faces and their labels, the loss in training mode and the
+    head's gradient; written to ``path`` (an .npz)."""
+    import numpy as np
+    import torch
+    from port_insightface import CHECKED, key, sizes
+
+    from pytest_dlperf.models.insightface import FaceShape
+    from pytest_dlperf.models.insightface.torch import build
+
+    out: dict[str, object] = {}
+    for framework, checked in CHECKED.items():
+        for variant, classes in checked:
+            if framework == "oneflow":  # the model from seed 3, the faces from their own
+                generator = torch.Generator().manual_seed(5)
+                images = torch.randn(2, 3, 112, 112, generator=generator)
+                labels = torch.randint(0, classes, (2,), generator=generator)
+                torch.manual_seed(3)
+                model = build(FaceShape.of(sizes(variant, classes)))
+            else:  # the model from seed 0, then the faces
+                torch.manual_seed(0)
+                model = build(FaceShape.of(sizes(variant, classes)))
+                images, labels = torch.randn(2, 3, 112, 112), torch.tensor([3, 7])
+            name = key(variant, classes)
+            out.update({f"{name}/param/{n}": p.detach().numpy().copy()
+                        for n, p in model.named_parameters()})
+            out.update({f"{name}/buffer/{n}": b.numpy().copy()
+                        for n, b in model.named_buffers()
+                        if not n.endswith("num_batches_tracked")})
+            loss = model(images, labels)
+            loss.backward()
+            assert model.head.weight.grad is not None
+            out.update({f"{name}/images": images.numpy(), f"{name}/labels": labels.numpy(),
+                        f"{name}/loss": loss.detach().numpy(),
+                        f"{name}/head_grad": model.head.weight.grad.numpy()})
+    np.savez(path, **out)
+
+
 @functools.cache
 def torch_reference(model: str) -> Path:
     """torch's reference for ``model``'s ports, written once a process to a folder of its own,
@@ -200,7 +241,8 @@ def torch_reference(model: str) -> Path:
     folder = Path(tempfile.mkdtemp(prefix=f"dlperf-{model}-reference-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     {"resnet50": resnet50_reference, "gpt": gpt_reference,
-     "wide_deep": wide_deep_reference}[model](folder / "ref.npz")
+     "wide_deep": wide_deep_reference, "insightface": insightface_reference}[model](
+        folder / "ref.npz")
     return folder / "ref.npz"
 
 
@@ -219,6 +261,14 @@ def _shapes(model: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
         return tuple((n, tuple(p.shape)) for n, p in wide_deep_torch.build(
             wide_deep.WideDeepShape.of(wide_deep.WORKLOAD.sizes_for("cpu", "fp32"))
         ).named_parameters())
+    if model == "insightface":  # MobileFaceNet with ArcFace at 100 classes
+        from port_insightface import sizes
+
+        from pytest_dlperf.models.insightface import FaceShape
+        from pytest_dlperf.models.insightface.torch import build as build_face
+
+        return tuple((n, tuple(p.shape)) for n, p in build_face(
+            FaceShape.of(sizes("mobilefacenet-arcface", 100))).named_parameters())
     if model == "gpt":  # the CPU sizes
         from pytest_dlperf.models import gpt
         from pytest_dlperf.models.gpt import torch as gpt_torch
@@ -232,7 +282,8 @@ def _shapes(model: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
 
 def torch_shapes(model: str) -> dict[str, tuple[int, ...]]:
     """torch's parameters of ``model`` (``bert``: BERT-base; ``resnet50``: torchvision's;
-    ``gpt``: the CPU sizes; ``wide_deep``: a CPU case's) by
+    ``gpt``: the CPU sizes; ``wide_deep``: a CPU case's; ``insightface``: MobileFaceNet with
+    ArcFace at 100 classes) by
     name and shape, in its order (tied weights once), each built once a process (BERT-base:
     5 s of CPU), not once a test."""
     return dict(_shapes(model))

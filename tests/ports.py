@@ -257,9 +257,12 @@ PORTS = (
     Port("insightface", "torch", ranks=Ranks(
         PFC, "torchrun", {"ddp2": 1e-9, "pfc1": 1e-9, "pfc2": 1e-9, "pfc2-r1": 1e-9},
         ("wrong_offset", 0.01))),
+    # (MobileFaceNet with ArcFace at 100 classes: 1,251,712 parameters; each backbone and
+    # margin's names and shapes: test_ports' InsightFace test, tests/port_insightface.py)
     Port("insightface", "oneflow", Shapes(
-        "test_insightface_oneflow.py::test_torchs_weights_give_torchs_loss", probes=("head",)),
-        Outputs("test_insightface_oneflow.py::test_torchs_weights_give_torchs_loss",
+        "test_ports.py::test_params_are_torchs_by_name_and_shape", total=1_251_712,
+        probes=("head", "variants")),
+        Outputs("test_ports.py::test_torchs_weights_give_torchs_outputs",
                 ("eager",), {"loss": ("<", 1e-5)}, relative=True),
         Trains(TRAINED, ("eager",), (3,), adapter=True, workload="INSIGHTFACE", batch=2,
                sizes={"num_classes": 1000}, band=(35, 60), distinct=True,
@@ -267,10 +270,12 @@ PORTS = (
         ranks=Ranks("test_insightface_oneflow.py::test_two_ranks_train_what_one_process_trains",
                     "oneflow", {"ddp2": 2e-5, "pfc2": 1e-9, "pfc2-graph": 2e-5},
                     ("wrong", 0.01))),
-    Port("insightface", "mxnet", outputs=Outputs(
-        "test_insightface_mxnet.py::test_torchs_weights_give_torchs_loss",
-        ("eager", "hybridized"), {"loss": ("<", 1e-5), "head_grad": ("<", 2e-2)},
-        relative=True),
+    Port("insightface", "mxnet", Shapes(
+        "test_ports.py::test_params_are_torchs_by_name_and_shape", order=False,
+        total=1_251_712, probes=("variants",)),
+        Outputs("test_ports.py::test_torchs_weights_give_torchs_outputs",
+                ("eager", "hybridized"), {"loss": ("<", 1e-5), "head_grad": ("<", 2e-2)},
+                relative=True),
         ranks=Ranks("test_insightface_mxnet.py::test_class_parallel_ranks_train_what_one_"
                     "process_trains", "mxnet", {"pfc2": 5e-7, "pfc2-r1": 5e-7},
                     ("wrong", 0.01))),

@@ -1,8 +1,10 @@
-"""MXNet's InsightFace is torch's: torch's weights give torch's loss and head gradient (eager and
-hybridized), the recipe trains data parallel on two ranks through the adapter, and under the
+"""MXNet's InsightFace recipe trains data parallel on two ranks through the adapter, and under the
 ``pfc`` layout kind (``frameworks/mxnet/classes.py``) two ranks holding 6 and 5 of 11 classes'
 centres train what one process with the whole head trains (tests/insightface_mxnet_rank.py, the
-real trainer), a wrong label offset is seen, and Partial FC keeps the batch's classes.
+real trainer), a wrong label offset is seen, and Partial FC keeps the batch's classes. That it is
+torch's model (torch's parameters by name and shape, torch's weights give torch's loss and head
+gradient, eager and hybridized) is the port contract's row in tests/ports.py, run by
+tests/test_ports.py.
 
 ``pytest_dlperf.models.insightface.mxnet`` writes the model from ``mxnet.gluon.nn``. The MXNet
 lines run under MXNet's interpreter (``scripts/setup-mxnet``, or ``DLPERF_TEST_MXNET_PYTHON``);
@@ -19,88 +21,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from snippets import REPO, free_ports, run_snippet, run_together
+from snippets import REPO, free_ports, run_together
 
 from pytest_dlperf.models.insightface import CPU_SIZES, FaceShape
 
 CLASSES = 11
-
-
-def torch_reference(path: Path, backbone: str, margin: str) -> int:
-    """torch's model from a seed at ``CLASSES`` classes, two 112 x 112 faces and their labels,
-    its loss in training mode and the head's gradient (``path``, an .npz); its parameter
-    count."""
-    import numpy as np
-    import torch
-
-    from pytest_dlperf.models.insightface.torch import build
-
-    shape = FaceShape.of({**CPU_SIZES, "num_classes": CLASSES, "backbone": backbone,
-                          "margin": margin})
-    torch.manual_seed(0)
-    model = build(shape)
-    images, labels = torch.randn(2, 3, 112, 112), torch.tensor([3, 7])
-    loss = model(images, labels)
-    loss.backward()
-    assert model.head.weight.grad is not None
-    np.savez(path, images=images.numpy(), labels=labels.numpy(), loss=loss.detach().numpy(),
-             head_grad=model.head.weight.grad.numpy(),
-             **{f"param/{name}": value.numpy() for name, value in model.state_dict().items()
-                if not name.endswith("num_batches_tracked")})
-    return sum(p.numel() for p in model.parameters())
-
-
-COMPARE = """
-import json
-import numpy as np
-import mxnet as mx
-from mxnet import autograd
-from pytest_dlperf.models.insightface import CPU_SIZES, FaceShape
-from pytest_dlperf.models.insightface.mxnet import build, load_torch_weights, named_parameters
-ref = np.load(__REF__)
-shape = FaceShape.of({**CPU_SIZES, **__SIZES__})
-out = {}
-for mode in ("eager", "hybridized"):
-    model = build(shape)
-    load_torch_weights(model, {k[len("param/"):]: ref[k] for k in ref.files
-                               if k.startswith("param/")})
-    if mode == "hybridized":
-        model.hybridize(static_alloc=True, static_shape=True)
-    with autograd.record():  # training mode: BatchNorm on the batch's statistics, as torch's
-        loss = model(mx.nd.array(ref["images"]), mx.nd.array(ref["labels"], dtype="int32"))
-    loss.backward()
-    params = named_parameters(model)
-    grad = params["head.weight"].grad().asnumpy()
-    out[mode] = {"loss": float(abs(loss.asscalar() - ref["loss"]) / ref["loss"]),
-                 "head_grad": float(np.abs(grad - ref["head_grad"]).max()
-                                    / np.abs(ref["head_grad"]).max()),
-                 "parameters": sum(p.data().size for p in params.values()
-                                   if p.grad_req != "null")}
-print(json.dumps(out))
-"""
-
-
-@pytest.mark.parametrize("backbone, margin", [
-    ("mobilefacenet", "arcface"),
-    ("iresnet18", "cosface"),
-])
-def test_torchs_weights_give_torchs_loss(mxnet_python: str, tmp_path: Path, backbone: str,
-                                         margin: str) -> None:
-    """Training mode on two faces, eager and hybridized. Measured with MXNet 1.9.1 on CPU
-    (2026-11-29), MobileFaceNet with ArcFace and IResNet-18 with CosFace: the loss equal to
-    torch's in float32 (IResNet-18 eager: 1.7e-6 apart, relative), the head's gradient within
-    3.7e-5 and 2.9e-4 of its largest (through BatchNorm over a batch of two). With no margin the
-    loss is not torch's (seen failing)."""
-    pytest.importorskip("torch")
-    parameters = torch_reference(tmp_path / "ref.npz", backbone, margin)
-    sizes = {"num_classes": CLASSES, "backbone": backbone, "margin": margin}
-    out = run_snippet(mxnet_python, COMPARE.replace("__REF__", repr(str(tmp_path / "ref.npz")))
-                      .replace("__SIZES__", repr(sizes)))
-    assert isinstance(out, dict)
-    for mode in ("eager", "hybridized"):
-        assert out[mode]["loss"] < 1e-5, out
-        assert out[mode]["head_grad"] < 2e-2, out
-        assert out[mode]["parameters"] == parameters, out
 
 
 TRAIN = """

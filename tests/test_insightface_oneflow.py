@@ -1,9 +1,11 @@
-"""InsightFace on OneFlow: torch's model (torch's weights give torch's loss, MobileFaceNet and
-IResNet-18, ArcFace and CosFace) and, with its head's centres split by class over two ranks (``pfc2``, oneflow_face's way: global tensors, SBP), to
-where one process with the whole head trains on the same global batch, each rank holding half
+"""InsightFace on OneFlow, with its head's centres split by class over two ranks (``pfc2``,
+oneflow_face's way: global tensors, SBP), trains to where one process with the whole head trains
+on the same global batch, each rank holding half
 the classes; Partial FC (written here: OneFlow 0.9's sampling op has no CPU kernel) keeps the
-batch's classes and takes the softmax over the centres it kept. Trained through the adapter on
-one process: the port contract's row in tests/ports.py, run by tests/test_ports_trained.py.
+batch's classes and takes the softmax over the centres it kept. That it is torch's model
+(torch's parameters by name and shape, torch's weights give torch's loss, MobileFaceNet and
+IResNet-18, ArcFace and CosFace) and trains through the adapter on one process: the port
+contract's row in tests/ports.py, run by tests/test_ports.py and tests/test_ports_trained.py.
 
 They run under OneFlow's interpreter (``scripts/setup-oneflow``, or DLPERF_TEST_ONEFLOW_PYTHON)
 and skip without it. One job of two ranks (tests/insightface_oneflow_rank.py, OneFlow's own
@@ -16,12 +18,11 @@ float32 2.2e-6 (OneFlow's DDP takes float32 only), a wrong split 1.3.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from snippets import oneflow_launch_runs, run_snippet
+from snippets import oneflow_launch_runs
 
 # name: (layout, compiler, options)
 RUNS: dict[str, tuple[str | None, str, dict[str, Any]]] = {
@@ -36,79 +37,6 @@ RUNS: dict[str, tuple[str | None, str, dict[str, Any]]] = {
 # (2.2e-6 seen, DDP).
 SAME = {"float64": 1e-9, "float32": 2e-5}
 CLASSES = 23  # tests/insightface_oneflow_rank.py's SIZES: ranks hold 12 and 11
-
-
-def torch_reference(path: Path) -> None:
-    """torch's models (MobileFaceNet with ArcFace and CosFace, IResNet-18 with ArcFace), a
-    batch, and each model's loss, written to ``path`` (npz)."""
-    import torch
-
-    from pytest_dlperf.models.insightface import CPU_SIZES, FaceShape
-    from pytest_dlperf.models.insightface.torch import build
-
-    generator = torch.Generator().manual_seed(5)
-    images = torch.randn(2, 3, 112, 112, generator=generator)
-    labels = torch.randint(0, 100, (2,), generator=generator)
-    out: dict[str, Any] = {"images": images.numpy(), "labels": labels.numpy()}
-    for backbone, margin in (("mobilefacenet", "arcface"), ("mobilefacenet", "cosface"),
-                             ("iresnet18", "arcface")):
-        torch.manual_seed(3)
-        model = build(FaceShape.of({**CPU_SIZES, "num_classes": 100, "backbone": backbone,
-                                    "margin": margin}))
-        key = f"{backbone}-{margin}"
-        out.update({f"{key}/param/{n}": p.detach().numpy()
-                    for n, p in model.named_parameters()})
-        out.update({f"{key}/buffer/{n}": b.numpy() for n, b in model.named_buffers()
-                    if not n.endswith("num_batches_tracked")})
-        with torch.no_grad():
-            out[f"{key}/loss"] = model(images, labels).numpy()
-    np.savez(path, **out)
-
-
-SAME_MODEL = """
-import json
-import numpy as np
-import oneflow as flow
-from pytest_dlperf.models.insightface import CPU_SIZES, FaceShape
-from pytest_dlperf.models.insightface.oneflow import build
-ref = np.load(REFERENCE)
-out = {}
-for key in ("mobilefacenet-arcface", "mobilefacenet-cosface", "iresnet18-arcface"):
-    backbone, margin = key.split("-")
-    model = build(FaceShape.of({**CPU_SIZES, "num_classes": 100, "backbone": backbone,
-                                "margin": margin}))
-    head = model.head.weight.numpy().copy()
-    names = [[n, list(p.shape)] for n, p in model.named_parameters()]
-    state = {n: flow.tensor(ref[key + "/param/" + n]) for n, _ in model.named_parameters()}
-    state.update({n: flow.tensor(ref[key + "/buffer/" + n]) for n, _ in model.named_buffers()
-                  if not n.endswith("num_batches_tracked")})
-    model.load_state_dict(state, strict=False)
-    with flow.no_grad():
-        loss = model(flow.tensor(ref["images"]), flow.tensor(ref["labels"]))
-    out[key] = {"names": names, "loss": float(loss), "head_std": float(head.std()),
-                "head_mean": float(head.mean())}
-print(json.dumps(out))
-"""
-
-
-def test_torchs_weights_give_torchs_loss(oneflow_python: str, tmp_path: Path) -> None:
-    """The OneFlow model has torch's parameters by name and shape, in torch's order; given
-    torch's weights it gives torch's loss on torch's batch (BatchNorm on the batch's
-    statistics, the margin and scale of ArcFace and of CosFace); the head starts normal with
-    std 0.01."""
-    pytest.importorskip("torch")
-    reference = tmp_path / "ref.npz"
-    torch_reference(reference)
-    out = run_snippet(oneflow_python, SAME_MODEL.replace("REFERENCE", repr(str(reference))))
-    assert isinstance(out, dict)
-    ref = np.load(reference)
-    for key, got in out.items():
-        prefix = f"{key}/param/"
-        assert got["names"] == [[k[len(prefix):], list(ref[k].shape)] for k in ref.files
-                                if k.startswith(prefix)], key
-        assert got["loss"] == pytest.approx(float(ref[f"{key}/loss"]), rel=1e-5), key
-        assert got["head_std"] == pytest.approx(0.01, rel=0.05), key
-        assert abs(got["head_mean"]) < 1e-3, key
 
 
 @pytest.fixture(scope="module")

@@ -98,8 +98,8 @@ def static(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Port], dict[st
 
 
 NEEDS = {"bert": "transformers", "resnet50": "torchvision", "gpt": "torch",
-         "wide_deep": "torch"}  # torch's side
-MODELS_FIRST = ["bert", "resnet50", "gpt", "wide_deep"]  # BERT first: Gluon names a process's first BERT as torch
+         "wide_deep": "torch", "insightface": "torch"}  # torch's side
+MODELS_FIRST = ["bert", "resnet50", "gpt", "wide_deep", "insightface"]  # BERT first: Gluon names a process's first BERT as torch
 JOB = TESTS / "port_job.py"
 
 
@@ -221,3 +221,18 @@ def test_wide_deep_draws_torchs_ids_initialized_as_torch(static: Any, port: Port
         assert probes["table_std"] == pytest.approx(0.05 / 3 ** 0.5, rel=0.02), probes
         assert 0.95 < probes["first_bound"] <= 1.0, probes  # Xavier's bound, nearly reached
         assert probes["biases"] == 0.0, probes
+
+
+@pytest.mark.parametrize("port", [p for p in port_cases("shapes")
+                                  if p.values[0].model == "insightface"])
+def test_insightface_is_torchs_in_each_backbone_and_margin_its_head_normal(
+        static: Any, port: Port) -> None:
+    """Each backbone and margin the port checks (tests/port_insightface.py) has torch's
+    parameters by name and shape (``variants``; in torch's order where the row says so); the
+    head starts normal with std 0.01 (``head``), as torch's."""
+    assert port.shapes is not None
+    probes = static(port)["probes"]
+    assert probes["variants"] and all(probes["variants"].values()), probes["variants"]
+    if "head" in port.shapes.probes:
+        for variant, (std, mean) in probes["head"].items():
+            assert std == pytest.approx(0.01, rel=0.05) and abs(mean) < 1e-3, (variant, std, mean)
