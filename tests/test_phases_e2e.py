@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.alone("it names a slower backward by its timings")]
+ALONE = pytest.mark.alone("it names a slower backward by its timings")
 
 # A small MLP; SLOW_BACKWARD seconds of sleep inside a custom autograd function's backward
 # (forward untouched), SLOW_DATA seconds in the workload's own input pipeline per batch. Two
@@ -129,6 +129,7 @@ def where(line: str) -> tuple[str, str]:
     return moved, unchanged
 
 
+@ALONE
 def test_a_slower_backward_is_named_and_forward_is_not(judged: dict[str, Any]) -> None:
     [line] = judged["lines"]["backward"]
     moved, unchanged = where(line)
@@ -140,6 +141,7 @@ def test_a_slower_backward_is_named_and_forward_is_not(judged: dict[str, Any]) -
     assert seconds["forward"] < 0.1
 
 
+@ALONE
 def test_a_slower_input_pipeline_names_data(judged: dict[str, Any]) -> None:
     [line] = judged["lines"]["data"]
     moved, unchanged = where(line)
