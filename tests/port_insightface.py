@@ -26,6 +26,10 @@ CHECKED = {"oneflow": (("mobilefacenet-arcface", 100), ("mobilefacenet-cosface",
            "mxnet": (("mobilefacenet-arcface", 11), ("iresnet18-cosface", 11))}
 
 
+# The table's shapes (tests/ports.py's totals, port_references.torch_shapes): this model's.
+TABLE = ("mobilefacenet-arcface", 100)
+
+
 def key(variant: str, classes: int) -> str:
     return f"{variant}-{classes}"
 
@@ -55,8 +59,8 @@ def relative(got: float, variant: str, ref: Any) -> float:
 
 def insightface_oneflow(spec: dict[str, Any]) -> dict[str, Any]:
     """MobileFaceNet with ArcFace and with CosFace, IResNet-18 with ArcFace: torch's parameters
-    by name and shape in torch's order (``shapes``: the first; ``variants``: whether each has
-    them), the head normal with std 0.01 (``head``), torch's loss from torch's weights."""
+    by name and shape in torch's order (``shapes``: ``TABLE``'s; ``variants``: whether each
+    has them), the head normal with std 0.01 (``head``), torch's loss from torch's weights."""
     import oneflow as flow
 
     from pytest_dlperf.models.insightface import FaceShape
@@ -71,7 +75,8 @@ def insightface_oneflow(spec: dict[str, Any]) -> dict[str, Any]:
         model = build(FaceShape.of(sizes(name, classes)))
         head = model.head.weight.numpy().copy()
         shapes = [[n, list(p.shape)] for n, p in model.named_parameters()]
-        out.setdefault("shapes", dict(shapes))
+        if (name, classes) == TABLE:
+            out["shapes"] = dict(shapes)
         out["probes"]["variants"][variant] = shapes == torchs(ref, variant)
         out["probes"]["head"][variant] = [float(head.std()), float(head.mean())]
         model.load_state_dict({n: flow.tensor(a) for n, a in torchs_state(ref, variant).items()},
@@ -84,8 +89,8 @@ def insightface_oneflow(spec: dict[str, Any]) -> dict[str, Any]:
 
 def insightface_mxnet(spec: dict[str, Any]) -> dict[str, Any]:
     """MobileFaceNet with ArcFace, IResNet-18 with CosFace, eager and hybridized: torch's
-    trained parameters by name and shape (``variants``: whether each has them; ``shapes``:
-    MobileFaceNet with ArcFace at 100 classes), torch's loss and head gradient from torch's
+    trained parameters by name and shape (``variants``: whether each has them, in MXNet's own
+    order; ``shapes``: ``TABLE``'s), torch's loss and head gradient from torch's
     weights."""
     import mxnet as mx
     from mxnet import autograd
@@ -117,9 +122,8 @@ def insightface_mxnet(spec: dict[str, Any]) -> dict[str, Any]:
             figures["loss"].append(relative(float(loss.asscalar()), variant, ref))
             figures["head_grad"].append(float(np.abs(grad - wanted).max() / np.abs(wanted).max()))
         out["outputs"][mode] = {name: max(values) for name, values in figures.items()}
-    # The table's shapes: MobileFaceNet with ArcFace at 100 classes, as OneFlow's (a forward
-    # first: Gluon infers some shapes from the data)
-    model = build(FaceShape.of(sizes("mobilefacenet-arcface", 100)))
+    # The table's shapes (a forward first: Gluon infers some shapes from the data)
+    model = build(FaceShape.of(sizes(*TABLE)))
     model(images, mx.nd.array([3, 7], dtype="int32"))
     out["shapes"] = {n: list(p.shape) for n, p in named_parameters(model).items()
                      if p.grad_req != "null"}

@@ -262,13 +262,13 @@ def _shapes(model: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
             wide_deep.WideDeepShape.of(wide_deep.WORKLOAD.sizes_for("cpu", "fp32"))
         ).named_parameters())
     if model == "insightface":  # MobileFaceNet with ArcFace at 100 classes
-        from port_insightface import sizes
+        from port_insightface import TABLE, sizes
 
         from pytest_dlperf.models.insightface import FaceShape
         from pytest_dlperf.models.insightface.torch import build as build_face
 
         return tuple((n, tuple(p.shape)) for n, p in build_face(
-            FaceShape.of(sizes("mobilefacenet-arcface", 100))).named_parameters())
+            FaceShape.of(sizes(*TABLE))).named_parameters())
     if model == "gpt":  # the CPU sizes
         from pytest_dlperf.models import gpt
         from pytest_dlperf.models.gpt import torch as gpt_torch

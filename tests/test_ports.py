@@ -228,8 +228,8 @@ def test_wide_deep_draws_torchs_ids_initialized_as_torch(static: Any, port: Port
 def test_insightface_is_torchs_in_each_backbone_and_margin_its_head_normal(
         static: Any, port: Port) -> None:
     """Each backbone and margin the port checks (tests/port_insightface.py) has torch's
-    parameters by name and shape (``variants``; in torch's order where the row says so); the
-    head starts normal with std 0.01 (``head``), as torch's."""
+    parameters by name and shape (``variants``: OneFlow's in torch's order, MXNet's in its
+    own); the head starts normal with std 0.01 (``head``), as torch's."""
     assert port.shapes is not None
     probes = static(port)["probes"]
     assert probes["variants"] and all(probes["variants"].values()), probes["variants"]
