@@ -55,6 +55,7 @@ LONGEST_FIRST = (  # worker-seconds in CI's first pass (tests/module_times.py), 
     "test_bad_inputs.py",  # ~95 s
     "test_tensorflow.py",  # ~90 s
     "test_ports_trained.py",  # ~75 s
+    "test_ports_ranks.py",  # ~55 s alone (every port's two-rank job)
     "test_layouts_torch.py",  # ~70 s
     "test_oneflow.py",  # ~40-70 s
 )

@@ -1,4 +1,5 @@
-"""One rank of a job of tests/test_insightface_mxnet.py's ``pfc`` runs, under MXNet's interpreter:
+"""One rank of MXNet's InsightFace ranks jobs (tests/port_insightface.py's ``MXNET_RUNS``, run by
+tests/test_ports_ranks.py), under MXNet's interpreter:
 the real ``MXNetTrainer`` trains a small InsightFace (the recipe's head and margin, a small
 backbone without BatchNorm) three SGD steps (momentum, weight decay) in float64 under the layout
 it is given, and writes (``OUT/NAME-RANK.json`` and ``.npz``) the parameters it ends at (its own

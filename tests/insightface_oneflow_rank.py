@@ -1,4 +1,5 @@
-"""One rank of tests/test_insightface_oneflow.py's job: the real ``OneFlowTrainer`` trains a small
+"""One rank of OneFlow's InsightFace ranks job (tests/port_insightface.py's ``ONEFLOW_RUNS``, run
+by tests/test_ports_ranks.py): the real ``OneFlowTrainer`` trains a small
 InsightFace (the recipe's head and margin, a small backbone) under each run it is given (DDP, or
 a ``pfc`` layout: the head's centres a global tensor split by class), three SGD steps in float64,
 and each rank writes the whole parameters the run ends at (gathered from the global tensors), the

@@ -1,4 +1,5 @@
-"""One rank of tests/test_insightface_sharded.py's job: the real ``TorchTrainer`` trains a small
+"""One rank of torch's InsightFace ranks job (tests/port_insightface.py's ``TORCH_RUNS``, run by
+tests/test_ports_ranks.py): the real ``TorchTrainer`` trains a small
 InsightFace (the recipe's head and margin, a small backbone) under each layout it is given, three
 SGD steps in float64, and writes the whole head it ends at, gathered from the ranks' classes, the
 backbone, what each rank's head holds, and under Partial FC the centres each step kept beside the

@@ -40,3 +40,106 @@ def gpt_jax(spec: dict[str, Any]) -> dict[str, Any]:
                               "loss": abs(loss - float(ref["loss"])) / float(ref["loss"])}}
     out["once"] = {"scale": scale}
     return out
+
+
+# -- two ranks train what one process trains (tests/port_ranks.py, tests/test_ports_ranks.py) --
+
+# JAX: tensor parallelism (``frameworks/jax/tp.py``): the GPT recipe's plan as shardings over a
+# ``tp`` mesh axis and a step XLA partitions. Two steps of the CPU GPT through the real trainer,
+# SGD with a clip that binds (AdamW's normalized update would hide a wrongly scaled gradient, as
+# torch's layouts test notes), every parameter gathered whole on every rank after; real JAX
+# processes in its distributed runtime, under JAX's own interpreter.
+JAX_STEP = """
+import dataclasses, json
+import numpy as np
+from pytest_dlperf import SGD
+from pytest_dlperf.core.parallel import parse_layout
+from pytest_dlperf.core.protocol import QUICK
+from pytest_dlperf.core.recipes import load_recipe
+from pytest_dlperf.core.spec import spec_for
+from pytest_dlperf.frameworks import DistEnv, load
+from pytest_dlperf.models import gpt
+workload = dataclasses.replace(gpt.WORKLOAD, optimizer=SGD(lr_per_256=64.0, momentum=0.9,
+                                                           clip_norm=0.05))
+spec = spec_for("jax", workload, protocol=QUICK, device_type="cpu", compiler="compiled",
+                world_size=WORLD, layout=parse_layout(LAYOUT).resolve(WORLD) if LAYOUT else None)
+trainer = load("jax").build_trainer(spec, DistEnv(RANK, WORLD, RANK, WORLD, 0),
+                                    load_recipe(spec.recipe))
+from jax.experimental import multihost_utils
+def weights():
+    return [np.asarray(multihost_utils.process_allgather(p, tiled=True)) for p in trainer.params]
+before = weights()
+losses = []
+for _ in range(2):
+    trainer.step()
+    losses.append(trainer.loss())
+after = weights()
+shapes = sorted({(tuple(p.shape), tuple(p.addressable_data(0).shape)) for p in trainer.params})
+env = trainer.environment()
+trainer.close()
+# ~3.5 MB each: through a pipe, a rank blocked on it held its peer's exit
+np.savez(OUT + ".npz", *after)
+np.savez(OUT + "-start.npz", *before)
+print(json.dumps({"losses": losses, "shapes": shapes, "ranks": env["data_parallel_ranks"],
+                  "parameters": env["parameters"]}))
+"""
+
+
+def jax_step(rank: int, world: int, layout: str | None, out: Any) -> str:
+    return f"RANK, WORLD, LAYOUT, OUT = {rank}, {world}, {layout!r}, {str(out)!r}\n" + JAX_STEP
+
+
+def jax_train(python: str | None, out: Any) -> dict[str, Any]:
+    """tp2's two ranks at once, then one process."""
+    import os
+
+    from port_ranks import Run
+    from snippets import REPO, free_ports, run_snippet, run_together
+
+    assert python is not None
+    ports = free_ports(2)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(ports[0]),
+           "DLPERF_FRAMEWORK_PORT": str(ports[1])}
+    ranks: list[Any] = run_together(
+        python, [jax_step(rank, 2, "tp", out / f"tp2-{rank}") for rank in (0, 1)], env,
+        timeout=600)
+    alone: Any = run_snippet(python, jax_step(0, 1, None, out / "one"), timeout=600)
+
+    def weights(path: Any) -> dict[str, Any]:
+        with np.load(path) as saved:  # arr_0, arr_1, ...: the trainer's parameters in order
+            return {name: saved[name] for name in saved.files}
+
+    return {"tp2": Run([weights(out / f"tp2-{rank}.npz") for rank in (0, 1)],
+                       weights(out / "one.npz"), weights(out / "one-start.npz"), ranks, alone)}
+
+
+def jax_run(name: str, run: Any) -> None:
+    """tp2 is one replica: both ranks train on the same tokens, one process's losses."""
+    assert [rank["ranks"] for rank in run.ranks] == [1, 1]
+    assert run.ranks[0]["parameters"] == run.whole["parameters"]
+    assert run.ranks[0]["losses"] == approx(run.whole["losses"], 1e-6)
+
+
+def approx(expected: Any, rel: float) -> Any:
+    import pytest  # here: ranks under other interpreters import this module without pytest
+
+    return pytest.approx(expected, rel=rel)
+
+
+def jax_each_rank_holds_half_of_every_matrix_the_plan_names(runs: Any) -> None:
+    # hidden 128, MLP 512, vocabulary 512: Q/K/V by columns, their output by rows, w1 by
+    # columns, w2 by rows, the embedding by rows; the norms and positions whole.
+    halves = {tuple(map(tuple, pair)) for pair in runs["tp2"].ranks[0]["shapes"]}
+    assert {((128, 128), (128, 64)), ((128, 128), (64, 128)), ((128, 512), (128, 256)),
+            ((512, 128), (256, 128)), ((512,), (256,)), ((128,), (64,)),
+            ((128,), (128,)), ((64, 128), (64, 128))} == halves
+
+
+def ranks_jobs() -> dict[str, Any]:
+    """This model's ranks jobs by port id (tests/port_ranks.py's ``RanksJob``)."""
+    from port_ranks import RanksJob
+
+    return {"gpt-jax": RanksJob(jax_train, interpreter="jax_python", run_check=jax_run,
+                                moved=1e-3,
+                                checks=(jax_each_rank_holds_half_of_every_matrix_the_plan_names,))}

@@ -1,10 +1,11 @@
-"""MXNet's InsightFace recipe trains data parallel on two ranks through the adapter, and under the
-``pfc`` layout kind (``frameworks/mxnet/classes.py``) two ranks holding 6 and 5 of 11 classes'
-centres train what one process with the whole head trains (tests/insightface_mxnet_rank.py, the
-real trainer), a wrong label offset is seen, and Partial FC keeps the batch's classes. That it is
-torch's model (torch's parameters by name and shape, torch's weights give torch's loss and head
-gradient, eager and hybridized) is the port contract's row in tests/ports.py, run by
-tests/test_ports.py.
+"""MXNet's InsightFace recipe trains data parallel on two ranks through the adapter, the ``pfc``
+strategy refuses what it does not run, and MXNet's store carries a head split by class. That it
+is torch's model (torch's parameters by name and shape, torch's weights give torch's loss and
+head gradient, eager and hybridized) and that under the ``pfc`` layout kind
+(``frameworks/mxnet/classes.py``) two ranks holding 6 and 5 of 11 classes' centres train what
+one process with the whole head trains (a wrong label offset seen, Partial FC keeping the
+batch's classes) is the port contract's, tests/ports.py's row, run by tests/test_ports.py and
+tests/test_ports_ranks.py.
 
 ``pytest_dlperf.models.insightface.mxnet`` writes the model from ``mxnet.gluon.nn``. The MXNet
 lines run under MXNet's interpreter (``scripts/setup-mxnet``, or ``DLPERF_TEST_MXNET_PYTHON``);
@@ -13,13 +14,10 @@ those tests skip without it. The torch references run in this process.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from snippets import REPO, free_ports, run_together
 
@@ -78,115 +76,6 @@ def test_the_recipe_trains_data_parallel_on_two_ranks(mxnet_python: str) -> None
         assert rank["environment"]["parameters"] == parameters
     assert ranks[0]["head"] == ranks[1]["head"]  # the mean gradient applied on both
     assert ranks[0]["losses"] != ranks[1]["losses"]  # each rank's own labels
-
-
-# The pfc runs (tests/insightface_mxnet_rank.py): name: (layout, ranks, options). One process
-# with the whole head trains the runs' global batch ("whole").
-RUNS: dict[str, tuple[str, int, dict[str, Any]]] = {
-    "whole": ("none", 1, {}),
-    "pfc2": ("pfc", 2, {}),
-}
-MORE_RUNS: dict[str, tuple[str, int, dict[str, Any]]] = {
-    "pfc2-r1": ("pfc-r1", 2, {}),  # Partial FC keeping every centre: model parallel again
-    "pfc2-r0.5": ("pfc-r0.5", 2, {}),
-    "pfc2-wrong-offset": ("pfc", 2, {"wrong_offset": 1}),
-}
-# Of how far any parameter moved in three steps (170). The model trains in float64, and MXNet
-# 1.9.1's store (dist_sync) carries float64 arrays as float32 or not by the environment's
-# contents (measured 2026-12-01 on two CPU ranks: two pushpulls of 1/3 summed to float32's 2/3
-# with an unrelated FOO=1 set, to float64's without it; the plugin's and pytest's variables are
-# such): the ranks end 5.0e-8 from one process under pytest, 5.0e-16 where the store kept
-# float64; a wrong label offset 0.25.
-SAME = 5e-7
-
-
-def train_runs(python: str, out: Path, runs: dict[str, tuple[str, int, dict[str, Any]]]
-               ) -> dict[str, list[dict[str, Any]]]:
-    """Every rank of every run at once, each run a store of its own (its own port); each
-    rank's results as written, its parameters under "params"."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
-           "GLOG_minloglevel": "2", "MASTER_ADDR": "127.0.0.1"}
-    codes = []
-    for (name, (layout, world, options)), port in zip(runs.items(), free_ports(len(runs))):
-        for rank in range(world):
-            argv = ["rank", str(out), name, layout, str(rank), str(world), json.dumps(options)]
-            codes.append(f"import os, runpy, sys; os.environ['DLPERF_FRAMEWORK_PORT'] = "
-                         f"'{port}'; sys.argv = {argv!r}; runpy.run_path("
-                         "'tests/insightface_mxnet_rank.py', run_name='__main__')")
-    run_together(python, codes, env)
-    return {name: [{**json.loads((out / f"{name}-{rank}.json").read_text()),
-                    "params": dict(np.load(out / f"{name}-{rank}.npz")),
-                    "start": dict(np.load(out / f"{name}-{rank}-start.npz"))}
-                   for rank in range(world)] for name, (_, world, _) in runs.items()}
-
-
-@pytest.fixture(scope="module")
-def trained(mxnet_python: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return train_runs(mxnet_python, tmp_path_factory.mktemp("pfc"), RUNS)
-
-
-@pytest.fixture(scope="module")
-def more(mxnet_python: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return train_runs(mxnet_python, tmp_path_factory.mktemp("pfc_more"), MORE_RUNS)
-
-
-def relative_diff(whole: dict[str, Any], ranks: list[dict[str, Any]]) -> float:
-    """The largest difference of either rank's parameters (the head joined from the ranks'
-    rows) from one process's, over the largest distance any parameter moved."""
-    reference, start = whole["params"], whole["start"]
-    moved = max(float(np.abs(reference[n] - start[n]).max()) for n in reference)
-    assert moved > 0.01, moved  # training moved them: a comparison worth making
-    head = np.concatenate([rank["params"]["head.weight"] for rank in ranks])
-    diffs = []
-    for rank in ranks:
-        params = {**rank["params"], "head.weight": head}
-        assert sorted(params) == sorted(reference)  # the backbone and the whole head
-        diffs.append(max(float(np.abs(params[n] - reference[n]).max()) for n in reference))
-    return max(diffs) / moved
-
-
-def test_class_parallel_ranks_train_what_one_process_trains(trained: dict[str, Any]) -> None:
-    """Two pfc ranks (6 and 5 of 11 classes), three SGD steps (momentum, weight decay) in
-    float64, end where one process with the whole head ends on the same global batch; every
-    step's loss is the global batch's on both ranks; each rank holds its share of the rows."""
-    whole, ranks = trained["whole"][0], trained["pfc2"]
-    diff = relative_diff(whole, ranks)
-    print(f"pfc2: max |diff| / max move {diff:.3g}")
-    assert diff < SAME, f"pfc2: the parameters differ from one process's by {diff:.3g}"
-    for rank in ranks:
-        assert rank["losses"] == pytest.approx(whole["losses"], rel=1e-7)  # 1.3e-8 seen
-        assert rank["environment"]["data_parallel_ranks"] == 2
-        assert rank["environment"]["layout"] == "pfc2"
-    assert [rank["head_rows"] for rank in ranks] == [6, 5]  # the first rank the odd class
-    assert whole["head_rows"] == 11
-    assert ranks[0]["environment"]["sharded_modules"]["pfc"] == {
-        "head": "head", "classes": 11, "sample_ratio": 1.0, "ranks": [[0, 0, 6], [1, 6, 5]]}
-
-
-def test_a_wrong_label_offset_is_seen_and_a_ratio_of_one_is_model_parallel_fc(
-        trained: dict[str, Any], more: dict[str, Any]) -> None:
-    whole = trained["whole"][0]
-    # Rank 1 read its labels as if its classes began at 0: the same code, other targets.
-    diff = relative_diff(whole, more["pfc2-wrong-offset"])
-    assert diff > 0.01, f"a wrong label offset moved the parameters by {diff:.3g} only"
-    diff = relative_diff(whole, more["pfc2-r1"])
-    assert diff < SAME, f"pfc2-r1: the parameters differ from one process's by {diff:.3g}"
-
-
-def test_partial_fc_keeps_the_batchs_classes_among_its_sampled_centres(
-        more: dict[str, Any]) -> None:
-    ranks = more["pfc2-r0.5"]
-    assert ranks[0]["environment"]["sharded_modules"]["pfc"]["sample_ratio"] == 0.5
-    for (start, count), rank in zip(((0, 6), (6, 5)), ranks):
-        assert rank["head_rows"] == count and len(rank["seen"]) == 3
-        for step in rank["seen"]:
-            positives = {c for c in step["labels"] if start <= c < start + count}
-            kept = set(step["kept"])
-            assert positives <= kept, (positives, kept)
-            assert len(kept) == max(count // 2, len(positives)), (kept, positives)
-            assert kept <= set(range(start, start + count))
-        assert len({tuple(step["kept"]) for step in rank["seen"]}) > 1  # drawn anew each step
-        assert rank["losses"] == ranks[0]["losses"]  # the global batch's, on both ranks
 
 
 def test_what_the_mxnet_pfc_strategy_does_not_run_is_refused_saying_why() -> None:

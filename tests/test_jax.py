@@ -8,6 +8,7 @@ JAX line here runs in a subprocess under it, and the tests skip without it."""
 from __future__ import annotations
 
 import pytest
+from snippets import run_snippet
 
 
 def test_a_jax_module_gets_its_compiled_cases_by_default(pytester: pytest.Pytester,
@@ -30,3 +31,21 @@ def test_a_jax_module_gets_its_compiled_cases_by_default(pytester: pytest.Pytest
     given.assert_outcomes(skipped=1)
     given.stdout.fnmatch_lines(["SKIPPED [[]1[]] *jax has no eager mode to measure: JAX trains "
                                 "under jax.jit*--dlperf-compilers compiled*"])
+
+
+# Tensor parallelism in the JAX adapter (frameworks/jax/tp.py): that two tp ranks train what one
+# process trains is the port contract's (tests/ports.py's row, run by tests/test_ports_ranks.py).
+def test_fsdp_with_tp_is_refused_saying_what_runs(jax_python: str) -> None:
+    out = run_snippet(jax_python, """
+import json
+from pytest_dlperf.core.strategies import why_not
+from pytest_dlperf.frameworks import load
+load("jax")  # registers its strategies
+print(json.dumps([why_not("jax", kinds, "cpu", True)
+                  for kinds in (("tp",), ("dp", "tp"), ("fsdp", "tp"), ("pp",))]))
+""")
+    assert isinstance(out, list)
+    tp, dp_tp, fsdp_tp, pp = out
+    assert tp is None and dp_tp is None
+    assert "tp with dp, not with fsdp" in fsdp_tp
+    assert "pp is not ported" in pp

@@ -1,4 +1,5 @@
-"""One rank of tests/test_wide_deep_oneflow.py's job: the real ``OneFlowTrainer`` trains a small
+"""One rank of OneFlow's Wide & Deep ranks job (tests/port_wide_deep.py's ``ONEFLOW_RUNS``, run by
+tests/test_ports_ranks.py): the real ``OneFlowTrainer`` trains a small
 Wide & Deep under each run it is given (DDP, or an ``emb`` layout: the tables global tensors
 split by rows), three Adam steps, and each rank writes the whole parameters the run ends at
 (gathered from the global tensors), the shapes of the tables it holds and its parameters'

@@ -1,5 +1,5 @@
-"""One rank of tests/test_wide_deep_sharded.py's job: the real ``TorchTrainer`` trains a small Wide &
-Deep under each ``emb`` layout it is given (TorchRec's sharded tables), three AdamW steps, and
+"""One rank of torch's Wide & Deep ranks job (tests/port_wide_deep.py's ``TORCH_RUNS``, run by
+tests/test_ports_ranks.py): the real ``TorchTrainer`` trains a small Wide & Deep under each ``emb`` layout it is given (TorchRec's sharded tables), three AdamW steps, and
 writes the whole tables and tower it ends at, gathered from the shards; rank 0 also writes what
 one process (the unsharded torch model, no TorchRec) reaches on the same global batch.
 
