@@ -5,6 +5,7 @@ pytest, the framework imported inside its function only.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -136,10 +137,101 @@ def jax_each_rank_holds_half_of_every_matrix_the_plan_names(runs: Any) -> None:
             ((128,), (128,)), ((64, 128), (64, 128))} == halves
 
 
+# torch: the recipe's tensor-parallel plan (DTensor's parallelize_module over a ``tp`` mesh) on
+# two gloo ranks, for each architecture, against the same model unsharded on the same tokens:
+# two SGD steps, every parameter gathered whole (``full_tensor``) after. Spawned by
+# torch.multiprocessing (a world of two, one thread each).
+TORCH_ARCHS = ("gpt2", "llama")
+TORCH_LR = 0.5  # SGD: a plain step moves what a wrongly scaled gradient would move wrongly
+
+
+def torch_tp_rank(rank: int, port: int, out: str) -> None:
+    """One of two gloo ranks: each architecture's model sharded by its plan, and on rank 0 the
+    same model unsharded, each two SGD steps on the same tokens."""
+    import os
+    from pathlib import Path
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from pytest_dlperf.core.parallel import Layout
+    from pytest_dlperf.core.workload import BuildContext
+    from pytest_dlperf.models import gpt
+    from pytest_dlperf.models.gpt import torch as gpt_torch
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.set_num_threads(1)
+    mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("tp",))
+    layout = Layout(tp=2)
+    for arch in TORCH_ARCHS:
+        sizes = {**gpt.CPU_SIZES, "arch": arch, "num_kv_heads": 2 if arch == "llama" else 4}
+        torch.manual_seed(rank)  # as the adapter seeds ranks: the weights must not follow
+        parts = gpt_torch.recipe(BuildContext("torch", "cpu", "cpu", 2, sizes, "fp32", "float32",
+                                              False, 0, rank, 2, rank, layout=layout))
+        whole = gpt_torch.build(gpt.GPTShape.of(sizes))
+        whole.load_state_dict(parts.model.state_dict())
+        start = {n: p.detach().clone() for n, p in whole.named_parameters()}
+        sharded = parallelize_module(parts.model, mesh["tp"], parts.plan("tp"))
+        sgd = torch.optim.SGD(sharded.parameters(), lr=TORCH_LR)
+        alone = torch.optim.SGD(whole.parameters(), lr=TORCH_LR)
+        found: dict[str, Any] = {"losses": [], "tokens": parts.inputs.sum().item(), "want": []}
+        for _ in range(2):
+            targets = parts.targets().clone()
+            sgd.zero_grad()
+            loss = parts.loss(sharded(parts.inputs), targets)
+            loss.backward()
+            sgd.step()
+            found["losses"].append(loss.item())
+            if rank == 0:
+                alone.zero_grad()
+                want = parts.loss(whole(parts.inputs), targets)
+                want.backward()
+                alone.step()
+                found["want"].append(want.item())
+        params = {n: getattr(p, "full_tensor", lambda p=p: p)().detach().numpy()
+                  for n, p in sharded.named_parameters()}
+        if rank == 0:
+            np.savez(Path(out, f"tp2-{arch}-reference.npz"),
+                     **{n: p.detach().numpy() for n, p in whole.named_parameters()})
+            np.savez(Path(out, f"tp2-{arch}-start.npz"), **{n: p.numpy() for n, p in start.items()})
+        np.savez(Path(out, f"tp2-{arch}-{rank}.npz"), **params)
+        Path(out, f"tp2-{arch}-{rank}.json").write_text(json.dumps(found))
+    dist.destroy_process_group()
+
+
+def torch_train(python: str | None, out: Any) -> dict[str, Any]:
+    import torch
+    from port_ranks import Run
+    from snippets import free_ports
+
+    (port,) = free_ports(1)
+    torch.multiprocessing.spawn(torch_tp_rank, args=(port, str(out)), nprocs=2)
+    runs = {}
+    for arch in TORCH_ARCHS:
+        name = f"tp2-{arch}"
+        ranks = [json.loads((out / f"{name}-{rank}.json").read_text()) for rank in (0, 1)]
+        runs[name] = Run([dict(np.load(out / f"{name}-{rank}.npz")) for rank in (0, 1)],
+                         dict(np.load(out / f"{name}-reference.npz")),
+                         dict(np.load(out / f"{name}-start.npz")), ranks, ranks[0])
+    return runs
+
+
+def torch_run(name: str, run: Any) -> None:
+    """tp2 is one replica: both ranks train on the same tokens, their loss one process's."""
+    zero, one = run.ranks
+    assert zero["tokens"] == one["tokens"]
+    assert zero["losses"] == approx(one["losses"], 1e-6)
+    assert zero["losses"] == approx(zero["want"], 1e-5)
+
+
 def ranks_jobs() -> dict[str, Any]:
     """This model's ranks jobs by port id (tests/port_ranks.py's ``RanksJob``)."""
     from port_ranks import RanksJob
 
-    return {"gpt-jax": RanksJob(jax_train, interpreter="jax_python", run_check=jax_run,
+    return {"gpt-torch": RanksJob(torch_train, run_check=torch_run),
+            "gpt-jax": RanksJob(jax_train, interpreter="jax_python", run_check=jax_run,
                                 moved=1e-3,
                                 checks=(jax_each_rank_holds_half_of_every_matrix_the_plan_names,))}

@@ -1,7 +1,9 @@
 """The built-in GPT: its parameter counts (GPT-2 124M, Llama 3 8B on the meta device), its FLOPs
 per token by formula against a hand computation and against FlopCounterMode, its tensor-parallel
-plan on two CPU ranks against the unsharded model, its pipeline split, a CPU training case
-through the plain torch adapter, and an MFU above 100% failing the case naming the peak."""
+plan and pipeline split, a CPU training case through the plain torch adapter, and an MFU above
+100% failing the case naming the peak. That two tensor-parallel ranks train what one process
+trains is the port contract's (tests/ports.py's row, tests/port_gpt.py's job, run by
+tests/test_ports_ranks.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from snippets import free_ports
 
 from pytest_dlperf.core.parallel import Layout
 from pytest_dlperf.core.protocol import QUICK
@@ -154,54 +155,6 @@ def test_the_tp_plan_and_pipeline_split_name_the_model() -> None:
     assert gpt_torch.recipe(context(dict(gpt.CPU_SIZES), "meta")).plan("tp") is None
     with pytest.raises(WorkloadError, match="num_heads"):
         gpt_torch.recipe(context(dict(gpt.CPU_SIZES), "meta", layout=Layout(tp=8)))
-
-
-def _tp_rank(rank: int, port: int, out: str) -> None:
-    """One of two gloo ranks: each architecture's model sharded by its plan against the same
-    model unsharded, on the same tokens."""
-    import os
-
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import parallelize_module
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
-    torch.set_num_threads(1)
-    mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("tp",))
-    found = {}
-    for arch in ("gpt2", "llama"):
-        sizes = {**gpt.CPU_SIZES, "arch": arch, "num_kv_heads": 2 if arch == "llama" else 4}
-        torch.manual_seed(rank)  # as the adapter seeds ranks: the weights must not follow
-        parts = gpt_torch.recipe(context(sizes, layout=Layout(tp=2), rank=rank))
-        whole = gpt_torch.build(gpt.GPTShape.of(sizes))
-        whole.load_state_dict(parts.model.state_dict())
-        targets = parts.targets().clone()
-        sharded = parallelize_module(parts.model, mesh["tp"], parts.plan("tp"))
-        loss = parts.loss(sharded(parts.inputs), targets)
-        loss.backward()
-        grad = sharded.layers[0].attention.wq.weight.grad.full_tensor()
-        found[arch] = {"loss": loss.item(), "tokens": parts.inputs.sum().item(),
-                       "grad": grad.norm().item()}
-        if rank == 0:
-            want = parts.loss(whole(parts.inputs), targets)
-            want.backward()
-            found[arch].update(want=want.item(),
-                               want_grad=whole.layers[0].attention.wq.weight.grad.norm().item())
-    Path(out, f"{rank}.json").write_text(json.dumps(found))
-    dist.destroy_process_group()
-
-
-def test_two_tensor_parallel_ranks_train_what_one_process_trains(tmp_path: Path) -> None:
-    (port,) = free_ports(1)
-    torch.multiprocessing.spawn(_tp_rank, args=(port, str(tmp_path)), nprocs=2)
-    ranks = [json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1)]
-    for arch in ("gpt2", "llama"):
-        zero, one = ranks[0][arch], ranks[1][arch]
-        assert zero["tokens"] == one["tokens"]  # one replica: the same tokens on both
-        assert zero["loss"] == pytest.approx(one["loss"], rel=1e-6)
-        assert zero["loss"] == pytest.approx(zero["want"], rel=1e-5)
-        assert zero["grad"] == pytest.approx(zero["want_grad"], rel=1e-4)
 
 
 PERF = """
