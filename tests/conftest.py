@@ -350,10 +350,20 @@ def nothing_of_the_nodes_network_left() -> Iterator[None]:
 @pytest.fixture(scope="session", autouse=True)
 def one_cache_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """One user cache folder for every session the suite starts (pytester gives each test a HOME
-    of its own, and its ~/.cache with it): a CPU's dense GEMM rate (MFU's peak, plugin/flops.py)
-    is measured once a worker, not once a test, and no test's folder gains a cache file."""
+    of its own, and its ~/.cache with it): a CPU's dense GEMM rate (MFU's peak, plugin/flops.py;
+    ~16 s of a core here, most of it emulated bf16) is measured once a machine name for the
+    whole run, its workers and ``scripts/test``'s two passes (``DLPERF_TEST_CACHE``), not once a
+    test or a worker, and no test's folder gains a cache file."""
     before = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+    shared = os.environ.get("DLPERF_TEST_CACHE")
+    if shared:
+        folder = Path(shared)
+    elif os.environ.get("PYTEST_XDIST_WORKER"):  # the workers' temporary folders' common root
+        folder = tmp_path_factory.getbasetemp().parent / "xdg-cache"
+        folder.mkdir(exist_ok=True)
+    else:
+        folder = tmp_path_factory.mktemp("xdg-cache")
+    os.environ["XDG_CACHE_HOME"] = str(folder)
     yield
     if before is None:
         os.environ.pop("XDG_CACHE_HOME", None)
