@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from port_ranks import approx
 
 # What each framework checks, and on what: (backbone-margin, classes). OneFlow's at 100 classes
 # on two faces from a seeded generator; MXNet's at 11, as first measured (torch's model from
@@ -158,11 +159,6 @@ def torch_run(name: str, run: Any) -> None:
     else:
         assert sum(losses) / len(losses) == approx(reference, 1e-6), (losses, reference)
 
-
-def approx(expected: Any, rel: float) -> Any:
-    import pytest  # here: ranks under other interpreters import this module without pytest
-
-    return pytest.approx(expected, rel=rel)
 
 
 def torch_each_rank_holds_its_share_of_the_classes(runs: Any) -> None:

@@ -69,6 +69,14 @@ class RanksJob:
     needs: str | None = None  # a module the job's ranks import, which may not be installed
 
 
+def approx(expected: Any, rel: float) -> Any:
+    """pytest's approx, for the ports' checks (their modules are also imported by ranks under
+    interpreters without pytest)."""
+    import pytest
+
+    return pytest.approx(expected, rel=rel)
+
+
 # -- readers, one per launcher's way of writing its results -----------------------------------
 
 def numpy_of(tensors: Mapping[str, Any]) -> Arrays:

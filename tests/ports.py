@@ -93,7 +93,7 @@ class Ranks:
     largest difference over the largest move), and a wrong split is seen (``wrong``)."""
 
     test: str
-    launcher: str  # "torchrun", "torch.multiprocessing", "oneflow", "mxnet" or "jax"
+    launcher: str  # "torchrun", "gloo" (two processes), "oneflow", "mxnet" or "jax"
     same: Mapping[str, float]
     wrong: tuple[str, float] | None = None  # (run, lower bound)
     outside_ci: str | None = None
@@ -280,7 +280,7 @@ PORTS = (
     # gpt: torch's is the reference.
     # float32, two SGD steps: 3.4e-7 (gpt2) and 3.1e-6 (llama) of how far one process moved
     # the parameters (2026-12-07); rank 1 on rolled targets: 0.31 and 0.71
-    Port("gpt", "torch", ranks=Ranks(RANKS, "torch.multiprocessing",
+    Port("gpt", "torch", ranks=Ranks(RANKS, "gloo",
                                      {"tp2-gpt2": 1e-4, "tp2-llama": 1e-4})),
     Port("gpt", "jax", Shapes(
         "test_ports.py::test_params_are_torchs_by_name_and_shape", total=867_072),

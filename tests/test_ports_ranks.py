@@ -17,6 +17,7 @@ from typing import Any
 import port_gpt
 import port_insightface
 import port_wide_deep
+import psutil
 import pytest
 from port_ranks import RanksJob, Run, relative_diff
 from ports import PORTS, Port
@@ -80,7 +81,12 @@ def trained(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
                                     "(scripts/setup installs it)")
             python = request.getfixturevalue(job.interpreter) if job.interpreter else None
             out: Path = tmp_path_factory.mktemp(port.id)
+            before = {p.pid for p in psutil.Process().children(recursive=True)}
             done[port.id] = job.train(python, out)
+            # A job leaves nothing behind in this process (multiprocessing's spawn context once
+            # left its resource tracker, which a later test of the worker's children found).
+            left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+            assert not left, f"{port.id}'s job left {[p.cmdline() for p in left]}"
         return done[port.id]
 
     return runs
