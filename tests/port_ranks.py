@@ -150,7 +150,6 @@ def mxnet_job(script: str, jobs: tuple[dict[str, tuple[str, int, dict[str, Any]]
                     codes.append(f"import os, runpy, sys; os.environ['DLPERF_FRAMEWORK_PORT'] = "
                                  f"'{port}'; sys.argv = {argv!r}; runpy.run_path("
                                  f"'tests/{script}', run_name='__main__')")
-            assert python is not None
             run_together(python, codes, env)
             for name, (_, world, _) in runs.items():
                 written[name] = [{**json.loads((out / f"{name}-{rank}.json").read_text()),

@@ -10,7 +10,7 @@ is missing skips, saying which setup script makes it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,51 +20,26 @@ import port_wide_deep
 import psutil
 import pytest
 from port_ranks import RanksJob, Run, relative_diff
-from ports import PORTS, Port
+from ports import PORTS, Port, Ranks
 
 JOBS: dict[str, RanksJob] = {**port_wide_deep.ranks_jobs(), **port_insightface.ranks_jobs(),
                              **port_gpt.ranks_jobs()}
 
 
-def ported() -> list[Port]:
-    return [port for port in PORTS if port.ranks is not None and port.id in JOBS]
+def ported() -> list[tuple[Port, Ranks]]:
+    return [(port, port.ranks) for port in PORTS if port.ranks is not None and port.id in JOBS]
 
 
-def marks(port: Port) -> list[Any]:
-    assert port.ranks is not None
-    return [pytest.mark.outside_ci(port.ranks.outside_ci)] if port.ranks.outside_ci else []
+def marks(ranks: Ranks) -> list[Any]:
+    return [pytest.mark.outside_ci(ranks.outside_ci)] if ranks.outside_ci else []
 
 
-def same_cases() -> list[Any]:
-    return list(_same_cases())
-
-
-def _same_cases() -> Iterator[Any]:
-    for port in ported():
-        assert port.ranks is not None
-        for run, bound in port.ranks.same.items():
-            yield pytest.param(port, run, bound, id=f"{port.id}-{run}", marks=marks(port))
-
-
-def wrong_cases() -> list[Any]:
-    return list(_wrong_cases())
-
-
-def _wrong_cases() -> Iterator[Any]:
-    for port in ported():
-        assert port.ranks is not None
-        if port.ranks.wrong is not None:
-            yield pytest.param(port, *port.ranks.wrong, id=port.id, marks=marks(port))
-
-
-def check_cases() -> list[Any]:
-    return list(_check_cases())
-
-
-def _check_cases() -> Iterator[Any]:
-    for port in ported():
-        for check in JOBS[port.id].checks:
-            yield pytest.param(port, check, id=f"{port.id}-{check.__name__}", marks=marks(port))
+SAME = [pytest.param(port, run, bound, id=f"{port.id}-{run}", marks=marks(ranks))
+        for port, ranks in ported() for run, bound in ranks.same.items()]
+WRONG = [pytest.param(port, *ranks.wrong, id=port.id, marks=marks(ranks))
+         for port, ranks in ported() if ranks.wrong is not None]
+CHECKS = [pytest.param(port, check, id=f"{port.id}-{check.__name__}", marks=marks(ranks))
+          for port, ranks in ported() for check in JOBS[port.id].checks]
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +73,7 @@ def test_every_ranks_row_has_a_job_and_every_job_a_row() -> None:
     assert rows == set(JOBS), "tests/ports.py's Ranks rows held here and the jobs differ"
 
 
-@pytest.mark.parametrize("port, run, bound", same_cases())
+@pytest.mark.parametrize("port, run, bound", SAME)
 def test_two_ranks_train_what_one_process_trains(trained: Any, port: Port, run: str,
                                                  bound: float) -> None:
     job, runs = JOBS[port.id], trained(port)
@@ -109,12 +84,12 @@ def test_two_ranks_train_what_one_process_trains(trained: Any, port: Port, run: 
         job.run_check(run, runs[run])
 
 
-@pytest.mark.parametrize("port, run, bound", wrong_cases())
+@pytest.mark.parametrize("port, run, bound", WRONG)
 def test_a_wrong_split_is_seen(trained: Any, port: Port, run: str, bound: float) -> None:
     diff = relative_diff(trained(port)[run], JOBS[port.id].moved)
     assert diff > bound, f"{port.id} {run}: a wrong split moved the parameters by {diff:.3g} only"
 
 
-@pytest.mark.parametrize("port, check", check_cases())
+@pytest.mark.parametrize("port, check", CHECKS)
 def test_what_each_ports_ranks_hold(trained: Any, port: Port, check: Any) -> None:
     check(trained(port))
