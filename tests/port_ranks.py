@@ -3,8 +3,9 @@ each port's job of two ranks, read into one form, ``Run``, whatever its launcher
 one test holds every port to "two ranks train what one process trains on the same global batch,
 and a wrong split is seen", by the table's bounds.
 
-A job is its launcher's (torchrun; OneFlow's own; MXNet's store, every rank at once), its runs and
-its rank script as each port's module names them (tests/port_<model>.py's ``RANKS``); what else a
+A job is its launcher's (torchrun; OneFlow's own; MXNet's store, every rank at once; two gloo or
+JAX processes started together), its runs and its rank script as each port's module names them
+(tests/port_<model>.py's ``ranks_jobs``); what else a
 port's ranks hold (a rank's shards, the classes Partial FC kept) is checked by that module's
 functions, listed in ``RanksJob.checks``.
 """
