@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from layouts_torch_rank import run_each
+from layouts_torch_rank import end, run_each
 
 # 11 classes: two ranks hold 6 and 5 (the first rank one more)
 SIZES = {"num_classes": 11, "embedding": 8, "backbone": "mobilefacenet", "margin": "arcface",
@@ -145,6 +145,7 @@ def main() -> None:
     if run_each(out, runs, train) == 0:
         for world in sorted({run["world"] for run in runs}):
             torch.save(reference(world), out / f"reference-{world}.pt")
+    end()
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch import nn
@@ -256,6 +256,21 @@ def run_each(out: Path, runs: list[dict[str, Any]],
     return job_rank
 
 
+def end() -> NoReturn:
+    """The job's last act once its results are saved: out without the interpreter's teardown.
+    A process group of an earlier run can still be finishing its last collective's work on a
+    gloo thread (a rank that ran several worlds keeps their groups' threads); at teardown that
+    thread's release of a tensor needs the GIL, Python ends the thread, and the unwind through
+    a C++ destructor aborts the process ("terminate called without an active exception",
+    SIGABRT after every result was written: 3 torchrun jobs of Wide & Deep's nine runs in ~100
+    here, 2026-12-07, the core's stack in ``ProcessGroupGloo::runLoop``). The plugin's own
+    launchers never wait for that teardown (once every rank's result is in, the ranks are
+    ended)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def main() -> None:
     out, runs = Path(sys.argv[1]), json.loads(sys.argv[2])
     # runs also carry "replicas": the one-process reference each is compared with
@@ -264,6 +279,7 @@ def main() -> None:
             _, replicas, clip, sgd = name.split("-")
             torch.save(reference(int(replicas), None if clip == "None" else float(clip),
                                  sgd == "True"), out / f"{name}.pt")
+    end()
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from layouts_torch_rank import run_each
+from layouts_torch_rank import end, run_each
 
 SIZES = {"vocab": 1000, "deep_width": 8, "hidden_size": 16, "hidden_layers": 2,
          "dense_fields": 13, "deep_slots": 26, "wide_slots": 2, "dropout": 0.0, "zipf": 1.1}
@@ -140,6 +140,7 @@ def main() -> None:
         for world, lazy in sorted({(run["world"], "sparse" in str(run["layout"]))
                                    for run in runs}):
             torch.save(reference(world, lazy), out / reference_name(world, lazy))
+    end()
 
 
 def reference_name(world: int, lazy: bool) -> str:
