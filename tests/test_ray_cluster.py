@@ -435,27 +435,41 @@ def test_a_slower_link_behind_the_plugins_back_is_a_regression(
 @pytest.mark.usefixtures("subprocess_env")
 def test_ab_in_turns_runs_both_sides_on_the_ray_cluster(
         ray_cluster: LocalRay, pytester: pytest.Pytester) -> None:
-    """--dlperf-ab HEAD: each pair two launches on the cluster, base then head (turns: duet
-    splits one host and is the local launcher's). The case's 1n1d rung, one actor a launch:
-    on 2n1d each side also measured its 1n1d reference, 80 s of CI's first pass."""
+    """--dlperf-ab HEAD~1: each pair two launches on the cluster, base then head (turns: duet
+    splits one host and is the local launcher's), each side its own commit's code. The case's
+    1n1d rung, one actor a launch: on 2n1d each side also measured its 1n1d reference, 80 s of
+    CI's first pass. The base commit sleeps 10 ms a step, so the head reads faster in every
+    pair whatever the machine's load: the run stops at its three pairs. (The same code on both
+    sides put all three pairs on the slow side one run in eight, and A/B then adds pairs up to
+    its limit of 12 for a slowdown it cannot yet prove: 128 s against 32, 2026-12-07.)"""
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}
     run = Run(ray_cluster, pytester.path, "torch",
               ["-m", "multinode", "--nodes", "2", "--devices-per-node", "1", "-k", "1n1d",
-               *PROTOCOL, "--dlperf-steps", "20", "--dlperf-ab", "HEAD",
+               *PROTOCOL, "--dlperf-steps", "20", "--dlperf-ab", "HEAD~1",
                "--dlperf-max-repeats", "3", "--dlperf-launches", "3", "-rA"])
     (pytester.path / ".gitignore").write_text("*.json\nwhere/\n*.out\n")
-    for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "mlp"]):
-        subprocess.run(["git", "-C", str(pytester.path), *command], check=True, env=env)
+    recipes = pytester.path / "mlp_recipes.py"
+    fast = recipes.read_text()
+    sleeping = 'float(os.environ.get("RANKS_SLEEP", "0"))'
+    assert sleeping in fast
+    git = ["git", "-C", str(pytester.path)]
+    subprocess.run([*git, "init", "-q"], check=True, env=env)
+    for text, message in ((fast.replace(sleeping, "0.01"), "a 10 ms sleep a step"),
+                          (fast, "no sleep")):
+        recipes.write_text(text)
+        subprocess.run([*git, "add", "-A"], check=True, env=env)
+        subprocess.run([*git, "commit", "-q", "-m", message], check=True, env=env)
     done = run.start().wait(timeout=600)
     text = run.text()
     assert done in (0, 1), text
     case = run.case("1n1d")
     ab = case["ab"]
-    assert ab["mode"] == "turns" and len(ab["pairs"]) >= 3, ab
-    assert ab["outcome"] in ("pass", "inconclusive", "regression", "improvement"), ab
+    assert ab["mode"] == "turns" and len(ab["pairs"]) == 3, ab
+    assert ab["outcome"] in ("pass", "inconclusive", "improvement"), ab
     assert case["launcher"] == "ray"
-    assert all(pair["base"] > 0 and pair["head"] > 0 for pair in ab["pairs"]), ab["pairs"]
+    # each side ran its own commit: the head, without the sleep, faster in every pair
+    assert all(pair["head"] > pair["base"] > 0 for pair in ab["pairs"]), ab["pairs"]
     assert_nothing_left(ray_cluster)
 
 
