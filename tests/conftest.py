@@ -47,17 +47,17 @@ settings.load_profile("suite")
 # tests took 3.5 of its 27 minutes: a long module late keeps one worker busy while the other
 # has nothing left. The rest follow in collection order.
 LONGEST_FIRST = (  # worker-seconds in CI's first pass (tests/module_times.py), 2026-12-07
-    "test_conformance_measured.py",  # ~310 s (its JAX own model and two batch maximums back)
-    "test_slurm_cluster.py",  # ~215 s (every framework's Slurm job, and the faults)
-    "test_ray_cluster.py",  # ~185 s (with its faults)
-    "test_conformance.py",  # ~170 s (TensorFlow's eager averages back)
-    "test_ports.py",  # ~100 s (every framework's static job)
+    "test_conformance_measured.py",  # ~340 s (its own models on two nodes, six batch searches)
+    "test_slurm_cluster.py",  # ~230 s (every framework's Slurm job, and the faults)
+    "test_ray_cluster.py",  # ~175 s (with its faults)
+    "test_conformance.py",  # ~150 s (TensorFlow's eager averages back)
+    "test_layouts_torch.py",  # ~100 s (its 4-rank job of 23 worlds)
     "test_bad_inputs.py",  # ~95 s
-    "test_tensorflow.py",  # ~90 s
+    "test_ports.py",  # ~95 s (every framework's static job)
+    "test_ports_ranks.py",  # ~90 s (every port's two-rank job)
+    "test_tensorflow.py",  # ~85 s
     "test_ports_trained.py",  # ~75 s
-    "test_ports_ranks.py",  # ~55 s alone (every port's two-rank job)
-    "test_layouts_torch.py",  # ~70 s
-    "test_oneflow.py",  # ~40-70 s
+    "test_oneflow.py",  # ~70 s
 )
 
 
