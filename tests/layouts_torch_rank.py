@@ -262,7 +262,7 @@ def end() -> NoReturn:
     gloo thread (a rank that ran several worlds keeps their groups' threads); at teardown that
     thread's release of a tensor needs the GIL, Python ends the thread, and the unwind through
     a C++ destructor aborts the process ("terminate called without an active exception",
-    SIGABRT after every result was written: 3 torchrun jobs of Wide & Deep's nine runs in ~100
+    SIGABRT after every result was written: 3 torchrun jobs of Wide & Deep's nine runs in ~60
     here, 2026-12-07, the core's stack in ``ProcessGroupGloo::runLoop``). The plugin's own
     launchers never wait for that teardown (once every rank's result is in, the ranks are
     ended)."""
