@@ -315,7 +315,11 @@ def test_batch_size_max_finds_the_largest_batch_under_a_memory_limit(
     kept = pytester.runpytest_subprocess(
         *SHORT, "--devices-per-node", "1", "--dlperf-memory-limit", "256M", "--dlperf-steps", "2",
         "--dlperf-launches", "3", "--dlperf-repeats", "3", "--dlperf-max-repeats", "3",
-        "--dlperf-tolerance", "0.5",  # what is checked is the launches, not the speed
+        # What is checked is the launches, not the speed: a recording run (seeded all the
+        # same), not a judging one. Judged at 50% beside the first pass's other worker, its
+        # three launches read 67 samples/s against the 210 one launch recorded minutes earlier
+        # (2-step windows; a fresh-clone rehearsal, 2026-12-07) and failed it as a regression.
+        "--dlperf-update-baselines", "--dlperf-unstable-cv", "50",
         "-k", "test_wide and not plus", "--dlperf-batch-size", "max", "--dlperf-json",
         "3.json", timeout=600)
     kept.assert_outcomes(passed=1)
