@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,6 +16,7 @@ from pytest_dlperf.core.spec import spec_for
 from pytest_dlperf.models import BERT_BASE, RESNET50
 from pytest_dlperf.models.bert import BERT_BASE as SHAPE
 from pytest_dlperf.plugin import flops as pytest_flops
+from pytest_dlperf.plugin.settings import host_identity
 from pytest_dlperf.verdict import mfu
 
 pytest.importorskip("torch")
@@ -168,3 +170,21 @@ def test_the_gemm_rate_is_measured_once_per_machine_and_cpu(tmp_path: Path) -> N
     assert list(json.loads(kept.read_text())) == ["m1|Some CPU"]
     # where it lives: the user's cache folder, shared by every session on the machine
     assert pytest_flops.gemm_cache().parts[-2:] == ("pytest-dlperf", "cpu-gemm.json")
+
+
+def test_a_kept_rate_belongs_to_the_computer_not_to_the_machine_label(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions of one computer under two --dlperf-machine labels (or on two local nodes, each a
+    host name of its own) take the rate kept for the computer: measured once, not once a label
+    (~20 s each on this project's VM)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    rates = {"fp32": 4.2e10, "bf16": 8.8e8, "library": "torch 2.x", "n": 1024,
+             "date": "2026-12-07"}
+    kept = pytest_flops.gemm_cache()
+    kept.parent.mkdir(parents=True)
+    kept.write_text(json.dumps({f"{host_identity()}|Some CPU": rates}))
+    for label in ("box", "runner"):
+        state = SimpleNamespace(gemm=[], settings=SimpleNamespace(machine=label),
+                                hardware=SimpleNamespace(cpu_model="Some CPU"))
+        assert pytest_flops.session_gemm(state) == rates, label
+    assert list(json.loads(kept.read_text())) == [f"{host_identity()}|Some CPU"]

@@ -28,6 +28,7 @@ from ..verdict.mfu import (
     peak_for,
 )
 from .outcome import fail
+from .settings import host_identity
 
 
 def count_in_subprocess(spec: RankSpec, work_dir: Path,
@@ -180,7 +181,7 @@ def gemm_cache() -> Path:
 def measured_gemm(path: Path | None, machine: str, cpu_model: str,
                   timeout_s: float = 120.0) -> dict[str, Any] | None:
     """A core's dense GEMM rates on this machine (``rank.gemm``), from ``path`` (None: kept
-    nowhere) where this machine and CPU measured them before, else measured now in a
+    nowhere) where this ``machine`` (a computer: ``host_identity``) and CPU measured them before, else measured now in a
     subprocess of pytest's interpreter and kept there. None where the measurement failed."""
     import datetime
 
@@ -217,9 +218,10 @@ def measured_gemm(path: Path | None, machine: str, cpu_model: str,
 
 def session_gemm(state: Any) -> dict[str, Any] | None:
     """A core's measured dense GEMM rates (MFU's peak on a CPU), once a session (``state``: the
-    session's ``SessionState``, whose ``gemm`` keeps them)."""
+    session's ``SessionState``, whose ``gemm`` keeps them), kept under the computer
+    (``host_identity``), not the ``--dlperf-machine`` label: one computer's sessions under two
+    labels, or on two local nodes (host names of their own), share one measurement."""
     kept: list[dict[str, Any] | None] = state.gemm
     if not kept:
-        kept.append(measured_gemm(gemm_cache(), state.settings.machine,
-                                  state.hardware.cpu_model))
+        kept.append(measured_gemm(gemm_cache(), host_identity(), state.hardware.cpu_model))
     return kept[0]

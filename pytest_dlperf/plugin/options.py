@@ -189,7 +189,7 @@ OPTIONS: tuple[Option, ...] = (
            "release); it replaces the table's figure. On a CPU, one core's peak: a rank's is it "
            "times the threads the rank computes with (a 1n1d rank on two cores has twice a "
            "1n2d rank's). Default: the table's, by NVML device name; on a CPU, a dense GEMM's "
-           "rate on one core measured once per machine (kept in ~/.cache/pytest-dlperf) and said as "
+           "rate on one core measured once per computer (kept in ~/.cache/pytest-dlperf) and said as "
            "measured, not as the hardware's peak.", _optional(parse_flops), metavar="FLOPS"),
     Option("launches", "separate launches per case (each a fresh start of the case's "
            "processes and its own warm-up); the windows (--dlperf-repeats) are split over them, "

@@ -232,14 +232,30 @@ def output_path_problem(path: Path, kind: str, write: bool = True) -> str | None
 def default_machine() -> str:
     """The host name, and the start of the systemd machine id where there is one: VMs cloned
     from one image often share a host name ("vm"), and a host name alone is easily reused."""
+    machine_id = _machine_id()[:8]
+    name = _host_name()
+    return f"{name}-{machine_id}" if machine_id else name
+
+
+def host_identity() -> str:
+    """This computer, whatever ``--dlperf-machine`` calls it: its systemd machine id where there
+    is one (the host's network and UTS namespaces, as the local nodes are, share it), else its
+    host name. What a property of the hardware (a core's GEMM rate) is kept under."""
+    return _machine_id() or _host_name()
+
+
+def _host_name() -> str:
     import socket
 
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", socket.gethostname()).strip("-.") or "host"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", socket.gethostname()).strip("-.") or "host"
+
+
+def _machine_id() -> str:
     try:
-        machine_id = Path("/etc/machine-id").read_text().strip()[:8]
+        machine_id = Path("/etc/machine-id").read_text().strip()
     except OSError:
-        machine_id = ""
-    return f"{name}-{machine_id}" if re.fullmatch(r"[0-9a-f]{8}", machine_id) else name
+        return ""
+    return machine_id if re.fullmatch(r"[0-9a-f]{32}", machine_id) else ""
 
 
 def _interpreters(config: pytest.Config, pythons: dict[str, str], base: Path) -> dict[str, str]:
