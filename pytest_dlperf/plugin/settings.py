@@ -234,7 +234,7 @@ def default_machine() -> str:
     from one image often share a host name ("vm"), and a host name alone is easily reused."""
     machine_id = _machine_id()[:8]
     name = _host_name()
-    return f"{name}-{machine_id}" if machine_id else name
+    return f"{name}-{machine_id}" if re.fullmatch(r"[0-9a-f]{8}", machine_id) else name
 
 
 def host_identity() -> str:
@@ -252,10 +252,9 @@ def _host_name() -> str:
 
 def _machine_id() -> str:
     try:
-        machine_id = Path("/etc/machine-id").read_text().strip()
+        return Path("/etc/machine-id").read_text().strip()
     except OSError:
         return ""
-    return machine_id if re.fullmatch(r"[0-9a-f]{32}", machine_id) else ""
 
 
 def _interpreters(config: pytest.Config, pythons: dict[str, str], base: Path) -> dict[str, str]:
