@@ -178,16 +178,17 @@ def gemm_cache() -> Path:
     return Path(root) / "pytest-dlperf" / "cpu-gemm.json"
 
 
-def measured_gemm(path: Path | None, machine: str, cpu_model: str,
+def measured_gemm(path: Path | None, computer: str, cpu_model: str,
                   timeout_s: float = 120.0) -> dict[str, Any] | None:
     """A core's dense GEMM rates on this machine (``rank.gemm``), from ``path`` (None: kept
-    nowhere) where this ``machine`` (a computer: ``host_identity``) and CPU measured them before, else measured now in a
-    subprocess of pytest's interpreter and kept there. None where the measurement failed."""
+    nowhere) where this ``computer`` (``host_identity``) and CPU measured them before, else
+    measured now in a subprocess of pytest's interpreter and kept there. None where the
+    measurement failed."""
     import datetime
 
     from ..core.jsonio import write_json_atomic
 
-    key = f"{machine}|{cpu_model}"
+    key = f"{computer}|{cpu_model}"
     try:
         kept = json.loads(path.read_text()) if path is not None and path.exists() else {}
     except (OSError, ValueError):
