@@ -60,8 +60,10 @@ def averaged(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     base = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
             "GLOG_minloglevel": "2", "TF_CPP_MIN_LOG_LEVEL": "2"}
     together = run_together(python, ranks, {**base, **env})
-    alone = run_together(python, [job({**spec, "rank": rank, "world": 1}, folder)
-                                  for rank in (0, 1)], base)
+    # Each rank's data alone, one after the other in one process (a trainer built for each).
+    (found,) = run_together(python, [job({**spec, "world": 1, "data_ranks": [0, 1]}, folder)],
+                            base)
+    alone = found["alone"]  # type: ignore[index]
     return framework, average, together, alone
 
 
@@ -71,6 +73,7 @@ def test_two_ranks_average_their_gradients(averaged: tuple[Any, ...]) -> None:
     _, _, together, alone = averaged
     assert [r["environment"]["data_parallel_ranks"] for r in together] == [2, 2]
     assert together[0]["before"] == together[1]["before"] == alone[0]["before"]
+    assert alone[1]["before"] == alone[0]["before"]  # each trainer of one process from the start
     first, second = (flat(r["after"]) for r in together)
     assert first == pytest.approx(second, abs=1e-7)
     each = [flat(r["after"]) for r in alone]
